@@ -1,0 +1,13 @@
+//! `tandem bench ...`: every benchmark prints a table for a person, or one JSON object with
+//! `--json`, and compares against a baseline or peer measured in the same run.
+
+pub mod report;
+
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {}
+}

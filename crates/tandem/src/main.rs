@@ -1,0 +1,46 @@
+//! `tandem`: one binary that runs beside Asterisk/FreePBX.
+//!
+//! This crate only wires the library crates together: the command line (clap), the configuration
+//! file (serde + TOML), logging, and the drivers of the benchmarks. Protocol logic lives in the
+//! library crates (see ARCHITECTURE.md).
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+/// Tandem: a performance companion for Asterisk and FreePBX.
+#[derive(Parser, Debug)]
+#[command(name = "tandem", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    init_logging();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}
+
+/// Logs go to stderr so that stdout stays clean for data (`--json`, `db get`).
+/// `TANDEM_LOG` (or `RUST_LOG`) takes a tracing filter such as `info,fastagi=debug`.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("TANDEM_LOG")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .init();
+}
