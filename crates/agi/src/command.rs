@@ -346,8 +346,7 @@ impl Command {
         match self {
             Command::Gosub { .. } => true,
             Command::Raw(line) => line.trim_start().get(..5).is_some_and(|w| {
-                w.eq_ignore_ascii_case("gosub")
-                    && line.trim_start()[5..].starts_with(|c: char| c == ' ' || c == '\t')
+                w.eq_ignore_ascii_case("gosub") && line.trim_start()[5..].starts_with([' ', '\t'])
             }),
             _ => false,
         }
@@ -401,8 +400,8 @@ impl Command {
     /// The command's name and its arguments in order, defaults filled in.
     fn parts(&self) -> (&'static str, Vec<Cow<'_, str>>) {
         use Command as C;
-        fn s(v: &String) -> Cow<'_, str> {
-            Cow::Borrowed(v.as_str())
+        fn s(v: &str) -> Cow<'_, str> {
+            Cow::Borrowed(v)
         }
         fn n(v: i64) -> Cow<'static, str> {
             Cow::Owned(v.to_string())
@@ -410,7 +409,9 @@ impl Command {
         match self {
             C::Answer => ("ANSWER", vec![]),
             C::AsyncAgiBreak => ("ASYNCAGI BREAK", vec![]),
-            C::ChannelStatus { channel } => ("CHANNEL STATUS", channel.iter().map(s).collect()),
+            C::ChannelStatus { channel } => {
+                ("CHANNEL STATUS", channel.iter().map(|v| s(v)).collect())
+            }
             C::ControlStreamFile {
                 file,
                 escape_digits,
@@ -425,9 +426,9 @@ impl Command {
                     &mut a,
                     [
                         (skip_ms.map(|v| n(v.into())), "3000"),
-                        (forward_digit.as_ref().map(s), "#"),
-                        (rewind_digit.as_ref().map(s), "*"),
-                        (pause_digit.as_ref().map(s), ""),
+                        (forward_digit.as_ref().map(|v| s(v)), "#"),
+                        (rewind_digit.as_ref().map(|v| s(v)), "*"),
+                        (pause_digit.as_ref().map(|v| s(v)), ""),
                         (offset_ms.map(|v| n(v.into())), "0"),
                     ],
                 );
@@ -436,7 +437,7 @@ impl Command {
             C::DatabaseDel { family, key } => ("DATABASE DEL", vec![s(family), s(key)]),
             C::DatabaseDelTree { family, keytree } => {
                 let mut a = vec![s(family)];
-                a.extend(keytree.iter().map(s));
+                a.extend(keytree.iter().map(|v| s(v)));
                 ("DATABASE DELTREE", a)
             }
             C::DatabaseGet { family, key } => ("DATABASE GET", vec![s(family), s(key)]),
@@ -467,7 +468,7 @@ impl Command {
                 channel,
             } => {
                 let mut a = vec![s(expression)];
-                a.extend(channel.iter().map(s));
+                a.extend(channel.iter().map(|v| s(v)));
                 ("GET FULL VARIABLE", a)
             }
             C::GetOption {
@@ -487,10 +488,10 @@ impl Command {
                 args,
             } => {
                 let mut a = vec![s(context), s(extension), s(priority)];
-                a.extend(args.iter().map(s));
+                a.extend(args.iter().map(|v| s(v)));
                 ("GOSUB", a)
             }
-            C::Hangup { channel } => ("HANGUP", channel.iter().map(s).collect()),
+            C::Hangup { channel } => ("HANGUP", channel.iter().map(|v| s(v)).collect()),
             C::Noop => ("NOOP", vec![]),
             C::ReceiveChar { timeout_ms } => ("RECEIVE CHAR", vec![n((*timeout_ms).into())]),
             C::ReceiveText { timeout_ms } => ("RECEIVE TEXT", vec![n((*timeout_ms).into())]),
@@ -536,8 +537,8 @@ impl Command {
                 optional_tail(
                     &mut a,
                     [
-                        (format.as_ref().map(s), "ABdY 'digits/at' IMp"),
-                        (timezone.as_ref().map(s), ""),
+                        (format.as_ref().map(|v| s(v)), "ABdY 'digits/at' IMp"),
+                        (timezone.as_ref().map(|v| s(v)), ""),
                     ],
                 );
                 ("SAY DATETIME", a)
@@ -552,7 +553,7 @@ impl Command {
                 gender,
             } => {
                 let mut a = vec![s(number), s(escape_digits)];
-                a.extend(gender.iter().map(s));
+                a.extend(gender.iter().map(|v| s(v)));
                 ("SAY NUMBER", a)
             }
             C::SayPhonetic {
@@ -571,7 +572,7 @@ impl Command {
             C::SetExtension { extension } => ("SET EXTENSION", vec![s(extension)]),
             C::SetMusic { on, class } => {
                 let mut a = vec![Cow::Borrowed(if *on { "on" } else { "off" })];
-                a.extend(class.iter().map(s));
+                a.extend(class.iter().map(|v| s(v)));
                 ("SET MUSIC", a)
             }
             C::SetPriority { priority } => ("SET PRIORITY", vec![s(priority)]),
