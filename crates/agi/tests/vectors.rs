@@ -32,7 +32,7 @@ struct Transcript {
     hangups: usize,
 }
 
-fn load(dir: &PathBuf, name: &str) -> Transcript {
+fn load(dir: &std::path::Path, name: &str) -> Transcript {
     let from = std::fs::read(dir.join(format!("{name}.from_asterisk.bin"))).unwrap();
     let to = std::fs::read(dir.join(format!("{name}.to_asterisk.bin"))).unwrap();
     let txt = std::fs::read_to_string(dir.join(format!("{name}.txt"))).unwrap();
