@@ -178,7 +178,14 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
     };
     let header_limit = Duration::from_millis(config.header_timeout_ms);
     let header = match tokio::time::timeout(header_limit, read_header(&mut conn, limits)).await {
-        Ok(Ok(h)) => h,
+        Ok(Ok(Some(h))) => h,
+        Ok(Ok(None)) => {
+            // A port probe (monitoring, a load balancer): connected and closed, said nothing.
+            debug!(session = id, %peer, "connection closed before any header");
+            metrics.failed("closed_before_header");
+            finish(conn, false, linger, metrics).await;
+            return;
+        }
         Ok(Err(e)) => {
             warn!(session = id, %peer, error = %e, "bad session header; ending with failure");
             metrics.failed("header");
@@ -249,12 +256,18 @@ async fn finish(conn: Conn, failure: bool, linger: Duration, metrics: &Metrics) 
     metrics.sessions_active.dec();
 }
 
-async fn read_header(conn: &mut Conn, limits: HeaderLimits) -> Result<Header, AgiError> {
+/// Reads the session header; `None` when the client closed without sending a byte.
+async fn read_header(conn: &mut Conn, limits: HeaderLimits) -> Result<Option<Header>, AgiError> {
     let mut reader = HeaderReader::new(limits);
     loop {
-        let line = conn.read_line().await?.ok_or(agi::HeaderError::Truncated)?;
+        let Some(line) = conn.read_line().await? else {
+            if reader.lines() == 0 {
+                return Ok(None);
+            }
+            return Err(agi::HeaderError::Truncated.into());
+        };
         if let Some(header) = reader.push_line(line)? {
-            return Ok(header);
+            return Ok(Some(header));
         }
     }
 }

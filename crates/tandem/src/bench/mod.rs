@@ -1,13 +1,25 @@
 //! `tandem bench ...`: every benchmark prints a table for a person, or one JSON object with
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
+pub mod agi;
+pub mod floor;
 pub mod report;
 
 use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// FastAGI sessions/s and latency: Tandem's native `bench` route (ten commands) against the
+    /// wire floor and any --peer, driven by the Asterisk emulator in the same run.
+    Agi(agi::AgiArgs),
+    /// The wire-floor server `bench agi` measures against (started by it; not for direct use).
+    #[command(hide = true)]
+    AgiFloor(floor::FloorArgs),
+}
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    match cmd {}
+    match cmd {
+        BenchCommand::Agi(args) => agi::run(args),
+        BenchCommand::AgiFloor(args) => floor::run(args),
+    }
 }
