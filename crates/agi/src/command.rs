@@ -367,27 +367,7 @@ impl Command {
             return Ok(());
         }
         let (name, args) = self.parts();
-        let words = name.split(' ').count() + args.len();
-        if words > MAX_COMMAND_ARGS {
-            return Err(EncodeError::TooManyWords {
-                command: name,
-                words,
-            });
-        }
-        out.extend_from_slice(name.as_bytes());
-        for (i, arg) in args.iter().enumerate() {
-            if arg.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
-                return Err(EncodeError::ControlCharacter {
-                    command: name,
-                    index: i + 1,
-                    arg: arg.to_string(),
-                });
-            }
-            out.push(b' ');
-            quote_into(arg, out);
-        }
-        out.push(b'\n');
-        Ok(())
+        encode_words(name, args.iter().map(|a| a.as_ref()), out)
     }
 
     /// The command line with its `\n`.
@@ -616,6 +596,46 @@ impl Command {
             C::Raw(_) => ("", vec![]),
         }
     }
+}
+
+/// Appends the command line `name args...` with its `\n` to `out`, quoting each argument as
+/// [`Command`] does. For callers that have the words at hand and no [`Command`] to build.
+pub fn encode_command(
+    name: &'static str,
+    args: &[&str],
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    encode_words(name, args.iter().copied(), out)
+}
+
+fn encode_words<'a>(
+    name: &'static str,
+    args: impl ExactSizeIterator<Item = &'a str>,
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let words = name.split(' ').count() + args.len();
+    if words > MAX_COMMAND_ARGS {
+        return Err(EncodeError::TooManyWords {
+            command: name,
+            words,
+        });
+    }
+    let rollback = out.len();
+    out.extend_from_slice(name.as_bytes());
+    for (i, arg) in args.enumerate() {
+        if arg.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+            out.truncate(rollback);
+            return Err(EncodeError::ControlCharacter {
+                command: name,
+                index: i + 1,
+                arg: arg.to_string(),
+            });
+        }
+        out.push(b' ');
+        quote_into(arg, out);
+    }
+    out.push(b'\n');
+    Ok(())
 }
 
 /// Appends optional positional arguments up to the last one given, filling the gaps before it

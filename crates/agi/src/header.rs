@@ -49,11 +49,20 @@ pub enum HeaderError {
 }
 
 /// A parsed session header. Variables keep their order and exact values; arguments are also
-/// available by position through [`Header::args`].
+/// available by position through [`Header::args`]. Names and values live in one string, so a
+/// header costs a couple of allocations rather than two per variable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Header {
-    vars: Vec<(String, String)>,
+    text: String,
+    /// Byte ranges of each variable's name and value in `text`, in arrival order.
+    vars: Vec<(Span, Span)>,
     args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    end: u32,
 }
 
 impl Header {
@@ -78,34 +87,52 @@ impl Header {
     ) -> Header {
         let mut h = Header::default();
         for (n, v) in vars {
-            h.insert(n.into(), v.into());
+            h.insert(&n.into(), &v.into());
         }
         h
     }
 
-    fn insert(&mut self, name: String, value: String) {
-        if let Some(n) = arg_index(&name) {
+    fn insert(&mut self, name: &str, value: &str) {
+        if let Some(n) = arg_index(name) {
             // Arguments normally arrive in order; a gap is filled with empty arguments so that
             // `args()[n-1]` is always `agi_arg_n`.
             if self.args.len() < n {
                 self.args.resize(n, String::new());
             }
-            self.args[n - 1] = value.clone();
+            self.args[n - 1] = value.to_string();
         }
+        let name = self.append(name);
+        let value = self.append(value);
         self.vars.push((name, value));
+    }
+
+    fn append(&mut self, s: &str) -> Span {
+        let start = self.text.len();
+        self.text.push_str(s);
+        // A header is bounded by max_line_bytes × max_variables, far below 4 GiB.
+        Span {
+            start: start as u32,
+            end: self.text.len() as u32,
+        }
+    }
+
+    fn span(&self, s: Span) -> &str {
+        &self.text[s.start as usize..s.end as usize]
     }
 
     /// The value of a variable by its full name (`agi_channel`), if present.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+            .find(|(n, _)| self.span(*n) == name)
+            .map(|(_, v)| self.span(*v))
     }
 
     /// Every variable in the order Asterisk sent them, arguments included.
     pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.vars.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+        self.vars
+            .iter()
+            .map(|(n, v)| (self.span(*n), self.span(*v)))
     }
 
     /// `agi_arg_1..N` by position (index 0 is `agi_arg_1`). Empty arguments are kept.
@@ -179,7 +206,7 @@ impl Header {
     /// (forked) AGI script reads on its stdin.
     pub fn encode(&self, network: bool) -> String {
         let mut out = String::with_capacity(64 + self.vars.len() * 40);
-        for (n, v) in &self.vars {
+        for (n, v) in self.vars() {
             if !network && n.starts_with("agi_network") {
                 continue;
             }
@@ -191,15 +218,24 @@ impl Header {
 
     /// Replaces a variable's value, or appends it when absent.
     pub fn set(&mut self, name: &str, value: &str) {
-        if let Some(n) = arg_index(name)
-            && let Some(a) = self.args.get_mut(n - 1)
-        {
-            *a = value.to_string();
+        let vars: Vec<(String, String)> = self
+            .vars()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        let mut rebuilt = Header::default();
+        let mut found = false;
+        for (n, v) in &vars {
+            if n == name {
+                found = true;
+                rebuilt.insert(n, value);
+            } else {
+                rebuilt.insert(n, v);
+            }
         }
-        match self.vars.iter_mut().find(|(n, _)| n == name) {
-            Some((_, v)) => *v = value.to_string(),
-            None => self.insert(name.to_string(), value.to_string()),
+        if !found {
+            rebuilt.insert(name, value);
         }
+        *self = rebuilt;
     }
 }
 
@@ -260,7 +296,7 @@ impl HeaderReader {
             return Err(malformed());
         }
         let value = value.strip_prefix(' ').unwrap_or(value);
-        self.header.insert(name.to_string(), value.to_string());
+        self.header.insert(name, value);
         Ok(None)
     }
 

@@ -22,7 +22,7 @@ mod reply;
 mod route;
 
 pub use args::{ArgsError, split_args};
-pub use command::{Command, EncodeError, MAX_COMMAND_ARGS};
+pub use command::{Command, EncodeError, MAX_COMMAND_ARGS, encode_command};
 pub use header::{Header, HeaderError, HeaderLimits, HeaderReader};
 pub use reply::{ChannelStatus, Event, GetDataResult, Reply, ReplyError, ReplyParser, Response};
 pub use route::{Route, percent_decode};

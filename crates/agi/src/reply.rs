@@ -232,6 +232,11 @@ impl Reply {
         (self.result == "1").then(|| self.data.as_deref().unwrap_or(""))
     }
 
+    /// [`Reply::variable`], taking the value out instead of copying it.
+    pub fn into_variable(self) -> Option<String> {
+        (self.result == "1").then(|| self.data.unwrap_or_default())
+    }
+
     /// For CHANNEL STATUS.
     pub fn channel_status(&self) -> Option<ChannelStatus> {
         use ChannelStatus::*;

@@ -11,6 +11,9 @@ use std::time::Duration;
 pub struct ServerConfig {
     /// Where to listen. Loopback by default: exposing AGI to a network is a decision.
     pub listen: SocketAddr,
+    /// Worker threads, each with its own listening socket (`SO_REUSEPORT`) and runtime; a
+    /// session stays on one thread. 0 = one per CPU core.
+    pub workers: usize,
     /// Sessions served at once. One more is refused at once with `failure` (AGISTATUS=FAILURE)
     /// rather than accepted and left waiting: Asterisk has no read timeout on FastAGI.
     pub max_sessions: usize,
@@ -39,6 +42,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 4573)),
+            workers: 0,
             max_sessions: 1024,
             max_line_bytes: 8192,
             max_header_variables: 256,

@@ -3,7 +3,8 @@
 //!
 //! Start reading at:
 //! - [`Server`]: bind with a [`ServerConfig`], a [`Router`] and [`Metrics`], then
-//!   [`Server::run`] until a shutdown future completes. Every limit is in [`ServerConfig`].
+//!   [`Server::run_on_threads`] (one single-threaded runtime per core) or [`Server::run`] (the
+//!   caller's runtime) until the [`Shutdown`] signal. Every limit is in [`ServerConfig`].
 //! - [`Router`]: exact routes, `{name}` and `{*rest}` captures, a fallback.
 //! - [`Handler`] and [`Session`]: what a native handler implements and the API it calls.
 //! - [`builtin`]: the `health`, `example` and `bench` routes.
@@ -20,6 +21,7 @@ mod error;
 mod handler;
 mod metrics;
 mod router;
+pub mod runtime;
 mod server;
 mod session;
 
@@ -28,5 +30,5 @@ pub use error::AgiError;
 pub use handler::Handler;
 pub use metrics::Metrics;
 pub use router::{RouteError, Router};
-pub use server::{RunSummary, Server};
+pub use server::{RunSummary, Server, Shutdown, shutdown_channel};
 pub use session::{Request, Session};

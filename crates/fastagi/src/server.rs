@@ -9,14 +9,13 @@ use crate::router::Router;
 use crate::session::{Request, Session, SessionParts};
 use agi::{Header, HeaderLimits, HeaderReader};
 use futures_util::FutureExt;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
@@ -29,11 +28,15 @@ struct Shared {
     router: Router,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
+    /// The session limit, shared by every worker.
+    limit: Arc<Semaphore>,
+    refusing: Arc<Semaphore>,
 }
 
-/// A server bound to its address, ready to [`run`](Server::run).
+/// A server bound to its address, ready to run. It holds one listening socket per worker, all on
+/// the same address (`SO_REUSEPORT`), so the kernel spreads connections over the workers.
 pub struct Server {
-    listener: TcpListener,
+    listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
 }
 
@@ -45,17 +48,40 @@ pub struct RunSummary {
     pub cut_at_shutdown: usize,
 }
 
+impl RunSummary {
+    fn add(&mut self, other: RunSummary) {
+        self.sessions += other.sessions;
+        self.cut_at_shutdown += other.cut_at_shutdown;
+    }
+}
+
+/// Tells a running server to stop accepting and drain. Cloneable across threads and runtimes.
+pub type Shutdown = watch::Receiver<bool>;
+
+/// A shutdown signal and its trigger: `send(true)` stops the server.
+pub fn shutdown_channel() -> (watch::Sender<bool>, Shutdown) {
+    watch::channel(false)
+}
+
 impl Server {
-    /// Binds the listening socket. Fails with the address in the message when it is taken.
-    pub async fn bind(
+    /// Binds the listening sockets (one per worker). Fails with the address in the message when
+    /// it is taken, and with the field's name when a setting cannot work.
+    pub fn bind(
         config: ServerConfig,
         mut router: Router,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Server> {
         config.validate().map_err(std::io::Error::other)?;
-        let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+        let taken = |e: std::io::Error| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
-        })?;
+        };
+        let first = crate::runtime::reuseport_listener(config.listen).map_err(taken)?;
+        // With port 0 the kernel picks a port; the other workers join that one.
+        let addr = first.local_addr()?;
+        let mut listeners = vec![first];
+        for _ in 1..crate::runtime::worker_count(config.workers) {
+            listeners.push(crate::runtime::reuseport_listener(addr).map_err(taken)?);
+        }
         for entry in router.entries_mut() {
             let label = crate::metrics::RouteLabel {
                 route: entry.pattern.to_string(),
@@ -64,95 +90,173 @@ impl Server {
         }
         metrics.sessions_max.set(config.max_sessions as i64);
         let shared = Arc::new(Shared {
+            limit: Arc::new(Semaphore::new(config.max_sessions)),
+            refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
             config,
             router,
             metrics,
             next_id: AtomicU64::new(1),
         });
-        Ok(Server { listener, shared })
+        Ok(Server { listeners, shared })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
+        self.listeners[0]
             .local_addr()
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, then stops accepting and lets sessions in progress
-    /// finish for up to `drain_timeout_ms`.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunSummary {
-        let Server { listener, shared } = self;
-        let limit = Arc::new(Semaphore::new(shared.config.max_sessions));
-        let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
-        let mut sessions = JoinSet::new();
-        let mut summary = RunSummary::default();
-        tokio::pin!(shutdown);
-        info!(listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-              routes = ?shared.router.patterns(), "FastAGI server listening");
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
-                accepted = listener.accept() => {
-                    let (stream, peer) = match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            // Out of file descriptors and the like: back off instead of spinning.
-                            warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
-                    let _ = stream.set_nodelay(true);
-                    if !shared.config.allows(peer.ip()) {
-                        warn!(%peer, "connection refused: address not in fastagi.allowed_networks");
-                        shared.metrics.refused("network");
-                        refuse(stream, &refusing, &shared);
-                        continue;
+    /// Workers (listening sockets) this server runs.
+    pub fn workers(&self) -> usize {
+        self.listeners.len()
+    }
+
+    /// Serves on the current tokio runtime until `shutdown` says so, then stops accepting and
+    /// lets sessions in progress finish for up to `drain_timeout_ms`.
+    pub async fn run(self, shutdown: Shutdown) -> RunSummary {
+        self.log_start();
+        let mut loops = JoinSet::new();
+        for listener in self.listeners {
+            let shared = self.shared.clone();
+            let shutdown = shutdown.clone();
+            loops.spawn(async move {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => accept_loop(l, shared, shutdown).await,
+                    Err(e) => {
+                        error!(error = %e, "cannot register the listening socket");
+                        RunSummary::default()
                     }
-                    let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        warn!(%peer, max_sessions = shared.config.max_sessions,
-                              "connection refused: fastagi.max_sessions reached");
-                        shared.metrics.refused("max_sessions");
-                        refuse(stream, &refusing, &shared);
-                        continue;
-                    };
-                    summary.sessions += 1;
-                    let shared = shared.clone();
-                    sessions.spawn(async move {
-                        serve_connection(stream, peer, &shared).await;
-                        drop(permit);
-                    });
                 }
-            }
+            });
         }
-        drop(listener);
-        let in_flight = sessions.len();
-        if in_flight > 0 {
-            info!(
-                sessions = in_flight,
-                drain_timeout_ms = shared.config.drain_timeout_ms,
-                "stopped accepting; waiting for sessions in progress"
-            );
-        }
-        let drain = async { while sessions.join_next().await.is_some() {} };
-        let drain_limit = Duration::from_millis(shared.config.drain_timeout_ms);
-        if tokio::time::timeout(drain_limit, drain).await.is_err() {
-            summary.cut_at_shutdown = sessions.len();
-            warn!(
-                sessions = sessions.len(),
-                "drain timeout passed; cutting sessions in progress"
-            );
-            sessions.shutdown().await;
+        let mut summary = RunSummary::default();
+        while let Some(r) = loops.join_next().await {
+            summary.add(r.expect("accept loop panicked"));
         }
         summary
     }
+
+    /// Serves with one thread per worker, each with its own single-threaded runtime, until
+    /// `shutdown` says so; blocks until every worker has drained. This is how `tandem serve`
+    /// runs: a session lives on one thread, so nothing is stolen or woken across threads.
+    pub fn run_on_threads(self, shutdown: Shutdown) -> std::io::Result<RunSummary> {
+        self.log_start();
+        let mut threads = Vec::with_capacity(self.listeners.len());
+        for (i, listener) in self.listeners.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("fastagi-{i}"))
+                .spawn(move || -> std::io::Result<RunSummary> {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    rt.block_on(async move {
+                        let listener = TcpListener::from_std(listener)?;
+                        Ok(accept_loop(listener, shared, shutdown).await)
+                    })
+                })?;
+            threads.push(thread);
+        }
+        let mut summary = RunSummary::default();
+        for t in threads {
+            summary.add(
+                t.join()
+                    .map_err(|_| std::io::Error::other("a FastAGI worker panicked"))??,
+            );
+        }
+        Ok(summary)
+    }
+
+    fn log_start(&self) {
+        info!(listen = %self.local_addr(), workers = self.listeners.len(),
+              max_sessions = self.shared.config.max_sessions,
+              routes = ?self.shared.router.patterns(), "FastAGI server listening");
+    }
+}
+
+/// Completes when the shutdown signal says stop, or when its sender is gone.
+async fn stopped(shutdown: &mut Shutdown) {
+    loop {
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One worker: accepts until shutdown, then drains its own sessions.
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: Shutdown,
+) -> RunSummary {
+    let mut sessions = JoinSet::new();
+    let mut summary = RunSummary::default();
+    loop {
+        tokio::select! {
+            biased;
+            () = stopped(&mut shutdown) => break,
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                if !shared.config.allows(peer.ip()) {
+                    warn!(%peer, "connection refused: address not in fastagi.allowed_networks");
+                    shared.metrics.refused("network");
+                    refuse(stream, &shared);
+                    continue;
+                }
+                let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
+                    warn!(%peer, max_sessions = shared.config.max_sessions,
+                          "connection refused: fastagi.max_sessions reached");
+                    shared.metrics.refused("max_sessions");
+                    refuse(stream, &shared);
+                    continue;
+                };
+                summary.sessions += 1;
+                let shared = shared.clone();
+                sessions.spawn(async move {
+                    serve_connection(stream, peer, &shared).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+    drop(listener);
+    if !sessions.is_empty() {
+        info!(
+            sessions = sessions.len(),
+            drain_timeout_ms = shared.config.drain_timeout_ms,
+            "stopped accepting; waiting for sessions in progress"
+        );
+    }
+    let drain = async { while sessions.join_next().await.is_some() {} };
+    let drain_limit = Duration::from_millis(shared.config.drain_timeout_ms);
+    if tokio::time::timeout(drain_limit, drain).await.is_err() {
+        summary.cut_at_shutdown = sessions.len();
+        warn!(
+            sessions = sessions.len(),
+            "drain timeout passed; cutting sessions in progress"
+        );
+        sessions.shutdown().await;
+    }
+    summary
 }
 
 /// Turns a connection away so that Asterisk sees AGISTATUS=FAILURE at once.
-fn refuse(stream: TcpStream, refusing: &Arc<Semaphore>, shared: &Arc<Shared>) {
-    let Ok(permit) = refusing.clone().try_acquire_owned() else {
+fn refuse(stream: TcpStream, shared: &Arc<Shared>) {
+    let Ok(permit) = shared.refusing.clone().try_acquire_owned() else {
         return;
     };
     let linger = Duration::from_millis(shared.config.close_linger_ms.min(1_000));

@@ -119,9 +119,21 @@ impl Session {
     pub async fn command(&mut self, cmd: &Command) -> Result<Reply, AgiError> {
         self.out.clear();
         cmd.encode_into(&mut self.out)?;
+        self.exchange(cmd.name()).await
+    }
+
+    /// [`Session::command`] from words at hand: no [`Command`] is built, nothing is copied.
+    async fn send(&mut self, name: &'static str, args: &[&str]) -> Result<Reply, AgiError> {
+        self.out.clear();
+        agi::encode_command(name, args, &mut self.out)?;
+        self.exchange(name).await
+    }
+
+    /// Writes the encoded command in `self.out` and reads its final reply.
+    async fn exchange(&mut self, name: &str) -> Result<Reply, AgiError> {
         if self.out.len() > self.max_line_bytes + 1 {
             return Err(AgiError::CommandTooLong {
-                command: cmd.name().to_string(),
+                command: name.to_string(),
                 bytes: self.out.len() - 1,
                 max: self.max_line_bytes,
             });
@@ -133,11 +145,11 @@ impl Session {
             Some(limit) => tokio::time::timeout(limit, self.read_response())
                 .await
                 .map_err(|_| AgiError::Timeout {
-                    command: cmd.name().to_string(),
+                    command: name.to_string(),
                     timeout_ms: limit.as_millis() as u64,
                 })??,
         };
-        let command = || cmd.name().to_string();
+        let command = || name.to_string();
         match response {
             Response::Success(reply) => Ok(reply),
             Response::InvalidCommand => Err(AgiError::InvalidCommand { command: command() }),
@@ -196,7 +208,7 @@ impl Session {
     }
 
     /// A `-1` from a command that needs the channel: a hangup if Asterisk says so, else failure.
-    async fn minus_one(&mut self, cmd: &Command, reply: &Reply) -> AgiError {
+    async fn minus_one(&mut self, name: &str, reply: Reply) -> AgiError {
         if !self.hung_up {
             self.probe_hangup(self.hangup_probe).await;
         }
@@ -204,29 +216,29 @@ impl Session {
             AgiError::Hangup
         } else {
             AgiError::Failed {
-                command: cmd.name().to_string(),
-                result: reply.result.clone(),
+                command: name.to_string(),
+                result: reply.result,
             }
         }
     }
 
-    async fn run_media(&mut self, cmd: Command) -> Result<Reply, AgiError> {
-        let reply = self.command(&cmd).await?;
+    /// A command that needs a live channel: `-1` means hangup or failure.
+    async fn run_media(&mut self, name: &'static str, args: &[&str]) -> Result<Reply, AgiError> {
+        let reply = self.send(name, args).await?;
         if reply.result.starts_with('-') {
-            return Err(self.minus_one(&cmd, &reply).await);
+            return Err(self.minus_one(name, reply).await);
         }
         Ok(reply)
     }
 
     /// ANSWER.
     pub async fn answer(&mut self) -> Result<(), AgiError> {
-        self.run_media(Command::Answer).await.map(drop)
+        self.run_media("ANSWER", &[]).await.map(drop)
     }
 
     /// GET VARIABLE: `None` when the variable is not set.
     pub async fn get_variable(&mut self, name: &str) -> Result<Option<String>, AgiError> {
-        let reply = self.command(&Command::get_variable(name)).await?;
-        Ok(reply.variable().map(str::to_string))
+        Ok(self.send("GET VARIABLE", &[name]).await?.into_variable())
     }
 
     /// GET FULL VARIABLE: evaluates an expression such as `${CALLERID(num)}`.
@@ -234,24 +246,21 @@ impl Session {
         &mut self,
         expression: &str,
     ) -> Result<Option<String>, AgiError> {
-        let reply = self
-            .command(&Command::get_full_variable(expression))
-            .await?;
-        Ok(reply.variable().map(str::to_string))
+        Ok(self
+            .send("GET FULL VARIABLE", &[expression])
+            .await?
+            .into_variable())
     }
 
     /// SET VARIABLE.
     pub async fn set_variable(&mut self, name: &str, value: &str) -> Result<(), AgiError> {
-        self.command(&Command::set_variable(name, value))
-            .await
-            .map(drop)
+        self.send("SET VARIABLE", &[name, value]).await.map(drop)
     }
 
     /// EXEC an application; returns what the application returned. Options are the
     /// application's arguments as in dialplan, comma separated.
     pub async fn exec(&mut self, application: &str, options: &str) -> Result<i64, AgiError> {
-        let cmd = Command::exec(application, options);
-        let reply = self.command(&cmd).await?;
+        let reply = self.send("EXEC", &[application, options]).await?;
         match reply.result_int() {
             Some(-2) => Err(AgiError::NoSuchApplication {
                 application: application.to_string(),
@@ -271,7 +280,7 @@ impl Session {
         escape_digits: &str,
     ) -> Result<Option<char>, AgiError> {
         Ok(self
-            .run_media(Command::stream_file(file, escape_digits))
+            .run_media("STREAM FILE", &[file, escape_digits])
             .await?
             .digit())
     }
@@ -283,28 +292,20 @@ impl Session {
         timeout_ms: u32,
         max_digits: u32,
     ) -> Result<GetDataResult, AgiError> {
-        let cmd = Command::GetData {
-            file: file.into(),
-            timeout_ms: Some(timeout_ms),
-            max_digits: Some(max_digits),
-        };
-        let reply = self.run_media(cmd).await?;
+        let (timeout, max) = (timeout_ms.to_string(), max_digits.to_string());
+        let reply = self.run_media("GET DATA", &[file, &timeout, &max]).await?;
         Ok(reply.get_data().expect("a result without '-' is digits"))
     }
 
     /// WAIT FOR DIGIT: `None` when the timeout passed with no digit (-1 waits forever).
     pub async fn wait_for_digit(&mut self, timeout_ms: i32) -> Result<Option<char>, AgiError> {
-        Ok(self
-            .run_media(Command::WaitForDigit { timeout_ms })
-            .await?
-            .digit())
+        let timeout = timeout_ms.to_string();
+        Ok(self.run_media("WAIT FOR DIGIT", &[&timeout]).await?.digit())
     }
 
     /// CHANNEL STATUS of this channel.
     pub async fn channel_status(&mut self) -> Result<ChannelStatus, AgiError> {
-        let reply = self
-            .command(&Command::ChannelStatus { channel: None })
-            .await?;
+        let reply = self.send("CHANNEL STATUS", &[]).await?;
         reply.channel_status().ok_or(AgiError::Failed {
             command: "CHANNEL STATUS".into(),
             result: reply.result,
@@ -317,8 +318,10 @@ impl Session {
         family: &str,
         key: &str,
     ) -> Result<Option<String>, AgiError> {
-        let reply = self.command(&Command::database_get(family, key)).await?;
-        Ok(reply.variable().map(str::to_string))
+        Ok(self
+            .send("DATABASE GET", &[family, key])
+            .await?
+            .into_variable())
     }
 
     /// DATABASE PUT.
@@ -328,18 +331,17 @@ impl Session {
         key: &str,
         value: &str,
     ) -> Result<(), AgiError> {
-        self.expect_one(Command::database_put(family, key, value))
-            .await
+        self.expect_one("DATABASE PUT", &[family, key, value]).await
     }
 
     /// DATABASE DEL. Asterisk answers success for a key that did not exist, too.
     pub async fn database_del(&mut self, family: &str, key: &str) -> Result<(), AgiError> {
-        self.expect_one(Command::database_del(family, key)).await
+        self.expect_one("DATABASE DEL", &[family, key]).await
     }
 
     /// VERBOSE: a line in Asterisk's log at `level` (1-4).
     pub async fn verbose(&mut self, message: &str, level: u8) -> Result<(), AgiError> {
-        self.command(&Command::verbose(message, level))
+        self.send("VERBOSE", &[message, &level.to_string()])
             .await
             .map(drop)
     }
@@ -347,18 +349,16 @@ impl Session {
     /// HANGUP of this channel. Asterisk then sends `HANGUP`; later commands follow the rules of
     /// a dead channel.
     pub async fn hangup(&mut self) -> Result<(), AgiError> {
-        self.command(&Command::Hangup { channel: None })
-            .await
-            .map(drop)
+        self.send("HANGUP", &[]).await.map(drop)
     }
 
-    async fn expect_one(&mut self, cmd: Command) -> Result<(), AgiError> {
-        let reply = self.command(&cmd).await?;
+    async fn expect_one(&mut self, name: &'static str, args: &[&str]) -> Result<(), AgiError> {
+        let reply = self.send(name, args).await?;
         if reply.result == "1" {
             Ok(())
         } else {
             Err(AgiError::Failed {
-                command: cmd.name().to_string(),
+                command: name.to_string(),
                 result: reply.result,
             })
         }

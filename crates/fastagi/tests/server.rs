@@ -8,18 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
 
 struct Running {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     done: tokio::task::JoinHandle<fastagi::RunSummary>,
     metrics: Arc<Metrics>,
 }
 
 impl Running {
     async fn stop(mut self) -> fastagi::RunSummary {
-        let _ = self.stop.take().unwrap().send(());
+        let _ = self.stop.take().unwrap().send(true);
         self.done.await.unwrap()
     }
 }
@@ -28,6 +27,8 @@ fn test_config() -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         header_timeout_ms: 2_000,
+        // Two listening sockets on one address, as on a two-core machine.
+        workers: 2,
         close_linger_ms: 1_000,
         ..ServerConfig::default()
     }
@@ -35,12 +36,10 @@ fn test_config() -> ServerConfig {
 
 async fn start(config: ServerConfig, router: Router) -> Running {
     let metrics = Arc::new(Metrics::unregistered());
-    let server = Server::bind(config, router, metrics.clone()).await.unwrap();
+    let server = Server::bind(config, router, metrics.clone()).unwrap();
     let addr = server.local_addr();
-    let (tx, rx) = oneshot::channel();
-    let done = tokio::spawn(server.run(async {
-        let _ = rx.await;
-    }));
+    let (tx, rx) = fastagi::shutdown_channel();
+    let done = tokio::spawn(server.run(rx));
     Running {
         addr,
         stop: Some(tx),

@@ -6,7 +6,6 @@ use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::watch;
 use tracing::info;
 
 #[derive(Args, Debug)]
@@ -44,12 +43,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     let router = fastagi::builtin::routes();
-    let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics).await?;
+    let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     let http = crate::http::bind(config.metrics.listen).await?;
     info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
+    let (stop_tx, stop_rx) = fastagi::shutdown_channel();
+    let stopped = |mut rx: fastagi::Shutdown| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let http_task = tokio::spawn(crate::http::serve(
@@ -62,7 +61,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         info!("shutting down: no new sessions; draining those in progress");
         let _ = stop_tx.send(true);
     });
-    let summary = server.run(stopped(stop_rx)).await;
+    // The FastAGI workers run on threads of their own, each with its own runtime.
+    let summary = tokio::task::spawn_blocking(move || server.run_on_threads(stop_rx)).await??;
     info!(
         sessions = summary.sessions,
         cut = summary.cut_at_shutdown,

@@ -216,10 +216,6 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         cmd.args(&words[1..]);
         subjects.push(spawn(name, cmd, port)?);
     }
-    for s in &subjects {
-        wait_until_listening(s)?;
-    }
-
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -228,6 +224,9 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         record: false,
         ..Plan::route(&args.route)
     };
+    for s in &subjects {
+        runtime.block_on(wait_until_serving(s, &plan))?;
+    }
     let expect = (args.expect_commands > 0).then_some(args.expect_commands);
     let load = |addr, seconds: f64| Load {
         addr,
@@ -360,18 +359,31 @@ fn spawn(name: &str, mut cmd: Command, port: u16) -> anyhow::Result<Subject> {
     })
 }
 
-fn wait_until_listening(s: &Subject) -> anyhow::Result<()> {
+/// Waits until the server completes one session. A bare connect-and-close is not enough (and
+/// not harmless: it sends panoramisk's header loop into a spin at EOF that starves its event
+/// loop), so readiness is one real session.
+async fn wait_until_serving(s: &Subject, plan: &Plan) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(15);
-    while std::net::TcpStream::connect_timeout(&s.addr, Duration::from_millis(200)).is_err() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{} did not start listening on {}",
-            s.name,
-            s.addr
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    loop {
+        match asterisk_emu::run(s.addr, plan, 0).await {
+            Ok(o) if o.status == asterisk_emu::AgiStatus::Success && o.violations.is_empty() => {
+                return Ok(());
+            }
+            Ok(o) => anyhow::bail!(
+                "{} at {} does not serve route {:?}: status {:?}, {} commands, {:?}",
+                s.name,
+                s.addr,
+                plan.script,
+                o.status,
+                o.commands,
+                o.violations
+            ),
+            Err(asterisk_emu::EmuError::Connect { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => anyhow::bail!("{} did not start serving on {}: {e}", s.name, s.addr),
+        }
     }
-    Ok(())
 }
 
 /// User + system CPU seconds a process has used, from /proc/PID/stat.

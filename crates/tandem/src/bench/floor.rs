@@ -6,7 +6,7 @@
 use clap::Args;
 use std::net::SocketAddr;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Args, Debug)]
 pub struct FloorArgs {
@@ -16,42 +16,58 @@ pub struct FloorArgs {
 }
 
 pub fn run(args: FloorArgs) -> anyhow::Result<()> {
-    // The same runtime as `tandem serve`, so the difference is the work, not the scheduler.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        let listener = TcpListener::bind(args.listen).await?;
-        loop {
-            let (stream, _) = listener.accept().await?;
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(stream);
-                let mut line = Vec::with_capacity(256);
-                loop {
-                    line.clear();
-                    if stream.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == b"\n" {
-                        break;
-                    }
-                }
-                for cmd in fastagi::builtin::BENCH_COMMANDS {
-                    let mut out = Vec::with_capacity(cmd.len() + 1);
-                    out.extend_from_slice(cmd.as_bytes());
-                    out.push(b'\n');
-                    if stream.get_mut().write_all(&out).await.is_err() {
-                        return;
-                    }
-                    line.clear();
-                    if stream.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                }
-                let _ = stream.get_mut().shutdown().await;
-                while stream.read_until(b'\n', &mut line).await.unwrap_or(0) > 0 {}
-            });
+    // The runtime `tandem serve` uses: a single-threaded runtime per core, each accepting on its
+    // own SO_REUSEPORT socket. The difference to Tandem is then the work, not the scheduler.
+    let mut threads = Vec::new();
+    for _ in 0..fastagi::runtime::worker_count(0) {
+        let listener = fastagi::runtime::reuseport_listener(args.listen)?;
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move { accept_loop(TcpListener::from_std(listener)?).await })
+        }));
+    }
+    for t in threads {
+        t.join().expect("floor worker panicked")?;
+    }
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener) -> anyhow::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(exchange(stream));
+    }
+}
+
+/// One session's bytes: header in, ten commands out with a reply line each, half-close, drain.
+async fn exchange(stream: TcpStream) {
+    let mut stream = BufReader::new(stream);
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        if stream.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
+            return;
         }
-    })
+        if line == b"\n" {
+            break;
+        }
+    }
+    let mut out = Vec::with_capacity(64);
+    for cmd in fastagi::builtin::BENCH_COMMANDS {
+        out.clear();
+        out.extend_from_slice(cmd.as_bytes());
+        out.push(b'\n');
+        if stream.get_mut().write_all(&out).await.is_err() {
+            return;
+        }
+        line.clear();
+        if stream.read_until(b'\n', &mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+    }
+    let _ = stream.get_mut().shutdown().await;
+    while stream.read_until(b'\n', &mut line).await.unwrap_or(0) > 0 {}
 }
