@@ -32,3 +32,8 @@ pub use metrics::Metrics;
 pub use router::{RouteError, Router};
 pub use server::{RunSummary, Server, Shutdown, shutdown_channel};
 pub use session::{Request, Session};
+
+/// The README's Rust examples, compiled and run as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
