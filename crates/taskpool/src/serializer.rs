@@ -78,19 +78,17 @@ impl Serializer {
             st.queue.push_back(Box::new(task));
             !std::mem::replace(&mut st.scheduled, true)
         };
-        if schedule {
-            if let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
-                // Not scheduled means the queue was empty before this push: our task is first.
-                // Tasks other threads queued behind it since were accepted; they are cancelled.
-                let rest = {
-                    let mut st = self.inner.state.lock();
-                    st.scheduled = false;
-                    st.queue.pop_front();
-                    std::mem::take(&mut st.queue)
-                };
-                pool.add_cancelled(rest.len() as u64);
-                return Err(e);
-            }
+        if schedule && let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
+            // Not scheduled means the queue was empty before this push: our task is first.
+            // Tasks other threads queued behind it since were accepted; they are cancelled.
+            let rest = {
+                let mut st = self.inner.state.lock();
+                st.scheduled = false;
+                st.queue.pop_front();
+                std::mem::take(&mut st.queue)
+            };
+            pool.add_cancelled(rest.len() as u64);
+            return Err(e);
         }
         Ok(())
     }
