@@ -48,6 +48,10 @@ pub struct Args {
     json: bool,
 }
 
+/// How long the chains of tasks may take to notice the stop signal before a variant counts as
+/// stalled (instead of hanging the benchmark).
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
 /// What the tasks of one measurement share. Leaked for the measurement's lifetime so a task can
 /// carry a plain `&'static` reference from run to run (no reference count touched per task).
 struct Shared<P> {
@@ -79,17 +83,26 @@ impl<P> Shared<P> {
 
     /// Lets the tasks run for `seconds`, stops them, waits for every chain to end. Returns the
     /// runs counted per second of the interval.
-    fn measure(&self, started: Instant, seconds: f64) -> f64 {
+    fn measure(&self, started: Instant, seconds: f64) -> anyhow::Result<f64> {
         std::thread::sleep(Duration::from_secs_f64(seconds).saturating_sub(started.elapsed()));
         // Relaxed: a task that sees the flag late runs once or twice more, which the count
         // includes; the interval is the one measured here.
         self.stop.store(true, Ordering::Relaxed);
         let elapsed = started.elapsed().as_secs_f64();
+        let deadline = Instant::now() + STALL_LIMIT;
         let mut done = self.done.lock().expect("done lock");
         while done.1 > 0 {
-            done = self.all_done.wait(done).expect("done wait");
+            let left = deadline.saturating_duration_since(Instant::now());
+            anyhow::ensure!(
+                !left.is_zero(),
+                "{} of the task chains did not finish within {} s of the stop signal: the \
+                 variant stalled",
+                done.1,
+                STALL_LIMIT.as_secs()
+            );
+            done = self.all_done.wait_timeout(done, left).expect("done wait").0;
         }
-        done.0 as f64 / elapsed
+        Ok(done.0 as f64 / elapsed)
     }
 }
 
@@ -105,7 +118,7 @@ fn taskpool_push(args: &Args) -> anyhow::Result<f64> {
     for _ in 0..args.tasks {
         sh.pool.push(move || step(sh, 0))?;
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     sh.pool.shutdown(ShutdownMode::Drain)?;
     Ok(rate)
 }
@@ -138,7 +151,7 @@ fn taskpool_serializer(args: &Args) -> anyhow::Result<f64> {
     for pair in 0..args.pairs {
         sh.pool.1[pair][0].push(move || step(sh, pair, 0, 0))?;
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     sh.pool.0.shutdown(ShutdownMode::Drain)?;
     Ok(rate)
 }
@@ -156,7 +169,7 @@ fn threadpool_push(args: &Args) -> anyhow::Result<f64> {
     for _ in 0..args.tasks {
         sh.pool.push(move || step(sh, 0));
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     sh.pool.stop_and_join();
     Ok(rate)
 }
@@ -180,7 +193,7 @@ fn threadpool_serializer(args: &Args) -> anyhow::Result<f64> {
     for pair in 0..args.pairs {
         sh.pool.1[pair][0].push(move || step(sh, pair, 0, 0));
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     sh.pool.0.stop_and_join();
     Ok(rate)
 }
@@ -205,7 +218,7 @@ fn tokio_push(args: &Args) -> anyhow::Result<f64> {
     for _ in 0..args.tasks {
         rt.spawn(async move { step(sh, 0) });
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     rt.shutdown_timeout(Duration::from_secs(5));
     Ok(rate)
 }
@@ -241,7 +254,7 @@ fn tokio_channel_pair(args: &Args) -> anyhow::Result<f64> {
         rt.spawn(side(sh, rx_a, tx_b));
         rt.spawn(side(sh, rx_b, tx_a));
     }
-    let rate = sh.measure(started, args.seconds);
+    let rate = sh.measure(started, args.seconds)?;
     rt.shutdown_timeout(Duration::from_secs(5));
     Ok(rate)
 }

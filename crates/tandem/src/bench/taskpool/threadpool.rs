@@ -176,14 +176,12 @@ fn worker_main(inner: Arc<PoolInner>, id: usize) {
     let w = &inner.workers[id];
     let mut ws = w.lock.lock().expect("worker lock");
     loop {
-        // worker_idle: wait until activated.
-        if !ws.alive {
-            return;
-        }
-        ws.wake_up = false;
-        while !ws.wake_up {
+        // worker_idle: wait until activated, then consume the wake-up (Asterisk clears
+        // `wake_up` after waiting, so an activation that came before the wait is not lost).
+        while ws.alive && !ws.wake_up {
             ws = w.cond.wait(ws).expect("worker wait");
         }
+        ws.wake_up = false;
         if !ws.alive {
             return;
         }
