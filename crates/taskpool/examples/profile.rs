@@ -14,8 +14,7 @@ struct Shared {
 }
 
 fn push_step(sh: &'static Shared, count: u64) {
-    if sh.stop.load(Ordering::Relaxed) || sh.pool.push(move || push_step(sh, count + 1)).is_err()
-    {
+    if sh.stop.load(Ordering::Relaxed) || sh.pool.push(move || push_step(sh, count + 1)).is_err() {
         sh.total.fetch_add(count, Ordering::Relaxed);
         sh.chains.fetch_sub(1, Ordering::Release);
     }

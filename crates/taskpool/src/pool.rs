@@ -571,10 +571,14 @@ impl Taskpool {
         &self.inner.config
     }
 
-    /// Stops the pool: from now on every push fails with [`PushError::ShutDown`]; tasks already
-    /// accepted run (`Drain`) or are dropped (`Cancel`). Returns when every executor thread that
-    /// was running has exited, with the final statistics. Calling it again returns at once.
-    /// Fails if called from a task running on this pool.
+    /// Stops the pool: from now on every push fails with [`PushError::ShutDown`], including
+    /// pushes made by tasks that are still running (so a task that re-pushes itself ends); tasks
+    /// already accepted run (`Drain`) or are dropped (`Cancel`). Returns when every executor
+    /// thread that was running has exited, with the final statistics. Calling it again returns at
+    /// once. Fails if called from a task running on this pool.
+    ///
+    /// Dropping the last `Taskpool` handle without calling `shutdown` starts a draining shutdown
+    /// without waiting for it.
     pub fn shutdown(&self, mode: ShutdownMode) -> Result<TaskpoolStats, ShutdownError> {
         if CURRENT_POOL.with(Cell::get) == Arc::as_ptr(&self.inner) as usize {
             return Err(ShutdownError::FromExecutor);

@@ -27,7 +27,9 @@ pub(crate) struct SerializerInner {
 
 /// A FIFO lane on a [`Taskpool`](crate::Taskpool): tasks pushed here run in push order, one at a
 /// time, on whichever executor the pool picks. Cheap to create (no thread) and to clone (every
-/// clone is the same lane).
+/// clone is the same lane). A serializer does not keep its pool running: once the last
+/// [`Taskpool`](crate::Taskpool) handle is dropped or `shutdown` is called, pushes fail with
+/// [`PushError::ShutDown`].
 #[derive(Clone)]
 pub struct Serializer {
     inner: Arc<SerializerInner>,
