@@ -413,3 +413,56 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     report::emit(&report, args.json)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Args {
+        Args {
+            seconds: 0.05,
+            runs: 1,
+            executors: 2,
+            tasks: 8,
+            pairs: 8,
+            json: true,
+        }
+    }
+
+    #[test]
+    fn every_variant_runs_and_counts() {
+        let args = tiny();
+        for (name, f) in [
+            (
+                "taskpool push",
+                taskpool_push as fn(&Args) -> anyhow::Result<f64>,
+            ),
+            ("threadpool push", threadpool_push),
+            ("tokio spawn", tokio_push),
+            ("taskpool serializer", taskpool_serializer),
+            ("threadpool serializer", threadpool_serializer),
+            ("tokio channel pair", tokio_channel_pair),
+        ] {
+            let rate = f(&args).unwrap();
+            assert!(rate > 0.0, "{name} counted nothing");
+        }
+    }
+
+    #[test]
+    fn replica_serializer_keeps_order() {
+        let pool = ThreadPool::new(3);
+        let lane = pool.serializer();
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        for i in 0..1_000 {
+            let seen = std::sync::Arc::clone(&seen);
+            lane.push(move || seen.lock().unwrap().push(i));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().len() < 1_000 {
+            assert!(Instant::now() < deadline, "replica serializer stalled");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        pool.stop_and_join();
+        assert_eq!(*seen.lock().unwrap(), (0..1_000).collect::<Vec<_>>());
+    }
+}
