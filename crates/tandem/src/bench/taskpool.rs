@@ -8,7 +8,8 @@
 //!
 //! tokio has no serializer. Its closest equivalent for "one key's work in order, one at a time"
 //! is a task per key fed by a channel, so the serializer row for tokio is pairs of tasks passing
-//! a message back and forth over unbounded mpsc channels (reported as `tokio_channel_pair`).
+//! a message back and forth over mpsc channels (reported as `tokio_channel_pair`). The channels
+//! are unbounded in type but hold at most one message: each pair has one message in flight.
 //!
 //! Every task carries its own count and records it once at the end, so the measured work is the
 //! executor, not a shared counter.

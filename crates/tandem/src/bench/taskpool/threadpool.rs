@@ -13,7 +13,9 @@
 //!   executing) pushes an `execute_tasks` job to the pool, which runs the serializer's tasks one
 //!   per lock until it is empty.
 //!
-//! It exists only as a measuring stick; Tandem code uses the `taskpool` crate.
+//! It exists only as a measuring stick; Tandem code uses the `taskpool` crate. Its queues are
+//! unbounded, as Asterisk's are; the benchmark keeps a fixed number of tasks in flight (one per
+//! chain), which bounds them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
