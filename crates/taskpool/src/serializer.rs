@@ -83,13 +83,16 @@ impl Serializer {
         if schedule && let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
             // Not scheduled means the queue was empty before this push: our task is first.
             // Tasks other threads queued behind it since were accepted; they are cancelled.
-            let rest = {
+            // Tasks are dropped after the lock is released: a task's destructor may push.
+            let (ours, rest) = {
                 let mut st = self.inner.state.lock();
                 st.scheduled = false;
-                st.queue.pop_front();
-                std::mem::take(&mut st.queue)
+                let ours = st.queue.pop_front();
+                (ours, std::mem::take(&mut st.queue))
             };
+            drop(ours);
             pool.add_cancelled(rest.len() as u64);
+            drop(rest);
             return Err(e);
         }
         Ok(())
