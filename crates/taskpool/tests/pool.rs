@@ -491,3 +491,45 @@ fn dropping_the_last_handle_drains() {
         ran.load(Ordering::Relaxed) == 1_000
     });
 }
+
+#[test]
+fn a_busy_serializer_yields_its_executor() {
+    // One executor. While it is held by a gate task, queue 10 000 tasks on a serializer and then
+    // one plain task. The serializer runs `serializer_batch` tasks, goes to the back of the
+    // queue, and the plain task runs long before the serializer is done.
+    let pool = Taskpool::new(TaskpoolConfig {
+        serializer_batch: 16,
+        ..TaskpoolConfig::fixed(1)
+    })
+    .unwrap();
+    let (started_tx, started_rx) = mpsc::channel();
+    let release = Arc::new(Barrier::new(2));
+    {
+        let release = Arc::clone(&release);
+        pool.push(move || {
+            started_tx.send(()).unwrap();
+            release.wait();
+        })
+        .unwrap();
+    }
+    started_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let lane = pool.serializer();
+    let ran = Arc::new(AtomicUsize::new(0));
+    for _ in 0..10_000 {
+        let ran = Arc::clone(&ran);
+        lane.push(move || {
+            ran.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+    }
+    let seen_by_plain = Arc::new(AtomicUsize::new(usize::MAX));
+    {
+        let (ran, seen) = (Arc::clone(&ran), Arc::clone(&seen_by_plain));
+        pool.push(move || seen.store(ran.load(Ordering::Relaxed), Ordering::Relaxed))
+            .unwrap();
+    }
+    release.wait();
+    pool.shutdown(ShutdownMode::Drain).unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 10_000);
+    assert_eq!(seen_by_plain.load(Ordering::Relaxed), 16);
+}
