@@ -4,6 +4,7 @@
 pub mod agi;
 pub mod floor;
 pub mod report;
+mod taskpool;
 
 use clap::Subcommand;
 
@@ -15,11 +16,14 @@ pub enum BenchCommand {
     /// The wire-floor server `bench agi` measures against (started by it; not for direct use).
     #[command(hide = true)]
     AgiFloor(floor::FloorArgs),
+    /// Taskpool vs Asterisk's threadpool design vs tokio: self-pushing tasks and serializer pairs.
+    Taskpool(taskpool::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Agi(args) => agi::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),
+        BenchCommand::Taskpool(args) => taskpool::run(args),
     }
 }
