@@ -306,8 +306,9 @@ fn backup_while_writes_continue() {
     let dir = tempfile::tempdir().unwrap();
     let s = Store::open_dir(dir.path(), opts()).unwrap();
     for i in 0..2000 {
-        let _ = s
-            .put_with("pre", &i.to_string(), "v", Durability::Async)
+        s.put_with("pre", &i.to_string(), "v", Durability::Async)
+            .unwrap()
+            .wait()
             .unwrap();
     }
     s.flush().unwrap();
