@@ -164,6 +164,13 @@ impl Drop for Inner {
         if let Some(h) = self.checkpointer.lock().take() {
             let _ = h.join();
         }
+        // Close the read connections first, so that the writer's connection is the last one
+        // and SQLite removes the WAL and shared-memory files with it.
+        for r in &self.shared.readers {
+            if let Ok(mem) = Connection::open_in_memory() {
+                *r.lock() = mem;
+            }
+        }
         self.shared.queue.close("the store was closed");
         if let Some(h) = self.writer.lock().take() {
             let _ = h.join();

@@ -5,6 +5,7 @@
 //! library crates (see ARCHITECTURE.md).
 
 mod bench;
+mod db;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ enum Command {
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
+    Db(db::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,6 +31,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Db(args) => db::run(args),
     }
 }
 
