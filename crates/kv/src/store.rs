@@ -46,10 +46,13 @@ pub struct Options {
     pub value_bytes_max: usize,
     /// SQLite connections for reading large values, backups and exports. Default 2.
     pub read_connections: usize,
-    /// How often the background checkpointer folds the WAL into the main file. Default 1000 ms.
+    /// How often the background checkpointer copies the WAL into the main file. Default 250 ms.
     pub checkpoint_interval_ms: u64,
-    /// A WAL larger than this is folded by the writer itself (writes wait). Default 64 MiB.
-    pub wal_bytes_max: u64,
+    /// Once the WAL holds this much, the writer checkpoints the little the background
+    /// checkpointer has not copied yet, so that the next transaction starts the WAL from its
+    /// beginning (writes wait for that short checkpoint). The WAL file keeps this size and is
+    /// overwritten in place, which makes each commit's fsync cheaper. Default 64 MiB.
+    pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
 }
@@ -67,8 +70,8 @@ impl Default for Options {
             key_bytes_max: 1024,
             value_bytes_max: 1 << 20,
             read_connections: 2,
-            checkpoint_interval_ms: 1000,
-            wal_bytes_max: 64 << 20,
+            checkpoint_interval_ms: 250,
+            wal_restart_bytes: 64 << 20,
             shards: 64,
         }
     }
@@ -121,12 +124,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn wal_path(&self) -> PathBuf {
-        let mut p = self.path.clone().into_os_string();
-        p.push("-wal");
-        PathBuf::from(p)
-    }
-
     fn closed_error(&self, reason: &str) -> KvError {
         KvError::Closed {
             path: self.path.clone(),

@@ -8,15 +8,35 @@ use crate::store::Shared;
 use crate::value::Text;
 use rusqlite::{Connection, params};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
+    let wal = WalWatch::new(&shared, &mut conn);
     let flush = Duration::from_millis(shared.options.flush_interval_ms);
     let batch_max = shared.options.batch_ops_max.max(1);
+    // Publishing a batch (updating the in-memory view, waking its callers) runs on a second
+    // thread, in batch order, so that the writer starts the next transaction at once.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<Queued>, Option<KvError>)>(2);
+    let publisher = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name("kv-publish".into())
+            .spawn(move || {
+                for (batch, err) in rx {
+                    finish(&shared, batch, err);
+                }
+            })
+    };
+    let (tx, publisher) = match publisher {
+        Ok(h) => (Some(tx), Some(h)),
+        Err(e) => {
+            tracing::warn!(error = %e, "no publisher thread; the writer publishes itself");
+            (None, None)
+        }
+    };
     while let Some(batch) = shared.queue.take_batch(flush, batch_max) {
-        let result = commit(&mut conn, &batch, shared.options.inline_value_bytes_max);
-        match result {
+        let err = match commit(&mut conn, &batch, shared.options.inline_value_bytes_max) {
             Ok(()) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
                 shared
@@ -27,7 +47,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                     .stats
                     .largest_batch_ops
                     .fetch_max(batch.len() as u64, Ordering::Relaxed);
-                publish(&shared, batch);
+                None
             }
             Err(e) => {
                 if !conn.is_autocommit() {
@@ -37,14 +57,33 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 shared.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %err, ops = batch.len(), "key-value store commit failed");
                 *shared.last_error.lock() = Some(err.to_string());
-                revert(&shared, batch, err);
+                Some(err)
             }
+        };
+        match &tx {
+            Some(tx) => {
+                if let Err(std::sync::mpsc::SendError((batch, err))) = tx.send((batch, err)) {
+                    finish(&shared, batch, err);
+                }
+            }
+            None => finish(&shared, batch, err),
         }
-        maybe_truncate_wal(&shared, &conn);
+        wal.after_commit(&shared, &conn);
+    }
+    drop(tx);
+    if let Some(h) = publisher {
+        let _ = h.join();
     }
     // Closed and drained: fold the WAL into the main file so that other tools see one file.
     if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
         tracing::warn!(path = %shared.path.display(), error = %e, "final checkpoint failed");
+    }
+}
+
+fn finish(shared: &Shared, batch: Vec<Queued>, err: Option<KvError>) {
+    match err {
+        None => publish(shared, batch),
+        Some(e) => revert(shared, batch, e),
     }
 }
 
@@ -216,22 +255,58 @@ fn revert(shared: &Shared, batch: Vec<Queued>, err: KvError) {
     }
 }
 
-/// The checkpointer thread keeps the WAL short; if writes never pause long enough for it to
-/// catch up, the writer folds the WAL itself once it passes `wal_bytes_max`.
-fn maybe_truncate_wal(shared: &Shared, conn: &Connection) {
-    let wal = shared.wal_path();
-    let Ok(meta) = std::fs::metadata(&wal) else {
-        return;
-    };
-    if meta.len() <= shared.options.wal_bytes_max {
-        return;
+/// Watches the WAL's length (SQLite reports it after each commit) and restarts the WAL once it
+/// passes `wal_restart_bytes`.
+struct WalWatch {
+    pages: Arc<AtomicI64>,
+    restart_pages: i64,
+    last_attempt: std::cell::Cell<i64>,
+}
+
+impl WalWatch {
+    fn new(shared: &Shared, conn: &mut Connection) -> WalWatch {
+        let pages = Arc::new(AtomicI64::new(0));
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap_or(4096)
+            .max(512);
+        let p = pages.clone();
+        if let Err(e) = conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, n: i32| {
+            p.store(i64::from(n), Ordering::Relaxed);
+            Ok(())
+        })) {
+            tracing::warn!(error = %e, "cannot watch the WAL length; it is checkpointed in the background only");
+        }
+        WalWatch {
+            pages,
+            restart_pages: (shared.options.wal_restart_bytes as i64 / page_size).max(64),
+            last_attempt: std::cell::Cell::new(0),
+        }
     }
-    tracing::warn!(
-        path = %wal.display(),
-        bytes = meta.len(),
-        "write-ahead log over wal_bytes_max; checkpointing in the writer (writes wait)"
-    );
-    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
-        tracing::warn!(path = %wal.display(), error = %e, "checkpoint failed");
+
+    fn after_commit(&self, shared: &Shared, conn: &Connection) {
+        let pages = self.pages.load(Ordering::Relaxed);
+        if pages < self.last_attempt.get() {
+            // The WAL restarted.
+            self.last_attempt.set(0);
+        }
+        // Retry only after more growth if a reader kept the last attempt from completing.
+        if pages < self.restart_pages || pages < self.last_attempt.get() + self.restart_pages / 4 {
+            return;
+        }
+        self.last_attempt.set(pages);
+        let t = std::time::Instant::now();
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        }) {
+            Ok((log, done)) => tracing::debug!(
+                path = %shared.path.display(),
+                log, done, ms = t.elapsed().as_millis() as u64,
+                "writer checkpoint to restart the WAL"
+            ),
+            Err(e) => {
+                tracing::warn!(path = %shared.path.display(), error = %e, "checkpoint failed")
+            }
+        }
     }
 }
