@@ -46,12 +46,12 @@ pub struct Options {
     pub value_bytes_max: usize,
     /// SQLite connections for reading large values, backups and exports. Default 2.
     pub read_connections: usize,
-    /// How often the background checkpointer copies the WAL into the main file. Default 250 ms.
+    /// How often the background checkpointer copies the WAL into the main file. Default 100 ms.
     pub checkpoint_interval_ms: u64,
     /// Once the WAL holds this much, the writer checkpoints the little the background
     /// checkpointer has not copied yet, so that the next transaction starts the WAL from its
     /// beginning (writes wait for that short checkpoint). The WAL file keeps this size and is
-    /// overwritten in place, which makes each commit's fsync cheaper. Default 64 MiB.
+    /// overwritten in place, which makes each commit's fsync cheaper. Default 4 MiB.
     pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
@@ -70,8 +70,8 @@ impl Default for Options {
             key_bytes_max: 1024,
             value_bytes_max: 1 << 20,
             read_connections: 2,
-            checkpoint_interval_ms: 250,
-            wal_restart_bytes: 64 << 20,
+            checkpoint_interval_ms: 100,
+            wal_restart_bytes: 4 << 20,
             shards: 64,
         }
     }
