@@ -1,9 +1,10 @@
 //! The bounded queue between callers and the writer thread, and the completion a sync caller
 //! waits on.
 //!
-//! Ordering: a caller first reserves room (it may wait here, holding no lock of the index), then,
-//! holding the shard lock of its key, pushes the operation and gets its sequence number. So for
-//! any one key the order of the queue is the order in which the in-memory view changed.
+//! Ordering: a caller pushes its operation (and gets its sequence number) while holding the shard
+//! lock of its key, if the queue has room; otherwise it lets go of the lock, waits for room and
+//! tries again (tree deletions reserve room first, then take every shard lock). So for any one
+//! key the order of the queue is the order in which the in-memory view changed.
 
 use crate::error::{KvError, Result};
 use crate::index::NsIndex;
@@ -187,39 +188,19 @@ impl Drop for Reservation<'_> {
 impl Reservation<'_> {
     /// Queues the operation; returns its sequence number and the commit to wait on.
     pub fn push(mut self, ns: &Arc<NsIndex>, op: Op, durability: Durability) -> (u64, Commit) {
-        let waits = durability == Durability::Sync || matches!(op, Op::Barrier);
-        let done = waits.then(Completion::new);
         let mut st = self.queue.state.lock();
         st.reserved_ops -= 1;
         st.reserved_bytes -= self.bytes;
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let first = st.ops.is_empty();
-        st.bytes += self.bytes;
-        if waits {
-            st.urgent += 1;
-        }
-        st.ops.push_back(Queued {
-            seq,
-            ns: ns.clone(),
-            op,
-            done: done.clone(),
-            bytes: self.bytes,
-            at: Instant::now(),
-        });
-        drop(st);
         self.used = true;
-        if waits || first {
-            self.queue.to_writer.notify_one();
-        }
-        (
-            seq,
-            match done {
-                Some(c) => Commit { inner: Some(c) },
-                None => Commit::ready(),
-            },
-        )
+        self.queue.push_locked(st, ns, op, durability, self.bytes)
     }
+}
+
+/// The outcome of [`Queue::try_push`].
+pub(crate) enum TryPush {
+    Pushed(u64, Commit),
+    Full,
+    Closed(String),
 }
 
 impl Queue {
@@ -241,6 +222,85 @@ impl Queue {
         }
     }
 
+    fn has_room(&self, st: &State, bytes: usize) -> bool {
+        let ops = st.ops.len() + st.reserved_ops;
+        let used = st.bytes + st.reserved_bytes;
+        // An operation larger than the whole byte budget still passes when the queue is empty.
+        ops < self.ops_max && (used + bytes <= self.bytes_max || used == 0)
+    }
+
+    fn push_locked(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        ns: &Arc<NsIndex>,
+        op: Op,
+        durability: Durability,
+        bytes: usize,
+    ) -> (u64, Commit) {
+        let waits = durability == Durability::Sync || matches!(op, Op::Barrier);
+        let done = waits.then(Completion::new);
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let first = st.ops.is_empty();
+        st.bytes += bytes;
+        if waits {
+            st.urgent += 1;
+        }
+        st.ops.push_back(Queued {
+            seq,
+            ns: ns.clone(),
+            op,
+            done: done.clone(),
+            bytes,
+            at: Instant::now(),
+        });
+        drop(st);
+        if waits || first {
+            self.to_writer.notify_one();
+        }
+        (
+            seq,
+            match done {
+                Some(c) => Commit { inner: Some(c) },
+                None => Commit::ready(),
+            },
+        )
+    }
+
+    /// Queues the operation if there is room (one lock acquisition; the caller holds the shard
+    /// lock of its key, so it must not wait here).
+    pub fn try_push(
+        &self,
+        ns: &Arc<NsIndex>,
+        op: Op,
+        durability: Durability,
+        bytes: usize,
+    ) -> TryPush {
+        let st = self.state.lock();
+        if let Some(reason) = &st.closed {
+            return TryPush::Closed(reason.clone());
+        }
+        if !self.has_room(&st, bytes) {
+            return TryPush::Full;
+        }
+        let (seq, commit) = self.push_locked(st, ns, op, durability, bytes);
+        TryPush::Pushed(seq, commit)
+    }
+
+    /// Waits until an operation of `bytes` would fit (holding no other lock).
+    pub fn wait_for_room(&self, bytes: usize, closed_err: impl Fn(&str) -> KvError) -> Result<()> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(reason) = &st.closed {
+                return Err(closed_err(reason));
+            }
+            if self.has_room(&st, bytes) {
+                return Ok(());
+            }
+            self.room.wait(&mut st);
+        }
+    }
+
     /// Waits for room for one operation of `bytes` (bounded by `queue_ops_max` and
     /// `queue_bytes_max`). Fails if the store is closed.
     pub fn reserve(
@@ -253,10 +313,7 @@ impl Queue {
             if let Some(reason) = &st.closed {
                 return Err(closed_err(reason));
             }
-            let ops = st.ops.len() + st.reserved_ops;
-            let used = st.bytes + st.reserved_bytes;
-            // An operation larger than the whole byte budget still passes when the queue is empty.
-            if ops < self.ops_max && (used + bytes <= self.bytes_max || used == 0) {
+            if self.has_room(&st, bytes) {
                 break;
             }
             self.room.wait(&mut st);

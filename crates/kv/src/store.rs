@@ -3,7 +3,7 @@
 use crate::error::{KvError, Result, io_hint, open_error, read_error};
 use crate::index::{LargeCache, MainEntry, NsIndex, Pending, Slot, Visible};
 use crate::path::{check_key, key_path, tree_prefix};
-use crate::queue::{Commit, Durability, Op, Queue};
+use crate::queue::{Commit, Durability, Op, Queue, TryPush};
 use crate::value::{Value, column_bytes};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -771,7 +771,6 @@ impl Namespace {
         let inline_max = shared.options.inline_value_bytes_max;
         let mut known_large: Option<(u64, Option<Value>)> = None;
         loop {
-            let res = shared.queue.reserve(bytes, |r| shared.closed_error(r))?;
             let mut shard = self.ns.write(&key);
             let vis = self.ns.visible(&shard, &key);
             let existed = !matches!(vis, Visible::Absent);
@@ -808,7 +807,6 @@ impl Namespace {
                     Decision::NeedLarge(seq) => {
                         // Read the large value without holding the shard lock, then retry.
                         drop(shard);
-                        drop(res);
                         known_large = Some((seq, self.load_large(&key, seq)?));
                         continue;
                     }
@@ -821,18 +819,26 @@ impl Namespace {
                 Visible::Value(v) => v.len() > inline_max,
                 Visible::Absent => false,
             };
-            let (seq, commit) = res.push(
-                &self.ns,
-                Op::Set {
-                    key: key.clone(),
-                    value: value.clone(),
-                    prev_large,
-                },
-                durability,
-            );
-            shard.overlay.insert(key, Pending { seq, value });
-            drop(shard);
-            return Ok((existed, Some(commit)));
+            let op = Op::Set {
+                key: key.clone(),
+                value: value.clone(),
+                prev_large,
+            };
+            // Pushing under the shard lock keeps the queue's order, for this key, the order in
+            // which readers saw the writes.
+            match shared.queue.try_push(&self.ns, op, durability, bytes) {
+                TryPush::Pushed(seq, commit) => {
+                    shard.overlay.insert(key, Pending { seq, value });
+                    return Ok((existed, Some(commit)));
+                }
+                TryPush::Closed(reason) => return Err(shared.closed_error(&reason)),
+                TryPush::Full => {
+                    drop(shard);
+                    shared
+                        .queue
+                        .wait_for_room(bytes, |r| shared.closed_error(r))?;
+                }
+            }
         }
     }
 

@@ -8,8 +8,11 @@ use crate::store::Shared;
 use crate::value::Text;
 use rusqlite::{Connection, params};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// Batches up to this many operations are published by the writer itself when it can.
+const INLINE_PUBLISH_OPS_MAX: usize = 32;
 
 pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     let wal = WalWatch::new(&shared, &mut conn);
@@ -18,13 +21,16 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     // Publishing a batch (updating the in-memory view, waking its callers) runs on a second
     // thread, in batch order, so that the writer starts the next transaction at once.
     let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<Queued>, Option<KvError>)>(2);
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let publisher = {
         let shared = shared.clone();
+        let in_flight = in_flight.clone();
         std::thread::Builder::new()
             .name("kv-publish".into())
             .spawn(move || {
                 for (batch, err) in rx {
                     finish(&shared, batch, err);
+                    in_flight.fetch_sub(1, Ordering::AcqRel);
                 }
             })
     };
@@ -60,13 +66,19 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 Some(err)
             }
         };
+        // A small batch is published here when the publisher is idle (so batches still finish
+        // in order): its callers wake one thread hop sooner.
+        let inline =
+            batch.len() <= INLINE_PUBLISH_OPS_MAX && in_flight.load(Ordering::Acquire) == 0;
         match &tx {
-            Some(tx) => {
+            Some(tx) if !inline => {
+                in_flight.fetch_add(1, Ordering::AcqRel);
                 if let Err(std::sync::mpsc::SendError((batch, err))) = tx.send((batch, err)) {
+                    in_flight.fetch_sub(1, Ordering::AcqRel);
                     finish(&shared, batch, err);
                 }
             }
-            None => finish(&shared, batch, err),
+            _ => finish(&shared, batch, err),
         }
         wal.after_commit(&shared, &conn);
     }
