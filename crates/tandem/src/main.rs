@@ -6,6 +6,7 @@
 
 mod bench;
 mod config;
+mod db;
 mod http;
 mod serve;
 
@@ -26,6 +27,8 @@ enum Command {
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
+    Db(db::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,6 +37,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Db(args) => db::run(args),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod agi;
 pub mod floor;
+pub mod kv;
 pub mod report;
 mod taskpool;
 
@@ -18,6 +19,8 @@ pub enum BenchCommand {
     AgiFloor(floor::FloorArgs),
     /// Taskpool vs Asterisk's threadpool design vs tokio: self-pushing tasks and serializer pairs.
     Taskpool(taskpool::Args),
+    /// The key-value store against an astdb replica and SQLite per-write transactions.
+    Kv(kv::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -25,5 +28,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Agi(args) => agi::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),
         BenchCommand::Taskpool(args) => taskpool::run(args),
+        BenchCommand::Kv(args) => kv::run(args),
     }
 }

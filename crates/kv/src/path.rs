@@ -1,0 +1,83 @@
+//! astdb key paths: `/family/key`, and key trees with whole-segment matching.
+
+use crate::error::{KvError, Result};
+
+/// The astdb path of `family` and `key`: `/family/key` (either may contain `/`).
+pub fn key_path(family: &str, key: &str) -> String {
+    let mut s = String::with_capacity(family.len() + key.len() + 2);
+    s.push('/');
+    s.push_str(family);
+    s.push('/');
+    s.push_str(key);
+    s
+}
+
+/// The prefix a tree operation covers, as astdb builds it: no family (or an empty one) covers
+/// everything (`None`); a family alone covers `/family`; a family and key tree cover
+/// `/family/keytree`.
+pub fn tree_prefix(family: Option<&str>, keytree: Option<&str>) -> Option<String> {
+    match family {
+        None | Some("") => None,
+        Some(f) => match keytree {
+            None | Some("") => Some(format!("/{f}")),
+            Some(t) => Some(key_path(f, t)),
+        },
+    }
+}
+
+/// Whether `key` lies in the tree `prefix`: the key itself or anything below it, by whole path
+/// segments (`/a/b` covers `/a/b` and `/a/b/c` but not `/a/bc`). `None` covers every key.
+pub fn covers(prefix: Option<&str>, key: &str) -> bool {
+    match prefix {
+        None => true,
+        Some(p) => key.starts_with(p) && (key.len() == p.len() || key.as_bytes()[p.len()] == b'/'),
+    }
+}
+
+pub(crate) fn check_key(path: &str, key_bytes_max: usize) -> Result<()> {
+    if path.len() > key_bytes_max {
+        return Err(KvError::InvalidKey {
+            key: truncated(path),
+            problem: format!(
+                "{} bytes, over the limit of {key_bytes_max} bytes (key_bytes_max)",
+                path.len()
+            ),
+        });
+    }
+    if path.contains('\0') {
+        return Err(KvError::InvalidKey {
+            key: truncated(path),
+            problem: "contains a NUL byte".to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn truncated(s: &str) -> String {
+    if s.len() <= 80 {
+        return s.to_string();
+    }
+    let mut end = 80;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_segments() {
+        assert!(covers(Some("/a/b"), "/a/b"));
+        assert!(covers(Some("/a/b"), "/a/b/c"));
+        assert!(!covers(Some("/a/b"), "/a/bc"));
+        assert!(!covers(Some("/a/b"), "/a"));
+        assert!(covers(None, "/anything"));
+        assert_eq!(tree_prefix(Some(""), Some("x")), None);
+        assert_eq!(tree_prefix(Some("f"), None), Some("/f".into()));
+        assert_eq!(tree_prefix(Some("f"), Some("k")), Some("/f/k".into()));
+        assert_eq!(key_path("f", "k/l"), "/f/k/l");
+    }
+}

@@ -1,0 +1,159 @@
+//! `tandem db ...`: read and write the key-value store, exchange it with Asterisk's astdb.
+//!
+//! Reading commands (get, show, export-astdb, backup) read the file directly and work while
+//! `tandem serve` has the store open; writing commands open the store for writing and are
+//! refused while another process has it.
+
+use anyhow::Context;
+use clap::Subcommand;
+use kv::{Options, ReadOnlyStore, Store};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Directory that holds the store (its file is kv.sqlite3 in it).
+    #[arg(
+        long,
+        default_value = "tandem-data",
+        env = "TANDEM_DATA_DIR",
+        global = true
+    )]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: DbCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum DbCommand {
+    /// Print the value of FAMILY/KEY alone on stdout; exit 1 if there is none.
+    Get { family: String, key: String },
+    /// Set FAMILY/KEY to VALUE; exits 0 only once the write is on disk.
+    Put {
+        family: String,
+        key: String,
+        value: String,
+    },
+    /// Delete FAMILY/KEY; exit 1 if it did not exist.
+    Del { family: String, key: String },
+    /// Delete FAMILY, or FAMILY/KEYTREE, by whole path segments.
+    Deltree {
+        family: String,
+        keytree: Option<String>,
+    },
+    /// Print entries like Asterisk's `database show`: all, FAMILY, or FAMILY KEYTREE.
+    Show {
+        family: Option<String>,
+        keytree: Option<String>,
+    },
+    /// Add every entry of an Asterisk astdb.sqlite3 (existing keys are replaced).
+    #[command(name = "import-astdb")]
+    ImportAstdb { file: PathBuf },
+    /// Write the astdb families as an Asterisk astdb.sqlite3 (FILE must not exist).
+    #[command(name = "export-astdb")]
+    ExportAstdb { file: PathBuf },
+    /// Copy the whole store to FILE (must not exist) with SQLite's online backup.
+    Backup { file: PathBuf },
+}
+
+fn store_file(dir: &Path) -> PathBuf {
+    dir.join(kv::FILE_NAME)
+}
+
+fn open_rw(dir: &Path) -> anyhow::Result<Store> {
+    Store::open_dir(dir, Options::default())
+        .with_context(|| format!("opening the key-value store in {}", dir.display()))
+}
+
+fn open_ro(dir: &Path) -> anyhow::Result<ReadOnlyStore> {
+    ReadOnlyStore::open(store_file(dir))
+        .with_context(|| format!("reading the key-value store in {}", dir.display()))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let dir = &args.data_dir;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.cmd {
+        DbCommand::Get { family, key } => {
+            if !store_file(dir).exists() {
+                eprintln!(
+                    "no key-value store in {} (see --data-dir); {}/{} not found",
+                    dir.display(),
+                    family,
+                    key
+                );
+                std::process::exit(1);
+            }
+            match open_ro(dir)?.get(&family, &key)? {
+                Some(v) => {
+                    out.write_all(v.as_bytes())?;
+                    out.write_all(b"\n")?;
+                    out.flush()?;
+                }
+                None => {
+                    eprintln!("Database entry not found: /{family}/{key}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        DbCommand::Put { family, key, value } => {
+            let store = open_rw(dir)?;
+            store
+                .put_with(&family, &key, value, kv::Durability::Sync)?
+                .wait()?;
+            // Dropping the last handle stops the writer after folding the WAL into the file.
+            drop(store);
+        }
+        DbCommand::Del { family, key } => {
+            let existed = open_rw(dir)?.del(&family, &key)?;
+            if existed {
+                writeln!(out, "Database entry removed.")?;
+            } else {
+                eprintln!("Database entry does not exist.");
+                std::process::exit(1);
+            }
+        }
+        DbCommand::Deltree { family, keytree } => {
+            let n = open_rw(dir)?.deltree(Some(&family), keytree.as_deref())?;
+            if n == 0 {
+                writeln!(out, "Database entries do not exist.")?;
+            } else {
+                writeln!(out, "{n} database entries removed.")?;
+            }
+        }
+        DbCommand::Show { family, keytree } => {
+            let entries = open_ro(dir)?.tree(family.as_deref(), keytree.as_deref())?;
+            for (k, v) in &entries {
+                // Asterisk's format: "%-50s: %-25s".
+                writeln!(out, "{:<50}: {:<25}", k, v.to_string_lossy())?;
+            }
+            writeln!(out, "{} results found.", entries.len())?;
+        }
+        DbCommand::ImportAstdb { file } => {
+            let n = open_rw(dir)?
+                .import_astdb(&file)
+                .with_context(|| format!("importing {}", file.display()))?;
+            writeln!(out, "Imported {n} entries from {}.", file.display())?;
+        }
+        DbCommand::ExportAstdb { file } => {
+            let n = open_ro(dir)?
+                .export_astdb(&file)
+                .with_context(|| format!("exporting to {}", file.display()))?;
+            writeln!(out, "Exported {n} entries to {}.", file.display())?;
+        }
+        DbCommand::Backup { file } => {
+            open_ro(dir)?
+                .backup(&file)
+                .with_context(|| format!("backing up to {}", file.display()))?;
+            writeln!(
+                out,
+                "Backed up {} to {}.",
+                store_file(dir).display(),
+                file.display()
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
