@@ -24,7 +24,9 @@ pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 pub enum ParseError {
     #[error("SIP message is empty")]
     Empty,
-    #[error("SIP start line is neither a request (METHOD URI SIP/2.0) nor a status line (SIP/2.0 CODE REASON)")]
+    #[error(
+        "SIP start line is neither a request (METHOD URI SIP/2.0) nor a status line (SIP/2.0 CODE REASON)"
+    )]
     BadStartLine,
     #[error("SIP header section has no end (no empty line) within {0} bytes")]
     Incomplete(usize),
@@ -163,7 +165,11 @@ pub fn message_len(buf: &[u8]) -> Result<Option<usize>, ParseError> {
         }
     }
     let total = skip + body_start + content_length;
-    Ok(if buf.len() >= total { Some(total) } else { None })
+    Ok(if buf.len() >= total {
+        Some(total)
+    } else {
+        None
+    })
 }
 
 impl<'a> Message<'a> {
@@ -395,7 +401,8 @@ pub struct NameAddr<'a> {
 impl<'a> NameAddr<'a> {
     pub fn parse(value: &'a str) -> NameAddr<'a> {
         let value = value.trim();
-        let (display, uri, params) = if let (Some(lt), Some(gt)) = (value.find('<'), value.rfind('>'))
+        let (display, uri, params) = if let (Some(lt), Some(gt)) =
+            (value.find('<'), value.rfind('>'))
             && lt < gt
         {
             let d = value[..lt].trim().trim_matches('"').trim();
