@@ -713,7 +713,15 @@ impl Front {
                 };
                 (Some(e.call.clone()), Some(e.shard), rate)
             }
-            None => (None, None, crate::rtp::static_clock_rate(h.payload_type)),
+            None => {
+                // Without SDP, RTP is recognised by its header alone; like Wireshark's heuristic
+                // it only applies to ports that no well-known protocol owns (DNS, NetBIOS, ...).
+                if src.port() < 1024 || dst.port() < 1024 {
+                    self.counters.rtp_packets -= 1;
+                    return;
+                }
+                (None, None, crate::rtp::static_clock_rate(h.payload_type))
+            }
         };
         let shard = if self.shards == 1 {
             0
