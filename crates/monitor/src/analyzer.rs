@@ -37,6 +37,9 @@ pub struct MonitorConfig {
     /// A call's record is closed this long after its end, so late RTP and retransmissions
     /// still count.
     pub call_linger_ms: u64,
+    /// A call refused with 401/407 stays open this long for the retry with credentials, which
+    /// continues the same call.
+    pub auth_retry_ms: u64,
     /// A call that was not answered and saw no SIP for this long is closed.
     pub call_idle_timeout_ms: u64,
     /// An answered call that saw neither SIP nor RTP for this long is closed.
@@ -65,6 +68,7 @@ impl Default for MonitorConfig {
             max_registrations: 200_000,
             max_endpoints: 2_000_000,
             call_linger_ms: 5_000,
+            auth_retry_ms: 120_000,
             call_idle_timeout_ms: 300_000,
             answered_idle_timeout_ms: 7_200_000,
             stream_idle_timeout_ms: 60_000,
@@ -359,6 +363,7 @@ impl CallShard {
     fn sweep(&mut self, now_ns: i64, all: bool) {
         let ms = 1_000_000i64;
         let linger = self.cfg.call_linger_ms as i64 * ms;
+        let auth_linger = self.cfg.auth_retry_ms as i64 * ms;
         let idle = self.cfg.call_idle_timeout_ms as i64 * ms;
         let answered_idle = self.cfg.answered_idle_timeout_ms as i64 * ms;
         let streams = &self.streams;
@@ -372,7 +377,9 @@ impl CallShard {
                 if let Some(end) = d.end_ns
                     && d.state.is_final()
                 {
-                    return now_ns - end > linger;
+                    let challenged =
+                        d.state == CallState::Failed && matches!(d.last_code, 401 | 407);
+                    return now_ns - end > if challenged { auth_linger } else { linger };
                 }
                 let media_last = d
                     .streams

@@ -50,7 +50,8 @@ impl CallState {
         }
     }
 
-    /// True once nothing more is expected but stray retransmissions.
+    /// True once nothing more is expected but stray retransmissions (or, after a 401/407, an
+    /// authenticated retry).
     pub fn is_final(self) -> bool {
         matches!(
             self,
@@ -130,7 +131,14 @@ impl Dialog {
             sip::StartLine::Request { method, .. } => match method {
                 "INVITE" => {
                     let cseq = m.cseq().map(|c| c.0).unwrap_or(0);
-                    if cseq != self.invite_cseq && self.answer_ns.is_some() {
+                    if self.answer_ns.is_none() && cseq > self.invite_cseq {
+                        // A new INVITE transaction before any answer (typically the retry with
+                        // credentials after 401/407) continues the same call.
+                        self.invite_cseq = cseq;
+                        self.state = CallState::Calling;
+                        self.end_ns = None;
+                        self.hangup_by = None;
+                    } else if cseq != self.invite_cseq && self.answer_ns.is_some() {
                         self.reinvites = self.reinvites.saturating_add(1);
                     }
                 }

@@ -5,6 +5,8 @@
 //! library crates (see ARCHITECTURE.md).
 
 mod bench;
+mod capture;
+mod cdr;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +23,10 @@ enum Command {
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Analyse capture files: calls, RTP stream quality, CDRs.
+    Capture(capture::Args),
+    /// Query the stored call detail records.
+    Cdr(self::cdr::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,6 +34,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Capture(args) => capture::run(args),
+        Command::Cdr(args) => self::cdr::run(args),
     }
 }
 
