@@ -890,7 +890,7 @@ impl Monitor {
                     // Split borrow: the packet borrows the reader's buffer only.
                     self.packet(ts, lt, data);
                     n += 1;
-                    if n % 65_536 == 0 {
+                    if n.is_multiple_of(65_536) {
                         progress(offset);
                     }
                 }

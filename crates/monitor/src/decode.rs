@@ -495,16 +495,16 @@ impl Decoder {
             self.frags.remove(&key);
             return false;
         }
-        if !self.frags.contains_key(&key) && self.frags.len() >= self.limits.max_datagrams {
-            if let Some(oldest) = self
+        if !self.frags.contains_key(&key)
+            && self.frags.len() >= self.limits.max_datagrams
+            && let Some(oldest) = self
                 .frags
                 .iter()
                 .min_by_key(|(_, f)| f.first_ns)
                 .map(|(k, _)| *k)
-            {
-                self.frags.remove(&oldest);
-                self.counters.fragments_dropped += 1;
-            }
+        {
+            self.frags.remove(&oldest);
+            self.counters.fragments_dropped += 1;
         }
         let f = self.frags.entry(key).or_insert_with(|| FragBuf {
             data: Vec::new(),

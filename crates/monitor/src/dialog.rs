@@ -142,14 +142,12 @@ impl Dialog {
                         self.reinvites = self.reinvites.saturating_add(1);
                     }
                 }
-                "CANCEL" => {
-                    if self.answer_ns.is_none() && !self.state.is_final() {
-                        self.hangup_by = Some(Party::Caller);
-                        self.end_ns.get_or_insert(ts_ns);
-                        self.state = CallState::Cancelled;
-                        if let Some(c) = m.q850_cause() {
-                            self.q850_cause = Some(c);
-                        }
+                "CANCEL" if self.answer_ns.is_none() && !self.state.is_final() => {
+                    self.hangup_by = Some(Party::Caller);
+                    self.end_ns.get_or_insert(ts_ns);
+                    self.state = CallState::Cancelled;
+                    if let Some(c) = m.q850_cause() {
+                        self.q850_cause = Some(c);
                     }
                 }
                 "BYE" => {
@@ -204,14 +202,12 @@ impl Dialog {
                             self.state = CallState::Answered;
                         }
                     }
-                    300..=699 => {
-                        if self.answer_ns.is_none() {
-                            self.end_ns.get_or_insert(ts_ns);
-                            if self.state != CallState::Cancelled {
-                                self.state = CallState::Failed;
-                                // The side that answered with a final failure ended the call.
-                                self.hangup_by.get_or_insert(Party::Callee);
-                            }
+                    300..=699 if self.answer_ns.is_none() => {
+                        self.end_ns.get_or_insert(ts_ns);
+                        if self.state != CallState::Cancelled {
+                            self.state = CallState::Failed;
+                            // The side that answered with a final failure ended the call.
+                            self.hangup_by.get_or_insert(Party::Callee);
                         }
                     }
                     _ => {}

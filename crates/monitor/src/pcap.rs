@@ -260,7 +260,7 @@ impl CaptureReader {
             other => return Err(self.err(start, CaptureErrorKind::BadByteOrder(other))),
         };
         let len = u32_at(&self.buf[4..8], big_endian) as usize;
-        if !(28..=MAX_BLOCK_BYTES).contains(&len) || len % 4 != 0 {
+        if !(28..=MAX_BLOCK_BYTES).contains(&len) || !len.is_multiple_of(4) {
             return Err(self.err(
                 start,
                 CaptureErrorKind::BadBlockLength {
@@ -326,7 +326,7 @@ impl CaptureReader {
             self.fill(4, 4, "pcapng block header", start, false)?;
             let block_type = u32_at(&self.buf[0..4], big_endian);
             let len = u32_at(&self.buf[4..8], big_endian) as usize;
-            if !(12..=MAX_BLOCK_BYTES).contains(&len) || len % 4 != 0 {
+            if !(12..=MAX_BLOCK_BYTES).contains(&len) || !len.is_multiple_of(4) {
                 return Err(self.err(
                     start,
                     CaptureErrorKind::BadBlockLength {

@@ -102,9 +102,13 @@ const PT_CN_OLD: u8 = 19;
 /// - "lost" is expected minus received where expected runs from the first to the *last
 ///   arrived* sequence number (plus counted wraps), so duplicates make it negative and a late
 ///   packet arriving last shrinks it;
+/// - a packet is "in time" when its RTP timestamp lies within half the timestamp range after the
+///   stream's *first* timestamp (a late packet still counts as in time); only in-time packets
+///   update the delta, the jitter and the reference arrival time, and the expected arrival is
+///   `last arrival + (timestamp - last timestamp) / clock`, so a reordered packet shows as a
+///   short delta and a jump in jitter;
 /// - deltas and jitter skip "irregular" packets: the first one, those with the marker bit, comfort
-///   noise (payload 13 or 19) and the packet after comfort noise, and packets whose timestamp is
-///   older than the last in-order one;
+///   noise (payload 13 or 19) and the packet after comfort noise, and packets not in time;
 /// - the mean delta and mean jitter divide by the number of packets before this one, regular or
 ///   not (Wireshark's running mean uses `total_nr`);
 /// - jitter is RFC 3550 A.8 computed in milliseconds: `J = (15 J + |D|) / 16`, with the payload's
@@ -118,7 +122,8 @@ pub struct WiresharkStats {
     seq_num: u16,
     under: bool,
     cycles: u32,
-    seq_timestamp: u64,
+    first_timestamp: u32,
+    last_nominal_ms: f64,
     time_ms: f64,
     pt: u8,
     reg_pt: u8,
@@ -133,9 +138,6 @@ pub struct WiresharkStats {
     pub mean_jitter_ms: f64,
     /// Packets whose sequence number was not the expected next one.
     pub sequence_errors: u32,
-    // Extended timestamp: last raw timestamp and its extension.
-    last_raw_ts: u32,
-    ext_ts: u64,
 }
 
 impl Default for WiresharkStats {
@@ -147,7 +149,8 @@ impl Default for WiresharkStats {
             seq_num: 0,
             under: false,
             cycles: 0,
-            seq_timestamp: 0,
+            first_timestamp: 0,
+            last_nominal_ms: 0.0,
             time_ms: 0.0,
             pt: 0,
             reg_pt: 0,
@@ -161,48 +164,34 @@ impl Default for WiresharkStats {
             max_jitter_ms: 0.0,
             mean_jitter_ms: 0.0,
             sequence_errors: 0,
-            last_raw_ts: 0,
-            ext_ts: 0,
         }
     }
 }
 
 impl WiresharkStats {
-    fn extend_timestamp(&mut self, ts: u32) -> u64 {
-        if self.first {
-            // Start one wrap up so that timestamps slightly before the first stay positive.
-            self.ext_ts = (1u64 << 32) | ts as u64;
-        } else {
-            let diff = ts.wrapping_sub(self.last_raw_ts) as i32 as i64;
-            self.ext_ts = (self.ext_ts as i64 + diff) as u64;
-        }
-        self.last_raw_ts = ts;
-        self.ext_ts
-    }
-
     /// Adds one packet that arrived `now_ms` after the capture's first packet; `clock_rate` is
     /// the payload's RTP clock in Hz (0 when unknown).
     pub fn add(&mut self, now_ms: f64, h: &RtpHeader, clock_rate: u32) {
-        let ext_ts = self.extend_timestamp(h.timestamp);
         let seq = h.seq;
         if self.first {
             self.first = false;
             self.start_seq = seq;
             self.stop_seq = seq;
             self.seq_num = seq;
-            self.seq_timestamp = ext_ts;
+            self.first_timestamp = h.timestamp;
             self.time_ms = now_ms;
             self.pt = h.payload_type;
             self.reg_pt = h.payload_type;
             self.total_nr = 1;
             return;
         }
-        let in_time = self.seq_timestamp <= ext_ts;
+        // "In time" means within half the timestamp range after the stream's first timestamp.
+        let from_first = h.timestamp.wrapping_sub(self.first_timestamp);
+        let in_time = from_first < 0x8000_0000;
         // Sequence wraps, counted the way Wireshark does.
-        if seq < self.start_seq && in_time && !self.under {
-            self.cycles += 1;
-            self.under = true;
-        } else if seq == 0 && self.stop_seq == 65535 && in_time && !self.under {
+        // (Wireshark also counts a wrap when the start was 0 and 65535 -> 0 is seen.)
+        if (seq < self.start_seq || (seq == 0 && self.stop_seq == 65535)) && in_time && !self.under
+        {
             self.cycles += 1;
             self.under = true;
         } else if seq > self.start_seq && in_time && self.under {
@@ -225,16 +214,18 @@ impl WiresharkStats {
         self.pt = h.payload_type;
 
         let mut current_jitter = 0.0;
-        if clock_rate != 0 {
-            let nominal_diff =
-                (ext_ts as i64 - self.seq_timestamp as i64) as f64 / (clock_rate / 1000) as f64;
-            let expected = self.time_ms + nominal_diff;
-            let diff = (now_ms - expected).abs();
-            current_jitter = (15.0 * self.jitter_ms + diff) / 16.0;
-            self.delta_ms = now_ms - self.time_ms;
-            self.jitter_ms = current_jitter;
-        } else {
-            self.delta_ms = now_ms - self.time_ms;
+        if in_time {
+            if clock_rate != 0 {
+                let nominal_ms = from_first as f64 / (clock_rate / 1000) as f64;
+                let expected = self.time_ms + (nominal_ms - self.last_nominal_ms);
+                let diff = (now_ms - expected).abs();
+                current_jitter = (15.0 * self.jitter_ms + diff) / 16.0;
+                self.delta_ms = now_ms - self.time_ms;
+                self.jitter_ms = current_jitter;
+                self.last_nominal_ms = nominal_ms;
+            } else {
+                self.delta_ms = now_ms - self.time_ms;
+            }
         }
         let regular = !h.marker && !is_cn && in_time && !follows_cn;
         if regular {
@@ -261,7 +252,6 @@ impl WiresharkStats {
         }
         if in_time {
             self.time_ms = now_ms;
-            self.seq_timestamp = ext_ts;
         }
         self.stop_seq = seq;
         self.total_nr += 1;

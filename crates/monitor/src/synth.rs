@@ -132,6 +132,7 @@ pub mod packet {
     }
 
     /// A 12-byte RTP header followed by `payload_len` bytes of `fill`.
+    #[allow(clippy::too_many_arguments)]
     pub fn write_rtp(
         out: &mut Vec<u8>,
         pt: u8,
@@ -313,14 +314,21 @@ fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, 
         } else {
             "Content-Type: application/sdp\r\n"
         };
+        let caller_uri = format!("<sip:{caller}@{a}>;tag=a{i}");
+        let called_uri = if to_tag {
+            format!("<sip:{called}@{b}>;tag=b{i}")
+        } else {
+            format!("<sip:{called}@{b}>")
+        };
+        // Requests from the callee (its BYE) and their responses have From and To swapped.
+        let (from, to) = if via_host == b {
+            (called_uri, caller_uri)
+        } else {
+            (caller_uri, called_uri)
+        };
         format!(
-            "{start}\r\nVia: SIP/2.0/UDP {via_host}:5060;branch=z9hG4bK{i}x{}\r\nFrom: <sip:{caller}@{a}>;tag=a{i}\r\nTo: <sip:{called}@{b}>{}\r\nCall-ID: {call_id}\r\nCSeq: {cseq}\r\nMax-Forwards: 70\r\n{extra}{ct}Content-Length: {}\r\n\r\n{body}",
+            "{start}\r\nVia: SIP/2.0/UDP {via_host}:5060;branch=z9hG4bK{i}x{}\r\nFrom: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq}\r\nMax-Forwards: 70\r\n{extra}{ct}Content-Length: {}\r\n\r\n{body}",
             cseq.len(),
-            if to_tag {
-                format!(";tag=b{i}")
-            } else {
-                String::new()
-            },
             body.len()
         )
     };
@@ -371,7 +379,7 @@ fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, 
                 ));
                 s.push((false, resp("200 OK", "2 BYE", true, "")));
             } else {
-                // The callee's BYE travels the other way; its From/To stay as in the dialog.
+                // The callee's BYE travels the other way, From the callee.
                 s.push((
                     false,
                     head(
@@ -435,7 +443,7 @@ fn outcome_of(cfg: &SynthConfig, i: usize) -> SynthOutcome {
         9 if cfg.failures => SynthOutcome::Busy,
         8 if cfg.failures => SynthOutcome::Cancelled,
         _ => SynthOutcome::Answered {
-            caller_hangs_up: i % 2 == 0,
+            caller_hangs_up: i.is_multiple_of(2),
         },
     }
 }

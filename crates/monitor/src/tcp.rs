@@ -76,6 +76,7 @@ impl SipTcp {
     }
 
     /// Feeds one segment; every complete SIP message is passed to `on_message`.
+    #[allow(clippy::too_many_arguments)]
     pub fn segment(
         &mut self,
         ts_ns: i64,
