@@ -6,6 +6,9 @@
 //! shard is a thread fed in batches over bounded channels.
 
 use std::collections::{BTreeMap, HashMap};
+
+/// Hash maps keyed by packet fields: a fast hasher with a per-process random seed.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -166,7 +169,13 @@ struct Endpoint {
     shard: u16,
     /// Dynamic payload types: (pt, clock rate; 0 for telephone-event).
     dynamic: Box<[(u8, u32)]>,
-    rtcp: bool,
+    last_ns: i64,
+}
+
+/// Where a flow's packets go, and the call last told to that shard for it.
+struct FlowRoute {
+    shard: u16,
+    call: Option<Arc<str>>,
     last_ns: i64,
 }
 
@@ -206,10 +215,12 @@ pub(crate) struct CallShard {
     cfg: MonitorConfig,
     max_calls: usize,
     max_streams: usize,
-    dialogs: HashMap<Arc<str>, Dialog>,
-    registrations: HashMap<Box<str>, Registration>,
-    streams: HashMap<StreamKey, StreamSlot>,
-    by_ssrc: HashMap<u32, StreamKey>,
+    dialogs: FastMap<Arc<str>, Dialog>,
+    registrations: FastMap<Box<str>, Registration>,
+    streams: FastMap<StreamKey, StreamSlot>,
+    by_ssrc: FastMap<u32, StreamKey>,
+    /// The call each flow belongs to, as the front told it.
+    flow_calls: FastMap<(SocketAddr, SocketAddr), Arc<str>>,
     out: Analysis,
 }
 
@@ -219,10 +230,11 @@ impl CallShard {
             cfg: cfg.clone(),
             max_calls: (cfg.max_calls / shards).max(1),
             max_streams: (cfg.max_streams / shards).max(1),
-            dialogs: HashMap::new(),
-            registrations: HashMap::new(),
-            streams: HashMap::new(),
-            by_ssrc: HashMap::new(),
+            dialogs: FastMap::default(),
+            registrations: FastMap::default(),
+            streams: FastMap::default(),
+            by_ssrc: FastMap::default(),
+            flow_calls: FastMap::default(),
             out: Analysis::default(),
         }
     }
@@ -310,6 +322,9 @@ impl CallShard {
         clock_rate: u32,
         call: Option<Arc<str>>,
     ) {
+        if let Some(c) = call {
+            self.flow_calls.insert((src, dst), c);
+        }
         let key = StreamKey {
             src,
             dst,
@@ -318,6 +333,7 @@ impl CallShard {
         let slot = match self.streams.get_mut(&key) {
             Some(s) => s,
             None => {
+                let call = self.flow_calls.get(&(src, dst)).cloned();
                 if self.streams.len() >= self.max_streams {
                     self.out.counters.streams_dropped += 1;
                     return;
@@ -350,6 +366,7 @@ impl CallShard {
 
     fn close_stream(&mut self, key: &StreamKey) -> Option<StreamRecord> {
         let slot = self.streams.remove(key)?;
+        self.flow_calls.remove(&(key.src, key.dst));
         if self.by_ssrc.get(&key.ssrc) == Some(key) {
             self.by_ssrc.remove(&key.ssrc);
         }
@@ -451,11 +468,11 @@ impl CallShard {
 struct Front {
     cfg: MonitorConfig,
     shards: usize,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     decoder: Decoder,
     tcp: SipTcp,
-    endpoints: HashMap<SocketAddr, Endpoint>,
-    flows: HashMap<(SocketAddr, SocketAddr), u16>,
+    endpoints: FastMap<SocketAddr, Endpoint>,
+    flows: FastMap<(SocketAddr, SocketAddr), FlowRoute>,
     first_ns: Option<i64>,
     last_ns: i64,
     last_tick_ns: i64,
@@ -471,11 +488,11 @@ impl Front {
         Front {
             cfg: cfg.clone(),
             shards,
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
             decoder: Decoder::new(cfg.fragments),
             tcp: SipTcp::new(cfg.tcp),
-            endpoints: HashMap::new(),
-            flows: HashMap::new(),
+            endpoints: FastMap::default(),
+            flows: FastMap::default(),
             first_ns: None,
             last_ns: 0,
             last_tick_ns: i64::MIN,
@@ -562,7 +579,7 @@ impl Front {
                         let rtp_src = SocketAddr::new(dst.ip(), dst.port().wrapping_sub(1));
                         let rtp_dst = SocketAddr::new(src.ip(), src.port().wrapping_sub(1));
                         let shard = match self.flows.get(&(rtp_src, rtp_dst)) {
-                            Some(&s) => s,
+                            Some(route) => route.shard,
                             None => self.shard_of(&(rtp_src, rtp_dst)),
                         };
                         emit(
@@ -657,26 +674,22 @@ impl Front {
                     (m.payload_type, rate)
                 })
                 .collect();
-            let rtcp_port = media.rtcp_port.unwrap_or(media.port.wrapping_add(1));
-            for (port, rtcp) in [(media.port, false), (rtcp_port, true)] {
-                let addr = SocketAddr::new(ip, port);
-                if !self.endpoints.contains_key(&addr)
-                    && self.endpoints.len() >= self.cfg.max_endpoints
-                {
-                    self.counters.endpoints_dropped += 1;
-                    continue;
-                }
-                self.endpoints.insert(
-                    addr,
-                    Endpoint {
-                        call: call.clone(),
-                        shard,
-                        dynamic: dynamic.clone(),
-                        rtcp,
-                        last_ns: ts_ns,
-                    },
-                );
+            // RTCP needs no endpoint: it is routed by the flow of the stream it reports on.
+            let addr = SocketAddr::new(ip, media.port);
+            if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints
+            {
+                self.counters.endpoints_dropped += 1;
+                continue;
             }
+            self.endpoints.insert(
+                addr,
+                Endpoint {
+                    call: call.clone(),
+                    shard,
+                    dynamic,
+                    last_ns: ts_ns,
+                },
+            );
         }
     }
 
@@ -687,6 +700,9 @@ impl Front {
         self.last_endpoint_sweep_ns = now_ns;
         let idle = self.cfg.endpoint_idle_timeout_ms as i64 * 1_000_000;
         self.endpoints.retain(|_, e| now_ns - e.last_ns <= idle);
+        let flow_idle = self.cfg.stream_idle_timeout_ms as i64 * 1_000_000;
+        self.flows
+            .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
     }
 
     fn rtp(
@@ -700,11 +716,8 @@ impl Front {
         self.counters.rtp_packets += 1;
         let now_ms = self.rel_ms(ts_ns);
         let ep = match self.endpoints.get_mut(&dst) {
-            Some(e) if !e.rtcp => Some(e),
-            _ => match self.endpoints.get_mut(&src) {
-                Some(e) if !e.rtcp => Some(e),
-                _ => None,
-            },
+            Some(e) => Some(e),
+            None => self.endpoints.get_mut(&src),
         };
         let (call, call_shard, clock_rate) = match ep {
             Some(e) => {
@@ -718,7 +731,7 @@ impl Front {
                         .map(|(_, r)| *r)
                         .unwrap_or(0)
                 };
-                (Some(e.call.clone()), Some(e.shard), rate)
+                (Some(&e.call), Some(e.shard), rate)
             }
             None => {
                 // Without SDP, RTP is recognised by its header alone; like Wireshark's heuristic
@@ -730,19 +743,39 @@ impl Front {
                 (None, None, crate::rtp::static_clock_rate(h.payload_type))
             }
         };
-        let shard = if self.shards == 1 {
-            0
-        } else {
-            let flow = (src, dst);
-            match self.flows.get(&flow) {
-                Some(&s) => s,
-                None => {
-                    let s = call_shard.unwrap_or_else(|| self.shard_of(&flow));
-                    if self.flows.len() < self.cfg.max_endpoints {
-                        self.flows.insert(flow, s);
+        // Each flow is pinned to one shard at its first packet, and its call is told to the
+        // shard once (not per packet: no reference count traffic between threads).
+        let flow = (src, dst);
+        let (shard, call) = match self.flows.get_mut(&flow) {
+            Some(route) => {
+                route.last_ns = ts_ns;
+                let announce = match (call, &route.call) {
+                    (Some(c), Some(prev)) if Arc::ptr_eq(c, prev) => None,
+                    (Some(c), _) => {
+                        route.call = Some(c.clone());
+                        Some(c.clone())
                     }
-                    s
+                    (None, _) => None,
+                };
+                (route.shard, announce)
+            }
+            None => {
+                let shard = match call_shard {
+                    Some(s) => s,
+                    None if self.shards == 1 => 0,
+                    None => (self.hasher.hash_one(flow) % self.shards as u64) as u16,
+                };
+                if self.flows.len() < self.cfg.max_endpoints {
+                    self.flows.insert(
+                        flow,
+                        FlowRoute {
+                            shard,
+                            call: call.cloned(),
+                            last_ns: ts_ns,
+                        },
+                    );
                 }
+                (shard, call.cloned())
             }
         };
         emit(
