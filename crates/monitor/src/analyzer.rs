@@ -469,6 +469,9 @@ struct Front {
     cfg: MonitorConfig,
     shards: usize,
     hasher: foldhash::fast::RandomState,
+    /// In a worker: the shard this front feeds. Events for other shards are dropped (their
+    /// own workers produce them), and RTP of other shards' flows is skipped early.
+    me: Option<u16>,
     decoder: Decoder,
     tcp: SipTcp,
     endpoints: FastMap<SocketAddr, Endpoint>,
@@ -484,11 +487,17 @@ struct Front {
 }
 
 impl Front {
-    fn new(cfg: &MonitorConfig, shards: usize) -> Front {
+    fn new(
+        cfg: &MonitorConfig,
+        shards: usize,
+        me: Option<u16>,
+        hasher: foldhash::fast::RandomState,
+    ) -> Front {
         Front {
             cfg: cfg.clone(),
             shards,
-            hasher: foldhash::fast::RandomState::default(),
+            me,
+            hasher,
             decoder: Decoder::new(cfg.fragments),
             tcp: SipTcp::new(cfg.tcp),
             endpoints: FastMap::default(),
@@ -714,6 +723,15 @@ impl Front {
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
+        let flow = (src, dst);
+        let flow_shard = if self.shards == 1 {
+            0
+        } else {
+            (self.hasher.hash_one(flow) % self.shards as u64) as u16
+        };
+        if self.me.is_some_and(|me| me != flow_shard) {
+            return;
+        }
         let now_ms = self.rel_ms(ts_ns);
         let ep = match self.endpoints.get_mut(&dst) {
             Some(e) => Some(e),
@@ -744,8 +762,7 @@ impl Front {
             }
         };
         // Each flow is pinned to one shard at its first packet, and its call is told to the
-        // shard once (not per packet: no reference count traffic between threads).
-        let flow = (src, dst);
+        // shard once (not per packet).
         let (shard, call) = match self.flows.get_mut(&flow) {
             Some(route) => {
                 route.last_ns = ts_ns;
@@ -760,10 +777,10 @@ impl Front {
                 (route.shard, announce)
             }
             None => {
+                // Inline, a flow goes with its call; across workers, by its own hash.
                 let shard = match call_shard {
-                    Some(s) => s,
-                    None if self.shards == 1 => 0,
-                    None => (self.hasher.hash_one(flow) % self.shards as u64) as u16,
+                    Some(s) if self.me.is_none() => s,
+                    _ => flow_shard,
                 };
                 if self.flows.len() < self.cfg.max_endpoints {
                     self.flows.insert(
@@ -798,13 +815,45 @@ fn m_bytes(data: &[u8], m: &Message<'_>) -> Box<[u8]> {
     data[..m.len.min(data.len())].into()
 }
 
+/// Packets copied out of the capture for the workers, shared by all of them.
+#[derive(Default)]
+struct RawBatch {
+    data: Vec<u8>,
+    /// (time ns, link type, start in `data`, length)
+    packets: Vec<(i64, u32, usize, usize)>,
+}
+
 enum Backend {
     Inline(Box<CallShard>),
-    Threads {
-        senders: Vec<SyncSender<Vec<Event>>>,
-        batches: Vec<Vec<Event>>,
-        handles: Vec<JoinHandle<Analysis>>,
+    /// Every worker decodes every packet and reads all SIP and SDP (cheap), but keeps only the
+    /// dialogs whose Call-ID and the RTP flows whose addresses hash to it.
+    Workers {
+        senders: Vec<SyncSender<Arc<RawBatch>>>,
+        batch: RawBatch,
+        handles: Vec<JoinHandle<(Analysis, Option<FrontTotals>)>>,
     },
+}
+
+/// What the front of worker 0 saw (every worker sees every packet).
+struct FrontTotals {
+    sip: SipStats,
+    counters: Counters,
+    first_ns: Option<i64>,
+    last_ns: i64,
+}
+
+impl Front {
+    fn totals(&self) -> FrontTotals {
+        let mut counters = self.counters;
+        counters.fragments_reassembled = self.decoder.counters.reassembled;
+        counters.fragments_expired = self.decoder.counters.fragments_expired;
+        FrontTotals {
+            sip: self.sip.clone(),
+            counters,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+        }
+    }
 }
 
 /// The call monitor: feed it packets (or whole files), then take the [`Analysis`].
@@ -815,38 +864,46 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// A monitor with `shards` call shards; 1 runs inline, more run one thread each.
-    pub fn new(cfg: MonitorConfig, shards: usize) -> Monitor {
-        let shards = shards.clamp(1, 256);
-        let front = Front::new(&cfg, shards);
-        let backend = if shards == 1 {
+    /// A monitor with `workers` threads; 1 runs everything inline on the caller's thread.
+    /// With more, the caller's thread only reads and copies packets into shared batches.
+    pub fn new(cfg: MonitorConfig, workers: usize) -> Monitor {
+        let workers = workers.clamp(1, 256);
+        let hasher = foldhash::fast::RandomState::default();
+        let front = Front::new(&cfg, 1, None, hasher.clone());
+        let backend = if workers == 1 {
             Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
         } else {
             let mut senders = Vec::new();
             let mut handles = Vec::new();
-            for i in 0..shards {
-                let (tx, rx): (SyncSender<Vec<Event>>, Receiver<Vec<Event>>) =
+            for i in 0..workers {
+                let (tx, rx): (SyncSender<Arc<RawBatch>>, Receiver<Arc<RawBatch>>) =
                     sync_channel(cfg.queue_batches);
-                let mut shard = CallShard::new(&cfg, shards);
+                let mut shard = CallShard::new(&cfg, workers);
+                let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
+                let me = i as u16;
                 let h = std::thread::Builder::new()
-                    .name(format!("monitor-shard-{i}"))
+                    .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
                         while let Ok(batch) = rx.recv() {
-                            for ev in batch {
-                                shard.handle(ev);
+                            for &(ts, lt, start, len) in &batch.packets {
+                                let frame = &batch.data[start..start + len];
+                                front.packet(ts, lt, frame, &mut |s, ev| {
+                                    if s == me {
+                                        shard.handle(ev);
+                                    }
+                                });
                             }
                         }
-                        shard.finish()
+                        let totals = (me == 0).then(|| front.totals());
+                        (shard.finish(), totals)
                     })
-                    .expect("spawn monitor shard thread");
+                    .expect("spawn monitor worker thread");
                 senders.push(tx);
                 handles.push(h);
             }
-            Backend::Threads {
+            Backend::Workers {
                 senders,
-                batches: (0..shards)
-                    .map(|_| Vec::with_capacity(cfg.batch_events))
-                    .collect(),
+                batch: RawBatch::default(),
                 handles,
             }
         };
@@ -878,19 +935,17 @@ impl Monitor {
                         other => shard.handle(other),
                     });
             }
-            Backend::Threads {
-                senders, batches, ..
-            } => {
-                let cap = self.cfg.batch_events;
-                self.front.packet(ts_ns, link_type, frame, &mut |s, ev| {
-                    let b = &mut batches[s as usize];
-                    b.push(ev);
-                    if b.len() >= cap {
-                        let full = std::mem::replace(b, Vec::with_capacity(cap));
-                        // A shard thread that died has panicked; finish() reports it.
-                        let _ = senders[s as usize].send(full);
+            Backend::Workers { senders, batch, .. } => {
+                let start = batch.data.len();
+                batch.data.extend_from_slice(frame);
+                batch.packets.push((ts_ns, link_type, start, frame.len()));
+                if batch.packets.len() >= self.cfg.batch_events {
+                    let full = Arc::new(std::mem::take(batch));
+                    for tx in senders.iter() {
+                        // A worker that died has panicked; finish() reports it.
+                        let _ = tx.send(full.clone());
                     }
-                });
+                }
             }
         }
     }
@@ -919,9 +974,7 @@ impl Monitor {
             match r.next_packet()? {
                 Some(p) => {
                     let (ts, lt) = (p.ts_ns, p.link_type);
-                    let data = p.data;
-                    // Split borrow: the packet borrows the reader's buffer only.
-                    self.packet(ts, lt, data);
+                    self.packet(ts, lt, p.data);
                     n += 1;
                     if n.is_multiple_of(65_536) {
                         progress(offset);
@@ -935,54 +988,83 @@ impl Monitor {
         }
     }
 
-    /// Calls being tracked now (inline mode only; 0 with shard threads).
+    /// Calls being tracked now (inline mode only; 0 with worker threads).
     pub fn active_calls(&self) -> usize {
         match &self.backend {
             Backend::Inline(s) => s.active_calls(),
-            Backend::Threads { .. } => 0,
+            Backend::Workers { .. } => 0,
         }
     }
 
-    /// Closes everything still open and returns the whole analysis.
+    /// Closes everything still open and returns the whole analysis. Streams whose call was
+    /// kept by another worker are joined to their call here.
     pub fn finish(self) -> Analysis {
         let Monitor {
             front,
             backend,
             cfg,
         } = self;
-        let parts: Vec<Analysis> = match backend {
-            Backend::Inline(shard) => vec![shard.finish()],
-            Backend::Threads {
+        let (parts, totals): (Vec<Analysis>, FrontTotals) = match backend {
+            Backend::Inline(shard) => (vec![shard.finish()], front.totals()),
+            Backend::Workers {
                 senders,
-                batches,
+                batch,
                 handles,
             } => {
-                for (tx, b) in senders.iter().zip(batches) {
-                    if !b.is_empty() {
-                        let _ = tx.send(b);
+                if !batch.packets.is_empty() {
+                    let last = Arc::new(batch);
+                    for tx in &senders {
+                        let _ = tx.send(last.clone());
                     }
                 }
                 drop(senders);
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("monitor shard thread panicked"))
-                    .collect()
+                let mut parts = Vec::new();
+                let mut totals = None;
+                for h in handles {
+                    let (a, t) = h.join().expect("monitor worker thread panicked");
+                    parts.push(a);
+                    if t.is_some() {
+                        totals = t;
+                    }
+                }
+                (parts, totals.expect("worker 0 reports the totals"))
             }
         };
         let mut out = Analysis {
-            sip: front.sip,
-            counters: front.counters,
-            first_ns: front.first_ns,
-            last_ns: front.last_ns,
+            sip: totals.sip,
+            counters: totals.counters,
+            first_ns: totals.first_ns,
+            last_ns: totals.last_ns,
             ..Analysis::default()
         };
-        out.counters.fragments_reassembled = front.decoder.counters.reassembled;
-        out.counters.fragments_expired = front.decoder.counters.fragments_expired;
         for p in parts {
             out.counters.add(&p.counters);
             out.calls.extend(p.calls);
             out.registrations.extend(p.registrations);
             out.streams.extend(p.streams);
+        }
+        // Join streams to calls closed elsewhere.
+        let index: HashMap<&str, usize> = out
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (&*c.dialog.call_id, i))
+            .collect();
+        let mut unjoined = Vec::new();
+        let mut joined: Vec<(usize, StreamRecord)> = Vec::new();
+        for s in std::mem::take(&mut out.streams) {
+            match s.call_id.as_deref().and_then(|c| index.get(c)) {
+                Some(&i) => joined.push((i, s)),
+                None => unjoined.push(s),
+            }
+        }
+        drop(index);
+        for (i, s) in joined {
+            out.calls[i].streams.push(s);
+        }
+        out.streams = unjoined;
+        for c in &mut out.calls {
+            c.streams.sort_by_key(|s| (s.stream.first_ns, s.stream.key));
         }
         let min = cfg.min_unsignalled_packets;
         out.streams

@@ -7,7 +7,11 @@ use std::path::Path;
 use monitor::{Analysis, Monitor, MonitorConfig};
 
 fn analyse(path: &Path) -> Analysis {
-    let mut m = Monitor::new(MonitorConfig::default(), 1);
+    analyse_with(path, 1)
+}
+
+fn analyse_with(path: &Path, workers: usize) -> Analysis {
+    let mut m = Monitor::new(MonitorConfig::default(), workers);
     m.read_file(path, |_| {}).unwrap_or_else(|e| panic!("{e}"));
     m.finish()
 }
@@ -37,10 +41,12 @@ fn rtp_streams_equal_tshark() {
     }
     for f in FILES {
         let path = shared.join("captures").join(f);
-        let a = analyse(&path);
-        let ours: Vec<_> = a.all_streams().collect();
         let theirs = common::tshark_rtp_streams(&path, decode_as(f));
-        common::assert_streams_match(f, &ours, &theirs);
+        for workers in [1, 2] {
+            let a = analyse_with(&path, workers);
+            let ours: Vec<_> = a.all_streams().collect();
+            common::assert_streams_match(&format!("{f} ({workers} workers)"), &ours, &theirs);
+        }
     }
 }
 
