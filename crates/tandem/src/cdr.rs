@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ::cdr::{CdrFilter, CdrStore, SqliteStore, format_time_us, parse_time_us};
+use ::cdr::{CdrFilter, format_time_us, parse_time_us};
 use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
@@ -16,6 +16,9 @@ pub struct Args {
         env = "TANDEM_CDR_DB"
     )]
     pub cdr_db: PathBuf,
+    /// Read CDRs from PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
+    #[arg(long, global = true, env = "TANDEM_CDR_POSTGRES")]
+    pub cdr_postgres: Option<String>,
     #[command(subcommand)]
     pub command: CdrCommand,
 }
@@ -64,13 +67,13 @@ fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !args.cdr_db.exists() {
+    if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
         anyhow::bail!(
             "no CDR database at {} (run `tandem capture --read FILE` first, or pass --cdr-db)",
             args.cdr_db.display()
         );
     }
-    let store = SqliteStore::open(&args.cdr_db)?;
+    let mut store = crate::capture::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.command {
