@@ -988,6 +988,27 @@ impl Monitor {
         }
     }
 
+    /// Takes the records closed so far (calls, registrations, streams without a call), so that
+    /// a long capture does not keep them all in memory. Inline mode only: with worker threads a
+    /// call's streams may live in another worker, and records are joined in [`Monitor::finish`];
+    /// this then returns an empty analysis.
+    pub fn take_finished(&mut self) -> Analysis {
+        match &mut self.backend {
+            Backend::Inline(s) => {
+                let mut out = Analysis::default();
+                std::mem::swap(&mut out.calls, &mut s.out.calls);
+                std::mem::swap(&mut out.registrations, &mut s.out.registrations);
+                let min = self.cfg.min_unsignalled_packets;
+                out.streams = std::mem::take(&mut s.out.streams)
+                    .into_iter()
+                    .filter(|s| s.call_id.is_some() || s.stream.packets >= min)
+                    .collect();
+                out
+            }
+            Backend::Workers { .. } => Analysis::default(),
+        }
+    }
+
     /// Calls being tracked now (inline mode only; 0 with worker threads).
     pub fn active_calls(&self) -> usize {
         match &self.backend {

@@ -244,3 +244,49 @@ fn truncated_capture_names_file_and_offset_and_keeps_earlier_calls() {
     assert!(err.to_string().contains("bad.pcap: at byte"));
     assert_eq!(m.finish().counters.packets, 1);
 }
+
+#[test]
+fn closed_records_can_be_drained_while_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = SynthConfig {
+        calls: 20,
+        call_interval_us: 2_000_000,
+        ..lossy()
+    };
+    let (path, truth) = write(dir.path(), "long.pcap", &cfg);
+    let mut m = Monitor::new(MonitorConfig::default(), 1);
+    let mut r = monitor::pcap::CaptureReader::open(&path).unwrap();
+    let mut drained = 0;
+    let mut peak_active = 0;
+    let mut n = 0u64;
+    while let Some(p) = r.next_packet().unwrap() {
+        let (ts, lt) = (p.ts_ns, p.link_type);
+        m.packet(ts, lt, p.data);
+        n += 1;
+        if n % 500 == 0 {
+            let part = m.take_finished();
+            drained += part.calls.len();
+            for c in &part.calls {
+                if matches!(
+                    truth
+                        .calls
+                        .iter()
+                        .find(|t| *t.call_id == *c.dialog.call_id)
+                        .unwrap()
+                        .outcome,
+                    SynthOutcome::Answered { .. }
+                ) {
+                    assert_eq!(c.streams.len(), 2, "a drained call carries its streams");
+                }
+            }
+        }
+        peak_active = peak_active.max(m.active_calls());
+    }
+    let rest = m.finish();
+    assert!(drained > 0, "calls closed while reading");
+    assert_eq!(drained + rest.calls.len(), truth.calls.len());
+    assert!(
+        peak_active < truth.calls.len(),
+        "calls do not pile up: peak {peak_active}"
+    );
+}

@@ -6,9 +6,12 @@ use std::time::Instant;
 
 use ::cdr::{CdrCall, CdrStore, CdrStream, SqliteStore, format_time_us};
 use anyhow::Context;
+use monitor::pcap::CaptureReader;
 use monitor::{Analysis, CallRecord, Monitor, MonitorConfig, StreamRecord};
 use serde_json::json;
 
+/// Closed records are printed and stored every this many packets.
+const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
 /// Calls per CDR transaction.
 const CDR_BATCH_CALLS: usize = 1000;
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
@@ -62,39 +65,74 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         b
     });
     let started = Instant::now();
+    let mut store = if args.no_store {
+        None
+    } else {
+        Some(open_store(&args.cdr_db, args.cdr_postgres.as_deref())?)
+    };
+    let mut totals = Totals::default();
+    // Records closed so far are printed and stored as the capture goes, so memory stays
+    // bounded by the calls in progress, not by the length of the capture.
+    let mut flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
+        totals.add(&part);
+        if args.json {
+            print_json(&part)?;
+        }
+        if let Some(st) = store.as_mut() {
+            self::store(st.as_mut(), &part)?;
+        }
+        Ok(())
+    };
     let mut done_bytes = 0u64;
     let mut packets = 0u64;
     let mut read_error = None;
-    for path in &args.read {
+    'files: for path in &args.read {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let base = done_bytes;
-        let r = mon.read_file(path, |off| {
-            if let Some(b) = &bar {
-                b.set_position(base + off.min(size));
-            }
-        });
-        done_bytes += size;
-        match r {
-            Ok(n) => packets += n,
+        let mut reader = match CaptureReader::open(path) {
+            Ok(r) => r,
             Err(e) => {
-                // Keep every call decoded so far: report after the output below.
                 read_error = Some(e);
                 break;
             }
+        };
+        loop {
+            let next = reader.next_packet();
+            match next {
+                Ok(Some(p)) => {
+                    let (ts, lt) = (p.ts_ns, p.link_type);
+                    mon.packet(ts, lt, p.data);
+                    packets += 1;
+                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
+                        if let Some(b) = &bar {
+                            b.set_position(done_bytes + reader.offset().min(size));
+                        }
+                        let part = mon.take_finished();
+                        flush(part, &mut totals)?;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Keep every call decoded so far: report after the output below.
+                    read_error = Some(e);
+                    break 'files;
+                }
+            }
         }
+        done_bytes += size;
     }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let analysis = mon.finish();
+    let last = mon.finish();
+    let counters = last.counters;
+    let sip_messages = last.sip.messages;
+    flush(last, &mut totals)?;
     let elapsed = started.elapsed();
-    if args.json {
-        print_json(&analysis)?;
-    }
-    if !args.no_store {
-        let mut st = open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
-        store(st.as_mut(), &analysis)?;
-    }
+    let analysis = Summary {
+        totals,
+        counters,
+        sip_messages,
+    };
     print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
     if let Some(e) = read_error {
         return Err(anyhow::Error::new(e)
@@ -301,46 +339,55 @@ fn store(st: &mut dyn CdrStore, a: &Analysis) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_summary(a: &Analysis, packets: u64, secs: f64, to_stderr: bool) -> std::io::Result<()> {
+/// What was printed and stored, for the summary.
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    answered: u64,
+    streams: u64,
+    registrations: u64,
+}
+
+impl Totals {
+    fn add(&mut self, a: &Analysis) {
+        self.calls += a.calls.len() as u64;
+        self.answered += a
+            .calls
+            .iter()
+            .filter(|c| c.dialog.answer_ns.is_some())
+            .count() as u64;
+        self.streams += a.all_streams().count() as u64;
+        self.registrations += a.registrations.len() as u64;
+    }
+}
+
+struct Summary {
+    totals: Totals,
+    counters: monitor::analyzer::Counters,
+    sip_messages: u64,
+}
+
+fn print_summary(s: &Summary, packets: u64, secs: f64, to_stderr: bool) -> std::io::Result<()> {
     let mut out: Box<dyn Write> = if to_stderr {
         Box::new(std::io::stderr())
     } else {
         Box::new(std::io::stdout())
     };
-    let answered = a
-        .calls
-        .iter()
-        .filter(|c| c.dialog.answer_ns.is_some())
-        .count();
-    let c = &a.counters;
+    let c = &s.counters;
+    let t = &s.totals;
     writeln!(
         out,
-        "{packets} packets in {secs:.3} s ({:.0} packets/s): {} calls ({answered} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
+        "{packets} packets in {secs:.3} s ({:.0} packets/s): {} calls ({} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
         packets as f64 / secs.max(1e-9),
-        a.calls.len(),
-        a.all_streams().count(),
-        a.registrations.len(),
-        a.sip.messages,
+        t.calls,
+        t.answered,
+        t.streams,
+        t.registrations,
+        s.sip_messages,
         c.rtp_packets,
         c.rtcp_packets,
         c.malformed,
     )?;
-    if !to_stderr {
-        for call in &a.calls {
-            let d = &call.dialog;
-            writeln!(
-                out,
-                "  {}  {} -> {}  {}  {} {}  streams {}",
-                format_time_us(us(d.invite_ns)),
-                d.caller,
-                d.called,
-                d.state.as_str(),
-                d.last_code,
-                d.last_reason,
-                call.streams.len()
-            )?;
-        }
-    }
     if c.calls_dropped + c.streams_dropped + c.registrations_dropped > 0 {
         writeln!(
             out,
