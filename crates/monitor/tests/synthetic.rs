@@ -263,7 +263,7 @@ fn closed_records_can_be_drained_while_reading() {
         let (ts, lt) = (p.ts_ns, p.link_type);
         m.packet(ts, lt, p.data);
         n += 1;
-        if n % 500 == 0 {
+        if n.is_multiple_of(500) {
             let part = m.take_finished();
             drained += part.calls.len();
             for c in &part.calls {
