@@ -566,6 +566,36 @@ mod tests {
     }
 
     #[test]
+    fn decodes_linux_cooked_v1_and_v2_and_loopback() {
+        let src: SocketAddr = "[2001:db8::1]:5060".parse().unwrap();
+        let dst: SocketAddr = "[2001:db8::2]:5060".parse().unwrap();
+        let eth = packet::ethernet_udp(src, dst, b"OPTIONS");
+        let ip = &eth[14..];
+        let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0, 0x86, 0xdd];
+        sll.extend_from_slice(ip);
+        let mut sll2 = vec![
+            0x86, 0xdd, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 0, 0, 0, 0, 1, 0, 0,
+        ];
+        sll2.extend_from_slice(ip);
+        let mut null = 30u32.to_le_bytes().to_vec();
+        null.extend_from_slice(ip);
+        let mut d = Decoder::default();
+        for (lt, frame) in [
+            (link::LINUX_SLL, &sll),
+            (link::LINUX_SLL2, &sll2),
+            (link::NULL, &null),
+            (link::IPV6, &ip.to_vec()),
+        ] {
+            let g = d.decode(0, lt, frame).unwrap().unwrap();
+            assert_eq!(
+                (g.src, g.dst, g.payload),
+                (src, dst, &b"OPTIONS"[..]),
+                "link type {lt}"
+            );
+        }
+    }
+
+    #[test]
     fn reassembles_ipv4_and_ipv6_fragments_out_of_order() {
         for (s, t) in [
             ("10.0.0.1:1000", "10.0.0.2:2000"),

@@ -290,3 +290,50 @@ fn closed_records_can_be_drained_while_reading() {
         "calls do not pile up: peak {peak_active}"
     );
 }
+
+/// The same capture as pcapng (converted by Wireshark's editcap) reads the same.
+#[test]
+fn pcapng_from_editcap_reads_the_same() {
+    if std::process::Command::new("editcap")
+        .arg("-h")
+        .output()
+        .is_err()
+    {
+        println!("skipping: editcap is not installed (it comes with tshark)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write(
+        dir.path(),
+        "x.pcap",
+        &SynthConfig {
+            calls: 6,
+            ..lossy()
+        },
+    );
+    let ng = dir.path().join("x.pcapng");
+    let st = std::process::Command::new("editcap")
+        .args(["-F", "pcapng"])
+        .arg(&path)
+        .arg(&ng)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let head = std::fs::read(&ng).unwrap();
+    assert_eq!(
+        &head[..4],
+        &[0x0a, 0x0d, 0x0d, 0x0a],
+        "editcap wrote pcapng"
+    );
+    let a = analyse(&path, 1);
+    let b = analyse(&ng, 1);
+    assert_eq!(a.counters, b.counters);
+    assert_eq!(a.calls.len(), b.calls.len());
+    for (x, y) in a.all_streams().zip(b.all_streams()) {
+        assert_eq!(x.stream.key, y.stream.key);
+        assert_eq!(
+            x.stream.wireshark.mean_jitter_ms,
+            y.stream.wireshark.mean_jitter_ms
+        );
+    }
+}

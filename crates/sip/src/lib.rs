@@ -133,7 +133,8 @@ pub fn looks_like_sip(buf: &[u8]) -> bool {
         b"MESSAGE ",
         b"UPDATE ",
     ];
-    STARTS.iter().any(|s| buf.starts_with(s))
+    // Every start is upper-case ASCII: most non-SIP payloads (RTP starts with 0x80) fail here.
+    buf.first().is_some_and(u8::is_ascii_uppercase) && STARTS.iter().any(|s| buf.starts_with(s))
 }
 
 /// On a stream transport: the length of the first complete message in `buf` (header section plus
