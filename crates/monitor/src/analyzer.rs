@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 /// Hash maps keyed by packet fields: a fast hasher with a per-process random seed.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type FastMap<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -468,7 +468,7 @@ impl CallShard {
 struct Front {
     cfg: MonitorConfig,
     shards: usize,
-    hasher: foldhash::fast::RandomState,
+    hasher: foldhash::quality::RandomState,
     /// In a worker: the shard this front feeds. Events for other shards are dropped (their
     /// own workers produce them), and RTP of other shards' flows is skipped early.
     me: Option<u16>,
@@ -491,7 +491,7 @@ impl Front {
         cfg: &MonitorConfig,
         shards: usize,
         me: Option<u16>,
-        hasher: foldhash::fast::RandomState,
+        hasher: foldhash::quality::RandomState,
     ) -> Front {
         Front {
             cfg: cfg.clone(),
@@ -868,7 +868,7 @@ impl Monitor {
     /// With more, the caller's thread only reads and copies packets into shared batches.
     pub fn new(cfg: MonitorConfig, workers: usize) -> Monitor {
         let workers = workers.clamp(1, 256);
-        let hasher = foldhash::fast::RandomState::default();
+        let hasher = foldhash::quality::RandomState::default();
         let front = Front::new(&cfg, 1, None, hasher.clone());
         let backend = if workers == 1 {
             Backend::Inline(Box::new(CallShard::new(&cfg, 1)))

@@ -46,12 +46,17 @@ struct CaptureBench {
     rtp_packets: u64,
     capture_bytes: u64,
     runs: usize,
-    /// Median seconds to analyse the RTP capture on one shard (one thread).
+    /// Median wall seconds to analyse the RTP capture on one thread (read, decode, analyse).
     tandem_seconds: f64,
+    /// Median CPU seconds that thread ran (the machine is shared: wall time includes waiting).
+    tandem_cpu_seconds: f64,
+    /// RTP packets per CPU second of the one thread doing all the work.
     rtp_packets_per_sec_per_core: f64,
+    /// RTP packets per wall second on one thread.
+    rtp_packets_per_sec_wall: f64,
     /// The one-shard runs' durations (µs): how steady the figure is.
     one_shard_runs: Percentiles,
-    /// Median seconds with the decoding thread plus two shard threads.
+    /// Median wall seconds with two worker threads (plus the reading thread).
     two_core_seconds: f64,
     two_core_speedup: f64,
     tshark_seconds: Option<f64>,
@@ -145,12 +150,28 @@ fn peak_rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
-fn time_analysis(path: &Path, shards: usize) -> anyhow::Result<(f64, usize)> {
+/// CPU time this thread has run, seconds (Linux /proc/thread-self/schedstat, in ns).
+fn thread_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map(|ns| ns as f64 / 1e9)
+        .unwrap_or(f64::NAN)
+}
+
+/// Analyses `path`: (wall seconds, CPU seconds of this thread, streams found).
+fn time_analysis(path: &Path, shards: usize) -> anyhow::Result<(f64, f64, usize)> {
+    let cpu = thread_cpu_seconds();
     let started = Instant::now();
     let mut m = Monitor::new(MonitorConfig::default(), shards);
     m.read_file(path, |_| {})?;
     let a = m.finish();
-    Ok((started.elapsed().as_secs_f64(), a.all_streams().count()))
+    let wall = started.elapsed().as_secs_f64();
+    Ok((wall, thread_cpu_seconds() - cpu, a.all_streams().count()))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -184,14 +205,18 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     let capture_bytes = std::fs::metadata(&rtp_path)?.len();
     let streams_expected = truth.calls.len() * 2;
     // Warm the page cache, then time.
-    let (_, streams_found) = time_analysis(&rtp_path, 1)?;
+    let (_, _, streams_found) = time_analysis(&rtp_path, 1)?;
     let mut one = Vec::new();
+    let mut one_cpu = Vec::new();
     let mut two = Vec::new();
     for _ in 0..args.runs {
-        one.push(time_analysis(&rtp_path, 1)?.0);
+        let (wall, cpu, _) = time_analysis(&rtp_path, 1)?;
+        one.push(wall);
+        one_cpu.push(cpu);
         two.push(time_analysis(&rtp_path, 2)?.0);
     }
     let tandem_seconds = report::median(&one);
+    let tandem_cpu_seconds = report::median(&one_cpu);
     let mut run_ns: Vec<u64> = one.iter().map(|s| (s * 1e9) as u64).collect();
     let one_shard_runs = Percentiles::from_nanos(&mut run_ns);
     let two_core_seconds = report::median(&two);
@@ -258,7 +283,9 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         capture_bytes,
         runs: args.runs,
         tandem_seconds,
-        rtp_packets_per_sec_per_core: truth.rtp_packets as f64 / tandem_seconds,
+        tandem_cpu_seconds,
+        rtp_packets_per_sec_per_core: truth.rtp_packets as f64 / tandem_cpu_seconds,
+        rtp_packets_per_sec_wall: truth.rtp_packets as f64 / tandem_seconds,
         one_shard_runs,
         two_core_seconds,
         two_core_speedup: tandem_seconds / two_core_seconds,
