@@ -9,6 +9,58 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Hash maps keyed by packet fields: a fast hasher with a per-process random seed.
 type FastMap<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
+
+/// An address as 128 bits (IPv4 as IPv4-mapped IPv6): map keys compare as plain integers.
+fn ip_bits(ip: std::net::IpAddr) -> u128 {
+    match ip {
+        std::net::IpAddr::V4(v) => u32::from(v) as u128 | (0xffff_u128 << 32),
+        std::net::IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+/// A flow (ssrc 0) or stream key packed for hashing and comparing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PackedKey {
+    src: u128,
+    dst: u128,
+    ports: u32,
+    ssrc: u32,
+}
+
+impl PackedKey {
+    fn new(src: SocketAddr, dst: SocketAddr, ssrc: u32) -> PackedKey {
+        PackedKey {
+            src: ip_bits(src.ip()),
+            dst: ip_bits(dst.ip()),
+            ports: (src.port() as u32) << 16 | dst.port() as u32,
+            ssrc,
+        }
+    }
+
+    fn stream(k: &StreamKey) -> PackedKey {
+        PackedKey::new(k.src, k.dst, k.ssrc)
+    }
+
+    fn flow(&self) -> PackedKey {
+        PackedKey { ssrc: 0, ..*self }
+    }
+}
+
+/// One address and port packed for hashing and comparing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PackedAddr {
+    ip: u128,
+    port: u16,
+}
+
+impl PackedAddr {
+    fn new(a: SocketAddr) -> PackedAddr {
+        PackedAddr {
+            ip: ip_bits(a.ip()),
+            port: a.port(),
+        }
+    }
+}
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -217,10 +269,10 @@ pub(crate) struct CallShard {
     max_streams: usize,
     dialogs: FastMap<Arc<str>, Dialog>,
     registrations: FastMap<Box<str>, Registration>,
-    streams: FastMap<StreamKey, StreamSlot>,
+    streams: FastMap<PackedKey, StreamSlot>,
     by_ssrc: FastMap<u32, StreamKey>,
     /// The call each flow belongs to, as the front told it.
-    flow_calls: FastMap<(SocketAddr, SocketAddr), Arc<str>>,
+    flow_calls: FastMap<PackedKey, Arc<str>>,
     out: Analysis,
 }
 
@@ -323,17 +375,18 @@ impl CallShard {
         call: Option<Arc<str>>,
     ) {
         if let Some(c) = call {
-            self.flow_calls.insert((src, dst), c);
+            self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
         }
         let key = StreamKey {
             src,
             dst,
             ssrc: h.ssrc,
         };
-        let slot = match self.streams.get_mut(&key) {
+        let packed = PackedKey::new(src, dst, h.ssrc);
+        let slot = match self.streams.get_mut(&packed) {
             Some(s) => s,
             None => {
-                let call = self.flow_calls.get(&(src, dst)).cloned();
+                let call = self.flow_calls.get(&packed.flow()).cloned();
                 if self.streams.len() >= self.max_streams {
                     self.out.counters.streams_dropped += 1;
                     return;
@@ -345,7 +398,7 @@ impl CallShard {
                     d.streams.push(key);
                 }
                 self.by_ssrc.insert(h.ssrc, key);
-                self.streams.entry(key).or_insert(StreamSlot {
+                self.streams.entry(packed).or_insert(StreamSlot {
                     stream: RtpStream::new(key, ts_ns, call.is_some()),
                     call,
                 })
@@ -357,7 +410,7 @@ impl CallShard {
     fn on_rtcp(&mut self, blocks: &[ReportBlock]) {
         for b in blocks {
             if let Some(key) = self.by_ssrc.get(&b.ssrc)
-                && let Some(s) = self.streams.get_mut(key)
+                && let Some(s) = self.streams.get_mut(&PackedKey::stream(key))
             {
                 s.stream.add_rtcp(b);
             }
@@ -365,8 +418,9 @@ impl CallShard {
     }
 
     fn close_stream(&mut self, key: &StreamKey) -> Option<StreamRecord> {
-        let slot = self.streams.remove(key)?;
-        self.flow_calls.remove(&(key.src, key.dst));
+        let packed = PackedKey::stream(key);
+        let slot = self.streams.remove(&packed)?;
+        self.flow_calls.remove(&packed.flow());
         if self.by_ssrc.get(&key.ssrc) == Some(key) {
             self.by_ssrc.remove(&key.ssrc);
         }
@@ -401,7 +455,7 @@ impl CallShard {
                 let media_last = d
                     .streams
                     .iter()
-                    .filter_map(|k| streams.get(k).map(|s| s.stream.last_ns))
+                    .filter_map(|k| streams.get(&PackedKey::stream(k)).map(|s| s.stream.last_ns))
                     .max()
                     .unwrap_or(i64::MIN);
                 let last = d.last_activity_ns.max(media_last);
@@ -432,7 +486,7 @@ impl CallShard {
                 all || (now_ns - s.stream.last_ns > stream_idle
                     && s.call.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
             })
-            .map(|(k, _)| *k)
+            .map(|(_, s)| s.stream.key)
             .collect();
         for k in idle_streams {
             if let Some(r) = self.close_stream(&k) {
@@ -474,8 +528,8 @@ struct Front {
     me: Option<u16>,
     decoder: Decoder,
     tcp: SipTcp,
-    endpoints: FastMap<SocketAddr, Endpoint>,
-    flows: FastMap<(SocketAddr, SocketAddr), FlowRoute>,
+    endpoints: FastMap<PackedAddr, Endpoint>,
+    flows: FastMap<PackedKey, FlowRoute>,
     first_ns: Option<i64>,
     last_ns: i64,
     last_tick_ns: i64,
@@ -587,9 +641,9 @@ impl Front {
                         // RTP ports (conventionally one below).
                         let rtp_src = SocketAddr::new(dst.ip(), dst.port().wrapping_sub(1));
                         let rtp_dst = SocketAddr::new(src.ip(), src.port().wrapping_sub(1));
-                        let shard = match self.flows.get(&(rtp_src, rtp_dst)) {
+                        let shard = match self.flows.get(&PackedKey::new(rtp_src, rtp_dst, 0)) {
                             Some(route) => route.shard,
-                            None => self.shard_of(&(rtp_src, rtp_dst)),
+                            None => self.shard_of(&PackedKey::new(rtp_src, rtp_dst, 0)),
                         };
                         emit(
                             shard,
@@ -685,6 +739,7 @@ impl Front {
                 .collect();
             // RTCP needs no endpoint: it is routed by the flow of the stream it reports on.
             let addr = SocketAddr::new(ip, media.port);
+            let addr = PackedAddr::new(addr);
             if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints
             {
                 self.counters.endpoints_dropped += 1;
@@ -723,19 +778,19 @@ impl Front {
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
-        let flow = (src, dst);
+        let packed_flow = PackedKey::new(src, dst, 0);
         let flow_shard = if self.shards == 1 {
             0
         } else {
-            (self.hasher.hash_one(flow) % self.shards as u64) as u16
+            (self.hasher.hash_one(packed_flow) % self.shards as u64) as u16
         };
         if self.me.is_some_and(|me| me != flow_shard) {
             return;
         }
         let now_ms = self.rel_ms(ts_ns);
-        let ep = match self.endpoints.get_mut(&dst) {
+        let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
             Some(e) => Some(e),
-            None => self.endpoints.get_mut(&src),
+            None => self.endpoints.get_mut(&PackedAddr::new(src)),
         };
         let (call, call_shard, clock_rate) = match ep {
             Some(e) => {
@@ -763,7 +818,7 @@ impl Front {
         };
         // Each flow is pinned to one shard at its first packet, and its call is told to the
         // shard once (not per packet).
-        let (shard, call) = match self.flows.get_mut(&flow) {
+        let (shard, call) = match self.flows.get_mut(&packed_flow) {
             Some(route) => {
                 route.last_ns = ts_ns;
                 let announce = match (call, &route.call) {
@@ -784,7 +839,7 @@ impl Front {
                 };
                 if self.flows.len() < self.cfg.max_endpoints {
                     self.flows.insert(
-                        flow,
+                        packed_flow,
                         FlowRoute {
                             shard,
                             call: call.cloned(),

@@ -35,9 +35,12 @@ pub struct Args {
     /// Also time tshark on the same file (skipped when tshark is not installed).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub tshark: bool,
-    /// Where the synthetic captures are written (removed afterwards).
+    /// Where the synthetic captures are written (removed afterwards unless --keep).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Keep the synthetic captures (rtp.pcap, sip.pcap) in --dir.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 #[derive(Serialize)]
@@ -183,7 +186,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let result = measure(&args, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     report::emit(&result?, args.json)
 }
 
@@ -242,7 +247,6 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     } else {
         None
     };
-    std::fs::remove_file(&rtp_path)?;
 
     // 2. SIP-only capture: every call set up within the first second, BYEs a minute later.
     let sip_path = dir.join("sip.pcap");
@@ -271,7 +275,6 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     }
     let after = rss_bytes();
     drop(m);
-    std::fs::remove_file(&sip_path)?;
     let bytes_per_sip_call = if held > 0 {
         after.saturating_sub(before) as f64 / held as f64
     } else {
