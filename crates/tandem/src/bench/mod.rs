@@ -2,6 +2,7 @@
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
 pub mod agi;
+pub mod capture;
 pub mod floor;
 pub mod kv;
 pub mod report;
@@ -21,6 +22,8 @@ pub enum BenchCommand {
     Taskpool(taskpool::Args),
     /// The key-value store against an astdb replica and SQLite per-write transactions.
     Kv(kv::Args),
+    /// Call monitor: RTP analysis rate per core, 2-core speedup, memory per SIP-only call, tshark on the same capture.
+    Capture(capture::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -29,5 +32,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::AgiFloor(args) => floor::run(args),
         BenchCommand::Taskpool(args) => taskpool::run(args),
         BenchCommand::Kv(args) => kv::run(args),
+        BenchCommand::Capture(args) => capture::run(args),
     }
 }
