@@ -266,7 +266,9 @@ impl HeaderReader {
     /// Feeds one line. Returns the header when the empty line arrives.
     pub fn push_line(&mut self, line: &[u8]) -> Result<Option<Header>, HeaderError> {
         self.lines += 1;
-        let line = strip_eol(line);
+        // Asterisk ends header lines with `\n` alone; a CR before it belongs to the value, and
+        // keeping it keeps the header byte for byte (scripts are handed it again).
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
         if line.len() > self.limits.max_line_bytes {
             return Err(HeaderError::LineTooLong {
                 line: self.lines,
@@ -368,6 +370,15 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
             Header::parse(b"no colon here\n\n", HeaderLimits::default()),
             Err(HeaderError::Malformed { line: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_carriage_return_in_a_value_is_kept_and_round_trips() {
+        // Found by fuzzing: stripping an optional CR lost one per parse/encode round.
+        let h = Header::parse(b"agi_arg_1: arg3\r\r\n\n", HeaderLimits::default()).unwrap();
+        assert_eq!(h.args(), ["arg3\r\r"]);
+        let again = Header::parse(h.encode(true).as_bytes(), HeaderLimits::default()).unwrap();
+        assert_eq!(again, h);
     }
 
     #[test]
