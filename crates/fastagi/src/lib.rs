@@ -19,6 +19,7 @@ mod config;
 mod conn;
 mod error;
 mod handler;
+mod lines;
 mod metrics;
 mod router;
 pub mod runtime;

@@ -200,7 +200,7 @@ impl Session {
             if self.conn.fill_nonblocking() {
                 continue;
             }
-            match tokio::time::timeout_at(deadline, self.conn.readable()).await {
+            match tokio::time::timeout_at(deadline, self.conn.fill()).await {
                 Ok(Ok(())) => continue,
                 _ => return,
             }
