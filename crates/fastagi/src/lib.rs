@@ -23,6 +23,7 @@ mod lines;
 mod metrics;
 mod router;
 pub mod runtime;
+pub mod script;
 mod server;
 mod session;
 
