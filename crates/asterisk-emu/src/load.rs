@@ -6,9 +6,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// What the load is played against.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A FastAGI server.
+    FastAgi(SocketAddr),
+    /// A script forked per session, as classic AGI does.
+    Classic(std::path::PathBuf),
+}
+
 #[derive(Debug, Clone)]
 pub struct Load {
-    pub addr: SocketAddr,
+    pub target: Target,
     pub plan: Plan,
     /// Sessions in flight at once.
     pub concurrency: usize,
@@ -51,7 +60,11 @@ pub async fn run_load(load: Load) -> LoadReport {
                 if Instant::now() >= deadline || load.max_sessions.is_some_and(|m| n > m) {
                     break;
                 }
-                let problem = match run(load.addr, &load.plan, n).await {
+                let outcome = match &load.target {
+                    Target::FastAgi(addr) => run(*addr, &load.plan, n).await,
+                    Target::Classic(script) => crate::classic::run_classic(script, &load.plan, n).await,
+                };
+                let problem = match outcome {
                     Ok(o) => {
                         let wrong_count = load.expect_commands.is_some_and(|c| c != o.commands);
                         if o.status == AgiStatus::Success && o.violations.is_empty() && !wrong_count

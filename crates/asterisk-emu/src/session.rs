@@ -101,7 +101,7 @@ pub enum EmuError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("socket: {0}")]
+    #[error("socket or pipe: {0}")]
     Io(#[from] std::io::Error),
 }
 

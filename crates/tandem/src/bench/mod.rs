@@ -2,6 +2,7 @@
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
 pub mod agi;
+mod agi_scripts;
 pub mod capture;
 pub mod floor;
 pub mod kv;
