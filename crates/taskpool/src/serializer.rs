@@ -7,7 +7,8 @@
 //! tasks one by one and, on finding the queue empty, clears `scheduled` under the same lock. So
 //! tasks of one serializer never run concurrently, and they run in push order. After
 //! `serializer_batch` tasks the job goes to the back of its executor's queue, letting other work
-//! run first.
+//! run first. The job of a serializer woken by a task running on the pool goes to that executor's
+//! run-next place instead of a queue (`Inner::schedule_serializer`); the invariant is the same.
 
 use crate::error::PushError;
 use crate::pool::{Inner, Job, Task};
@@ -80,7 +81,7 @@ impl Serializer {
             st.queue.push_back(Box::new(task));
             !std::mem::replace(&mut st.scheduled, true)
         };
-        if schedule && let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
+        if schedule && let Err(e) = pool.schedule_serializer(Arc::clone(&self.inner)) {
             // Not scheduled means the queue was empty before this push: our task is first.
             // Tasks other threads queued behind it since were accepted; they are cancelled.
             // Tasks are dropped after the lock is released: a task's destructor may push.
