@@ -26,9 +26,10 @@
 //!
 //! # Thread-locals
 //! `CURRENT_POOL`, `CURRENT_SLOT` and `NEXT` belong to one executor thread and are only touched
-//! by it, so they need no synchronisation. `NEXT` holds the one job of a serializer woken by the
-//! job now running (the serializer's `scheduled` flag stays set, as for a queued job); the
-//! executor runs it right after that job, before anything else can run on the thread.
+//! by it, so they need no synchronisation. `NEXT` holds a serializer woken by the job now
+//! running, with its first task in hand; the serializer's `scheduled` flag is set, so `NEXT` is
+//! its one job (see `serializer.rs`). The executor runs it right after that job, before anything
+//! else can run on the thread.
 
 use crate::config::{Selection, TaskpoolConfig};
 use crate::error::{ConfigError, PushError, ShutdownError};
@@ -119,9 +120,9 @@ pub(crate) struct Inner {
 thread_local! {
     /// On an executor thread: the address of its pool's `Inner` (0 elsewhere).
     static CURRENT_POOL: Cell<usize> = const { Cell::new(0) };
-    /// On an executor thread: a serializer made runnable by the job now running, to run right
-    /// after it on this executor (see `Inner::schedule_serializer`).
-    static NEXT: Cell<Option<Arc<SerializerInner>>> = const { Cell::new(None) };
+    /// On an executor thread: a serializer made runnable by the job now running, with the task
+    /// that woke it, to run right after that job on this executor (see `Inner::run_next`).
+    static NEXT: Cell<Option<(Arc<SerializerInner>, Task)>> = const { Cell::new(None) };
     /// On an executor thread: its slot index.
     static CURRENT_SLOT: Cell<usize> = const { Cell::new(0) };
     /// Per pushing thread: the round-robin position and the `LeastFull` scan start.
@@ -247,21 +248,21 @@ impl Inner {
         Ok(len)
     }
 
-    /// Schedules a serializer that just became runnable. Called from one of this pool's
-    /// executors (a task woke it), it runs right after the current job on the same executor, with
-    /// no queue, no lock and no wake-up; whatever was waiting in that place goes to the back of
-    /// this executor's queue. Elsewhere it is pushed like a task, by the selection policy.
-    pub(crate) fn schedule_serializer(
-        self: &Arc<Self>,
-        ser: Arc<SerializerInner>,
-    ) -> Result<(), PushError> {
-        if CURRENT_POOL.with(Cell::get) == Arc::as_ptr(self) as usize {
-            if let Some(displaced) = NEXT.with(|n| n.replace(Some(ser))) {
-                self.requeue_local(CURRENT_SLOT.with(Cell::get), Job::Serial(displaced));
-            }
-            return Ok(());
+    /// Whether the calling thread is one of this pool's executors.
+    pub(crate) fn on_own_executor(self: &Arc<Self>) -> bool {
+        CURRENT_POOL.with(Cell::get) == Arc::as_ptr(self) as usize
+    }
+
+    /// Called on one of this pool's executors (see `on_own_executor`) for a serializer that was
+    /// idle and has just been given `first`, its only task: the serializer runs right after the
+    /// current job on this executor, with `first` in hand, so the hand-off touches no queue, no
+    /// lock and wakes nobody. A serializer already waiting in that place goes back to its own
+    /// queue (its task in front) and to the back of this executor's queue.
+    pub(crate) fn run_next(&self, ser: Arc<SerializerInner>, first: Task) {
+        if let Some((displaced, task)) = NEXT.with(|n| n.replace(Some((ser, first)))) {
+            displaced.put_back(task);
+            self.requeue_local(CURRENT_SLOT.with(Cell::get), Job::Serial(displaced));
         }
-        self.push_job(Job::Serial(ser), false)
     }
 
     /// Puts a serializer that used up its batch back at the end of the current executor's queue.
@@ -477,7 +478,7 @@ fn executor_main(inner: Arc<Inner>, index: usize) {
                     inner.run_task(task);
                     ran += 1;
                 }
-                Job::Serial(ser) => ran += ser.run(&inner, index),
+                Job::Serial(ser) => ran += ser.run(&inner, index, None),
             }
             ran += run_continuations(&inner, index);
         }
@@ -493,19 +494,22 @@ fn executor_main(inner: Arc<Inner>, index: usize) {
 fn run_continuations(inner: &Arc<Inner>, index: usize) -> u64 {
     let mut ran = 0;
     let mut streak = 0;
-    while let Some(ser) = NEXT.with(Cell::take) {
+    while let Some((ser, first)) = NEXT.with(Cell::take) {
         if inner.is_cancelling() {
+            drop(first);
+            inner.add_cancelled(1);
             ser.cancel_all();
             continue;
         }
         if streak == inner.config.serializer_batch {
+            ser.put_back(first);
             // A shutting-down pool refuses pushes; then it stays here, at the back of the queue.
             if let Err((_, job)) = inner.try_push_job(Job::Serial(ser), false) {
                 inner.requeue_local(index, job);
             }
             break;
         }
-        ran += ser.run(inner, index);
+        ran += ser.run(inner, index, Some(first));
         streak += 1;
     }
     ran
