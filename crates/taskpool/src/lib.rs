@@ -18,7 +18,8 @@
 //! program can keep one per call, per connection or per key. A serializer runs at most
 //! `serializer_batch` tasks in a row and then yields its executor to other queued work. A
 //! serializer woken by a task running on the pool (one serializer handing work to another) runs
-//! next on that same executor, without a queue or a lock; after `serializer_batch` such hand-offs
+//! next on that same executor, without going through an executor queue, its first task in hand;
+//! after `serializer_batch` such hand-offs
 //! in a row the next one goes through the selection policy, so chains of serializers spread over
 //! the executors and cannot hold one forever.
 //!
