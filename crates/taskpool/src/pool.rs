@@ -256,12 +256,16 @@ impl Inner {
     /// Called on one of this pool's executors (see `on_own_executor`) for a serializer that was
     /// idle and has just been given `first`, its only task: the serializer runs right after the
     /// current job on this executor, with `first` in hand, so the hand-off touches no executor
-    /// queue or lock, skips the serializer's own queue, and wakes nobody. A serializer already waiting in that place goes back to its own
-    /// queue (its task in front) and to the back of this executor's queue.
-    pub(crate) fn run_next(&self, ser: Arc<SerializerInner>, first: Task) {
+    /// queue or lock, skips the serializer's own queue, and wakes nobody. A serializer already
+    /// waiting in that place goes back to its own queue (its task in front) and is pushed by the
+    /// selection policy, so a task that wakes many serializers spreads them over the executors.
+    pub(crate) fn run_next(self: &Arc<Self>, ser: Arc<SerializerInner>, first: Task) {
         if let Some((displaced, task)) = NEXT.with(|n| n.replace(Some((ser, first)))) {
             displaced.put_back(task);
-            self.requeue_local(CURRENT_SLOT.with(Cell::get), Job::Serial(displaced));
+            // A shutting-down pool refuses pushes; then it stays on this executor.
+            if let Err((_, job)) = self.try_push_job(Job::Serial(displaced), false) {
+                self.requeue_local(CURRENT_SLOT.with(Cell::get), job);
+            }
         }
     }
 
