@@ -16,12 +16,14 @@
 //! A [`Serializer`] is a FIFO lane on the pool: its tasks run in push order, one at a time, on
 //! whatever executor the pool picks. Serializers cost a small allocation each and no thread, so a
 //! program can keep one per call, per connection or per key. A serializer runs at most
-//! `serializer_batch` tasks in a row and then yields its executor to other queued work. A
-//! serializer woken by a task running on the pool (one serializer handing work to another) runs
-//! next on that same executor, without going through an executor queue, its first task in hand;
-//! after `serializer_batch` such hand-offs
-//! in a row the next one goes through the selection policy, so chains of serializers spread over
-//! the executors and cannot hold one forever.
+//! `serializer_batch` tasks in a row and then yields its executor to other queued work.
+//!
+//! A serializer woken by a task running on the pool (one serializer handing work to another) runs
+//! next on that same executor, its first task in hand, without going through an executor queue.
+//! Only the last serializer a task wakes gets that place; the others go through the selection
+//! policy, and so does the next one after `serializer_batch` such hand-offs in a row, so chains of
+//! serializers spread over the executors and cannot hold one forever. The serializer so woken
+//! starts when the waking task returns: one more reason tasks must be short.
 //!
 //! A task that panics is caught: the panic is counted (`TaskpoolStats::panicked`) and logged
 //! through `tracing`, and the executor goes on with the next task. (The standard panic hook still
