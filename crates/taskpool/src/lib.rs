@@ -18,6 +18,13 @@
 //! program can keep one per call, per connection or per key. A serializer runs at most
 //! `serializer_batch` tasks in a row and then yields its executor to other queued work.
 //!
+//! A serializer woken by a task running on the pool (one serializer handing work to another) runs
+//! next on that same executor, its first task in hand, without going through an executor queue.
+//! Only the last serializer a task wakes gets that place; the others go through the selection
+//! policy, and so does the next one after `serializer_batch` such hand-offs in a row, so chains of
+//! serializers spread over the executors and cannot hold one forever. The serializer so woken
+//! starts when the waking task returns: one more reason tasks must be short.
+//!
 //! A task that panics is caught: the panic is counted (`TaskpoolStats::panicked`) and logged
 //! through `tracing`, and the executor goes on with the next task. (The standard panic hook still
 //! prints the panic message to stderr unless the program replaces it.)

@@ -23,6 +23,13 @@
 //!   hints: stale values only make the choice slightly less even. Relaxed.
 //! - The counters (`executed`, `panicked`, `cancelled`, `grown`, `shrunk`) are statistics, read
 //!   without synchronising anything else. Relaxed.
+//!
+//! # Thread-locals
+//! `CURRENT_POOL`, `CURRENT_SLOT` and `NEXT` belong to one executor thread and are only touched
+//! by it, so they need no synchronisation. `NEXT` holds a serializer woken by the job now
+//! running, with its first task in hand; the serializer's `scheduled` flag is set, so `NEXT` is
+//! its one job (see `serializer.rs`). The executor runs it right after that job, before anything
+//! else can run on the thread.
 
 use crate::config::{Selection, TaskpoolConfig};
 use crate::error::{ConfigError, PushError, ShutdownError};
@@ -113,6 +120,11 @@ pub(crate) struct Inner {
 thread_local! {
     /// On an executor thread: the address of its pool's `Inner` (0 elsewhere).
     static CURRENT_POOL: Cell<usize> = const { Cell::new(0) };
+    /// On an executor thread: a serializer made runnable by the job now running, with the task
+    /// that woke it, to run right after that job on this executor (see `Inner::run_next`).
+    static NEXT: Cell<Option<(Arc<SerializerInner>, Task)>> = const { Cell::new(None) };
+    /// On an executor thread: its slot index.
+    static CURRENT_SLOT: Cell<usize> = const { Cell::new(0) };
     /// Per pushing thread: the round-robin position and the `LeastFull` scan start.
     static CURSOR: Cell<usize> = const { Cell::new(0) };
 }
@@ -145,10 +157,15 @@ impl Inner {
     /// Queues `job` on an executor chosen by the selection policy. `bounded` is false for a
     /// serializer being scheduled: each serializer has at most one job in the pool, so those jobs
     /// are bounded by the number of serializers rather than by `queue_max`.
-    pub(crate) fn push_job(self: &Arc<Self>, mut job: Job, bounded: bool) -> Result<(), PushError> {
+    pub(crate) fn push_job(self: &Arc<Self>, job: Job, bounded: bool) -> Result<(), PushError> {
+        self.try_push_job(job, bounded).map_err(|(e, _)| e)
+    }
+
+    /// `push_job`, giving the job back when it is refused.
+    fn try_push_job(self: &Arc<Self>, mut job: Job, bounded: bool) -> Result<(), (PushError, Job)> {
         loop {
             if self.closed.load(Ordering::Acquire) {
-                return Err(PushError::ShutDown);
+                return Err((PushError::ShutDown, job));
             }
             let n = self.active.load(Ordering::Acquire);
             let cursor = CURSOR.with(|c| {
@@ -167,21 +184,22 @@ impl Inner {
                     }
                     return Ok(());
                 }
-                Err((Refused::Stopped, _)) => return Err(PushError::ShutDown),
+                Err((Refused::Stopped, j)) => return Err((PushError::ShutDown, j)),
                 Err((Refused::NotLive, j)) => job = j,
                 Err((Refused::Full, j)) => {
                     job = j;
                     for k in 1..n {
                         match self.offer((index + k) % n, job, bounded) {
                             Ok(_) => return Ok(()),
-                            Err((Refused::Stopped, _)) => return Err(PushError::ShutDown),
+                            Err((Refused::Stopped, j)) => return Err((PushError::ShutDown, j)),
                             Err((_, j)) => job = j,
                         }
                     }
                     if !(n < self.config.max_executors && self.grow(n)) {
-                        return Err(PushError::Full {
+                        let full = PushError::Full {
                             queue_max: self.config.queue_max,
-                        });
+                        };
+                        return Err((full, job));
                     }
                 }
             }
@@ -228,6 +246,27 @@ impl Inner {
             slot.wake.notify_one();
         }
         Ok(len)
+    }
+
+    /// Whether the calling thread is one of this pool's executors.
+    pub(crate) fn on_own_executor(self: &Arc<Self>) -> bool {
+        CURRENT_POOL.with(Cell::get) == Arc::as_ptr(self) as usize
+    }
+
+    /// Called on one of this pool's executors (see `on_own_executor`) for a serializer that was
+    /// idle and has just been given `first`, its only task: the serializer runs right after the
+    /// current job on this executor, with `first` in hand, so the hand-off touches no executor
+    /// queue or lock, skips the serializer's own queue, and wakes nobody. A serializer already
+    /// waiting in that place goes back to its own queue (its task in front) and is pushed by the
+    /// selection policy, so a task that wakes many serializers spreads them over the executors.
+    pub(crate) fn run_next(self: &Arc<Self>, ser: Arc<SerializerInner>, first: Task) {
+        if let Some((displaced, task)) = NEXT.with(|n| n.replace(Some((ser, first)))) {
+            displaced.put_back(task);
+            // A shutting-down pool refuses pushes; then it stays on this executor.
+            if let Err((_, job)) = self.try_push_job(Job::Serial(displaced), false) {
+                self.requeue_local(CURRENT_SLOT.with(Cell::get), job);
+            }
+        }
     }
 
     /// Puts a serializer that used up its batch back at the end of the current executor's queue.
@@ -384,6 +423,7 @@ impl Inner {
 
 fn executor_main(inner: Arc<Inner>, index: usize) {
     CURRENT_POOL.with(|c| c.set(Arc::as_ptr(&inner) as usize));
+    CURRENT_SLOT.with(|c| c.set(index));
     let slot = &inner.slots[index];
     let idle_timeout = inner.config.idle_timeout();
     // The batch being run. Swapped with the slot's queue, so both keep their capacity and taking
@@ -442,12 +482,41 @@ fn executor_main(inner: Arc<Inner>, index: usize) {
                     inner.run_task(task);
                     ran += 1;
                 }
-                Job::Serial(ser) => ran += ser.run(&inner, index),
+                Job::Serial(ser) => ran += ser.run(&inner, index, None),
             }
+            ran += run_continuations(&inner, index);
         }
         slot.running.store(0, Ordering::Relaxed);
         slot.executed.fetch_add(ran, Ordering::Relaxed);
     }
+}
+
+/// Runs the serializers that the job just run made runnable on this executor (`NEXT`), each
+/// possibly making another one runnable, up to `serializer_batch` in a row. The one after that
+/// is pushed by the selection policy, so a chain of serializers handing work to each other
+/// neither holds one executor forever nor starves its queue. Returns how many tasks ran.
+fn run_continuations(inner: &Arc<Inner>, index: usize) -> u64 {
+    let mut ran = 0;
+    let mut streak = 0;
+    while let Some((ser, first)) = NEXT.with(Cell::take) {
+        if inner.is_cancelling() {
+            drop(first);
+            inner.add_cancelled(1);
+            ser.cancel_all();
+            continue;
+        }
+        if streak == inner.config.serializer_batch {
+            ser.put_back(first);
+            // A shutting-down pool refuses pushes; then it stays here, at the back of the queue.
+            if let Err((_, job)) = inner.try_push_job(Job::Serial(ser), false) {
+                inner.requeue_local(index, job);
+            }
+            break;
+        }
+        ran += ser.run(inner, index, Some(first));
+        streak += 1;
+    }
+    ran
 }
 
 /// Ends the pool when the last [`Taskpool`] handle goes away without an explicit `shutdown`:

@@ -8,6 +8,13 @@
 //! tasks of one serializer never run concurrently, and they run in push order. After
 //! `serializer_batch` tasks the job goes to the back of its executor's queue, letting other work
 //! run first.
+//!
+//! A serializer woken by a task running on its pool (it was idle, so the new task is its only
+//! one) does not go through a queue: the pushing thread sets `scheduled` and hands the serializer
+//! and the task, not queued, to its executor's run-next place (`Inner::run_next`). The invariant
+//! holds with "queued" read as "queued or in the run-next place"; a task held there is ahead of
+//! everything in the queue, and goes back to the front of the queue if the serializer has to
+//! leave that place before running.
 
 use crate::error::PushError;
 use crate::pool::{Inner, Job, Task};
@@ -69,18 +76,30 @@ impl Serializer {
         if pool.is_closed() {
             return Err(PushError::ShutDown);
         }
-        let schedule = {
-            let mut st = self.inner.state.lock();
-            let max = pool.config().serializer_queue_max;
-            if st.queue.len() >= max {
-                return Err(PushError::SerializerFull {
-                    serializer_queue_max: max,
-                });
-            }
-            st.queue.push_back(Box::new(task));
-            !std::mem::replace(&mut st.scheduled, true)
-        };
-        if schedule && let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
+        let local = pool.on_own_executor();
+        let task: Task = Box::new(task);
+        let mut st = self.inner.state.lock();
+        let max = pool.config().serializer_queue_max;
+        if st.queue.len() >= max {
+            drop(st);
+            return Err(PushError::SerializerFull {
+                serializer_queue_max: max,
+            });
+        }
+        if st.scheduled {
+            st.queue.push_back(task);
+            return Ok(());
+        }
+        st.scheduled = true;
+        if local {
+            // Woken by a task on this pool: it runs next on this executor, task in hand.
+            drop(st);
+            pool.run_next(Arc::clone(&self.inner), task);
+            return Ok(());
+        }
+        st.queue.push_back(task);
+        drop(st);
+        if let Err(e) = pool.push_job(Job::Serial(Arc::clone(&self.inner)), false) {
             // Not scheduled means the queue was empty before this push: our task is first.
             // Tasks other threads queued behind it since were accepted; they are cancelled.
             // Tasks are dropped after the lock is released: a task's destructor may push.
@@ -105,10 +124,15 @@ impl Serializer {
 }
 
 impl SerializerInner {
-    /// Runs up to `serializer_batch` tasks on executor `index`; returns how many ran.
-    pub(crate) fn run(self: Arc<Self>, pool: &Inner, index: usize) -> u64 {
+    /// Runs up to `serializer_batch` tasks on executor `index`, starting with `first` if given
+    /// (a task handed over with the serializer, ahead of its queue); returns how many ran.
+    pub(crate) fn run(self: Arc<Self>, pool: &Inner, index: usize, first: Option<Task>) -> u64 {
         let batch = pool.config().serializer_batch;
         let mut ran = 0u64;
+        if let Some(task) = first {
+            pool.run_task(task);
+            ran += 1;
+        }
         while ran < batch as u64 {
             let task = {
                 let mut st = self.state.lock();
@@ -138,6 +162,12 @@ impl SerializerInner {
         }
         pool.requeue_local(index, Job::Serial(self));
         ran
+    }
+
+    /// Returns a task taken out ahead of the queue to the front of the queue (the serializer
+    /// stays scheduled).
+    pub(crate) fn put_back(&self, task: Task) {
+        self.state.lock().queue.push_front(task);
     }
 
     /// Drops every waiting task (counted as cancelled) and unschedules the serializer.

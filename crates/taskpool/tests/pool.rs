@@ -533,3 +533,41 @@ fn a_busy_serializer_yields_its_executor() {
     assert_eq!(ran.load(Ordering::Relaxed), 10_000);
     assert_eq!(seen_by_plain.load(Ordering::Relaxed), 16);
 }
+
+#[test]
+fn serializers_woken_by_one_task_spread_over_executors() {
+    // One task wakes 100 idle serializers and then waits for half of them to have run. Only the
+    // last one it woke is kept to run next on its own executor; the others are pushed by the
+    // selection policy (least-full), which sends most of them to the three other executors. Were
+    // they all kept on the waker's executor, none could run while it waits.
+    let pool = Taskpool::new(TaskpoolConfig::fixed(4)).unwrap();
+    let lanes: Vec<_> = (0..100).map(|_| pool.serializer()).collect();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let ran = Arc::clone(&ran);
+        pool.push(move || {
+            for lane in &lanes {
+                let ran = Arc::clone(&ran);
+                lane.push(move || {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                })
+                .unwrap();
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while ran.load(Ordering::Relaxed) < 50 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            done_tx.send(ran.load(Ordering::Relaxed)).unwrap();
+        })
+        .unwrap();
+    }
+    let seen = done_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(
+        seen >= 50,
+        "only {seen} of the woken serializers ran elsewhere"
+    );
+    let stats = pool.shutdown(ShutdownMode::Drain).unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), 100);
+    assert_eq!(stats.executed, 101);
+}

@@ -213,3 +213,69 @@ fn shutdown_races_with_pushes() {
         );
     }
 }
+
+/// Pairs of serializers passing one task back and forth (the serializer benchmark's shape): each
+/// hand-off from a running task goes through the executor's run-next place, and every
+/// `serializer_batch` hops through the selection policy. Every hop must run exactly once, in order,
+/// never overlapping another task of the same serializer.
+#[test]
+fn serializer_chains_hand_off_across_executors() {
+    const PAIRS: usize = 40;
+    const HOPS: u64 = 3_000;
+    for batch in [1, 3, 32] {
+        let pool = Taskpool::new(TaskpoolConfig {
+            serializer_batch: batch,
+            ..TaskpoolConfig::fixed(3)
+        })
+        .unwrap();
+        struct Chain {
+            lanes: [Serializer; 2],
+            busy: [AtomicBool; 2],
+            hops: AtomicU64,
+        }
+        let chains: Arc<Vec<Chain>> = Arc::new(
+            (0..PAIRS)
+                .map(|_| Chain {
+                    lanes: [pool.serializer(), pool.serializer()],
+                    busy: [AtomicBool::new(false), AtomicBool::new(false)],
+                    hops: AtomicU64::new(0),
+                })
+                .collect(),
+        );
+        let violations = Arc::new(AtomicUsize::new(0));
+        fn hop(chains: Arc<Vec<Chain>>, v: Arc<AtomicUsize>, pair: usize, side: usize, n: u64) {
+            let c = &chains[pair];
+            if c.busy[side].swap(true, Ordering::Acquire) {
+                v.fetch_add(1, Ordering::Relaxed);
+            }
+            if c.hops.fetch_add(1, Ordering::Relaxed) != n {
+                v.fetch_add(1, Ordering::Relaxed);
+            }
+            c.busy[side].store(false, Ordering::Release);
+            if n + 1 < HOPS {
+                let next = 1 - side;
+                let (c2, v2) = (Arc::clone(&chains), Arc::clone(&v));
+                chains[pair].lanes[next]
+                    .push(move || hop(c2, v2, pair, next, n + 1))
+                    .unwrap();
+            }
+        }
+        for pair in 0..PAIRS {
+            let (c, v) = (Arc::clone(&chains), Arc::clone(&violations));
+            chains[pair].lanes[0]
+                .push(move || hop(c, v, pair, 0, 0))
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while chains.iter().any(|c| c.hops.load(Ordering::Relaxed) < HOPS) {
+            assert!(std::time::Instant::now() < deadline, "chains stalled");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let stats = pool.shutdown(ShutdownMode::Drain).unwrap();
+        assert_eq!(violations.load(Ordering::Relaxed), 0, "batch {batch}");
+        assert_eq!(stats.executed, PAIRS as u64 * HOPS, "batch {batch}");
+        for c in chains.iter() {
+            assert_eq!(c.hops.load(Ordering::Relaxed), HOPS);
+        }
+    }
+}
