@@ -13,8 +13,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 /// it, the header without its network lines, one reply per command line.
 pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome, EmuError> {
     let started = Instant::now();
-    let mut channel =
-        Channel::new(&format!("Local/100@tandem-{seq:08x};2"), &format!("1795239019.{seq}"));
+    let mut channel = Channel::new(
+        &format!("Local/100@tandem-{seq:08x};2"),
+        &format!("1795239019.{seq}"),
+    );
     channel.digit = plan.digit;
     let mut child = tokio::process::Command::new(script)
         .args(&plan.args)
@@ -27,8 +29,16 @@ pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome
         .spawn()?;
     let mut stdin = child.stdin.take().expect("piped stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-    let name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let full = header(plan, "127.0.0.1:4573".parse().expect("an address"), &channel, seq);
+    let name = script
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let full = header(
+        plan,
+        "127.0.0.1:4573".parse().expect("an address"),
+        &channel,
+        seq,
+    );
     // The header a local script reads: no network lines, agi_request = the script's name.
     let mut local = String::with_capacity(full.len());
     for line in full.split_inclusive('\n') {
@@ -66,7 +76,8 @@ pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome
             break;
         }
         if line.len() > plan.max_line_bytes {
-            out.violations.push(Violation::LineTooLong { bytes: line.len() });
+            out.violations
+                .push(Violation::LineTooLong { bytes: line.len() });
             break;
         }
         let command = line.trim_end_matches('\n');

@@ -48,6 +48,10 @@ pub struct AgiArgs {
     /// per call by the emulator (classic AGI), run by Tandem per call, and prewarmed by Tandem.
     #[arg(long, conflicts_with_all = ["target", "peer"])]
     pub scripts: bool,
+    /// With --scripts: calls per second in the latency phase (an open loop at a rate the
+    /// machine can sustain, where prewarming shows; at full load no pool can outrun the CPU).
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -161,6 +165,8 @@ pub(super) struct Subject {
     pub target: Target,
     pub plan: Plan,
     pub expect_commands: Option<usize>,
+    /// Open loop at this rate instead of `concurrency` sessions back to back.
+    pub rate_per_sec: Option<f64>,
     pub pid: Option<u32>,
     pub child: Option<Child>,
 }
@@ -176,7 +182,11 @@ impl Drop for Subject {
 
 /// The session every subject plays unless said otherwise: `route`, nothing recorded.
 pub(super) fn load_plan(route: &str) -> Plan {
-    Plan { idle_timeout: Duration::from_secs(10), record: false, ..Plan::route(route) }
+    Plan {
+        idle_timeout: Duration::from_secs(10),
+        record: false,
+        ..Plan::route(route)
+    }
 }
 
 pub fn run(args: AgiArgs) -> anyhow::Result<()> {
@@ -197,6 +207,7 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
             target: Target::FastAgi(addr),
             plan: plan.clone(),
             expect_commands: expect,
+            rate_per_sec: None,
             pid: args.target_pid,
             child: None,
         }),
@@ -205,12 +216,23 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
             let port = free_port()?;
             let mut cmd = Command::new(&exe);
             let listen = format!("127.0.0.1:{port}");
-            cmd.args(["serve", "--agi-listen", &listen, "--metrics-listen", "127.0.0.1:0"])
-                .env("TANDEM_LOG", "warn");
+            cmd.args([
+                "serve",
+                "--agi-listen",
+                &listen,
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .env("TANDEM_LOG", "warn");
             subjects.push(spawn("tandem", cmd, port, &plan, expect)?);
             let port = free_port()?;
             let mut cmd = Command::new(&exe);
-            cmd.args(["bench", "agi-floor", "--listen", &format!("127.0.0.1:{port}")]);
+            cmd.args([
+                "bench",
+                "agi-floor",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ]);
             subjects.push(spawn("floor", cmd, port, &plan, expect)?);
         }
     }
@@ -265,7 +287,9 @@ pub(super) fn measure(
     quiet: bool,
 ) -> anyhow::Result<BTreeMap<String, ServerFigures>> {
     anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     for s in subjects {
         runtime.block_on(wait_until_serving(s))?;
     }
@@ -276,6 +300,7 @@ pub(super) fn measure(
         duration: Duration::from_secs_f64(seconds),
         max_sessions: None,
         expect_commands: s.expect_commands,
+        rate_per_sec: s.rate_per_sec,
     };
     let total = subjects.len() * runs;
     let bar = if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -283,7 +308,9 @@ pub(super) fn measure(
     } else {
         ProgressBar::new(total as u64)
     };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs  {msg}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} runs  {msg}",
+    )?);
     // Warm up every subject (connection paths, allocator, page cache) before measuring.
     for s in subjects {
         bar.set_message(format!("warming up {}", s.name));
@@ -308,7 +335,11 @@ pub(super) fn measure(
         }
     }
     bar.finish_and_clear();
-    Ok(subjects.iter().zip(per_subject).map(|(s, runs)| (s.name.clone(), figures(&runs))).collect())
+    Ok(subjects
+        .iter()
+        .zip(per_subject)
+        .map(|(s, runs)| (s.name.clone(), figures(&runs)))
+        .collect())
 }
 
 fn figures(runs: &[(asterisk_emu::LoadReport, Option<f64>)]) -> ServerFigures {
@@ -370,6 +401,7 @@ pub(super) fn spawn(
         target: Target::FastAgi(SocketAddr::from(([127, 0, 0, 1], port))),
         plan: plan.clone(),
         expect_commands,
+        rate_per_sec: None,
         pid: Some(child.id()),
         child: Some(child),
     })
@@ -379,7 +411,9 @@ pub(super) fn spawn(
 /// not harmless: it sends panoramisk's header loop into a spin at EOF that starves its event
 /// loop), so readiness is one real session.
 async fn wait_until_serving(s: &Subject) -> anyhow::Result<()> {
-    let Target::FastAgi(addr) = &s.target else { return Ok(()) };
+    let Target::FastAgi(addr) = &s.target else {
+        return Ok(());
+    };
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         match asterisk_emu::run(*addr, &s.plan, 0).await {
