@@ -53,15 +53,7 @@ pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome
     }
     let _ = stdin.write_all(local.as_bytes()).await;
 
-    let mut out = Outcome {
-        status: AgiStatus::Success,
-        exchanges: Vec::new(),
-        commands: 0,
-        hangup_lines_sent: 0,
-        violations: Vec::new(),
-        failure_line: false,
-        duration: std::time::Duration::ZERO,
-    };
+    let mut out = Outcome::new();
     let mut line = String::new();
     loop {
         line.clear();
