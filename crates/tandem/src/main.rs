@@ -5,6 +5,9 @@
 //! library crates (see ARCHITECTURE.md).
 
 mod bench;
+mod config;
+mod http;
+mod serve;
 mod db;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run Tandem's services: the FastAGI server (127.0.0.1:4573) and metrics (127.0.0.1:9573).
+    Serve(serve::ServeArgs),
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -30,6 +35,7 @@ fn main() -> anyhow::Result<()> {
     init_logging();
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Db(args) => db::run(args),
     }

@@ -1,6 +1,8 @@
 //! `tandem bench ...`: every benchmark prints a table for a person, or one JSON object with
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
+pub mod agi;
+pub mod floor;
 pub mod kv;
 pub mod report;
 
@@ -8,12 +10,20 @@ use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
+    /// FastAGI sessions/s and latency: Tandem's native `bench` route (ten commands) against the
+    /// wire floor and any --peer, driven by the Asterisk emulator in the same run.
+    Agi(agi::AgiArgs),
+    /// The wire-floor server `bench agi` measures against (started by it; not for direct use).
+    #[command(hide = true)]
+    AgiFloor(floor::FloorArgs),
     /// The key-value store against an astdb replica and SQLite per-write transactions.
     Kv(kv::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Agi(args) => agi::run(args),
+        BenchCommand::AgiFloor(args) => floor::run(args),
         BenchCommand::Kv(args) => kv::run(args),
     }
 }

@@ -1,0 +1,288 @@
+//! One FastAGI session played from Asterisk's side over a real socket.
+
+use crate::channel::Channel;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How the emulated Asterisk behaves in one session.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// `agi_network_script`: the route with its query (`myscript?x=1`). Empty: no path, and the
+    /// line is left out of the header as Asterisk does.
+    pub script: String,
+    /// The dialplan's arguments (`agi_arg_1..N`).
+    pub args: Vec<String>,
+    /// The caller hangs up while this command (1-based) runs: a media command answers
+    /// `result=-1`, then `HANGUP` follows.
+    pub hangup_during: Option<usize>,
+    /// AGISIGHUP (default yes): send `HANGUP` lines at all.
+    pub agi_sighup: bool,
+    /// AGIEXITONHANGUP: on hangup send `HANGUP` twice and close.
+    pub exit_on_hangup: bool,
+    /// Time each command takes before it is answered (a WAIT FOR DIGIT that waits, say).
+    pub command_delay: Duration,
+    /// Digit the caller presses during the next media command.
+    pub digit: Option<char>,
+    /// How long the emulator waits for the server's next bytes before giving up. Asterisk has
+    /// no such timeout; a load generator and a test must not hang.
+    pub idle_timeout: Duration,
+    /// Most bytes of one line from the server before it counts as a violation.
+    pub max_line_bytes: usize,
+    /// Record each command and its reply in the outcome (tests), or only count them (load).
+    pub record: bool,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            script: String::new(),
+            args: Vec::new(),
+            hangup_during: None,
+            agi_sighup: true,
+            exit_on_hangup: false,
+            command_delay: Duration::ZERO,
+            digit: None,
+            idle_timeout: Duration::from_secs(30),
+            max_line_bytes: 8192,
+            record: true,
+        }
+    }
+}
+
+impl Plan {
+    pub fn route(script: &str) -> Self {
+        Plan {
+            script: script.to_string(),
+            ..Plan::default()
+        }
+    }
+}
+
+/// AGISTATUS as Asterisk would set it at the end of the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgiStatus {
+    Success,
+    /// The server sent `failure`, or a command failed while the channel was up.
+    Failure,
+    /// The channel hung up during the session.
+    Hangup,
+}
+
+/// Things a server did that a real Asterisk would punish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// Several commands in one write: Asterisk answers the first and the rest wait.
+    Pipelined { commands: usize },
+    /// A line from the server over `max_line_bytes`.
+    LineTooLong { bytes: usize },
+    /// The server stopped sending for `idle_timeout` (Asterisk would have waited forever).
+    Stalled,
+}
+
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub status: AgiStatus,
+    /// Each command line and the reply it got (when `Plan::record`).
+    pub exchanges: Vec<(String, String)>,
+    pub commands: usize,
+    pub hangup_lines_sent: usize,
+    pub violations: Vec<Violation>,
+    /// The server wrote `failure`.
+    pub failure_line: bool,
+    pub duration: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    #[error("connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Builds the header Asterisk 22.10.1 sends, in its order.
+pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> String {
+    let mut h = String::with_capacity(640);
+    h.push_str("agi_network: yes\n");
+    let mut request = format!("agi://{addr}");
+    if !plan.script.is_empty() {
+        h.push_str(&format!("agi_network_script: {}\n", plan.script));
+        request.push('/');
+        request.push_str(&plan.script);
+    }
+    let vars = [
+        ("agi_request", request.as_str()),
+        ("agi_channel", &channel.name),
+        ("agi_language", "en"),
+        ("agi_type", "Local"),
+        ("agi_uniqueid", &channel.uniqueid),
+        ("agi_version", "22.10.1"),
+        ("agi_callerid", &channel.callerid_num),
+        ("agi_calleridname", &channel.callerid_name),
+        ("agi_callingpres", "0"),
+        ("agi_callingani2", "0"),
+        ("agi_callington", "0"),
+        ("agi_callingtns", "0"),
+        ("agi_dnid", "unknown"),
+        ("agi_rdnis", "unknown"),
+        ("agi_context", &channel.context),
+        ("agi_extension", &channel.extension),
+        ("agi_priority", &channel.priority),
+        ("agi_enhanced", "0.0"),
+        ("agi_accountcode", ""),
+    ];
+    for (n, v) in vars {
+        h.push_str(n);
+        h.push_str(": ");
+        h.push_str(v);
+        h.push('\n');
+    }
+    h.push_str(&format!("agi_threadid: {}\n", 140_400_000_000_000u64 + seq));
+    for (i, a) in plan.args.iter().enumerate() {
+        h.push_str(&format!("agi_arg_{}: {a}\n", i + 1));
+    }
+    h.push('\n');
+    h
+}
+
+/// Connects to `addr` and plays one session by `plan`.
+pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, EmuError> {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|source| EmuError::Connect { addr, source })?;
+    stream.set_nodelay(true)?;
+    let mut channel = Channel::new(
+        &format!("Local/100@tandem-{seq:08x};2"),
+        &format!("1795239019.{seq}"),
+    );
+    channel.digit = plan.digit;
+    let mut out = Outcome {
+        status: AgiStatus::Success,
+        exchanges: Vec::new(),
+        commands: 0,
+        hangup_lines_sent: 0,
+        violations: Vec::new(),
+        failure_line: false,
+        duration: Duration::ZERO,
+    };
+    stream
+        .write_all(header(plan, addr, &channel, seq).as_bytes())
+        .await?;
+
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut hung_up = false;
+    let mut command_failed = false;
+    // Lines that arrived with an earlier one in the same read wait, as in Asterisk, until the
+    // next read returns something.
+    let mut stalled = false;
+    'session: loop {
+        let n = match tokio::time::timeout(plan.idle_timeout, stream.read(&mut chunk)).await {
+            Err(_) => {
+                out.violations.push(Violation::Stalled);
+                break;
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
+            Ok(r) => r?,
+        };
+        if n == 0 {
+            // The server closed its side: Asterisk answers with HANGUP (unless AGISIGHUP=no) and
+            // closes, even when the channel is still up.
+            if plan.agi_sighup && !(hung_up && plan.exit_on_hangup) {
+                let _ = stream.write_all(b"HANGUP\n").await;
+                out.hangup_lines_sent += 1;
+            }
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut lines = Vec::new();
+        while let Some(i) = memchr::memchr(b'\n', &buf) {
+            lines.push(String::from_utf8_lossy(&buf[..i]).into_owned());
+            buf.drain(..=i);
+        }
+        if buf.len() > plan.max_line_bytes {
+            out.violations
+                .push(Violation::LineTooLong { bytes: buf.len() });
+            break;
+        }
+        let take = if stalled || lines.len() <= 1 {
+            lines.len()
+        } else {
+            1
+        };
+        if lines.len() > 1 && !stalled {
+            out.violations.push(Violation::Pipelined {
+                commands: lines.len(),
+            });
+            stalled = true;
+            buf.splice(
+                0..0,
+                lines[1..].iter().flat_map(|l| l.bytes().chain([b'\n'])),
+            );
+        } else {
+            stalled = false;
+        }
+        for line in lines.into_iter().take(take) {
+            if line.len() >= 7 && line[..7].eq_ignore_ascii_case("failure") {
+                out.failure_line = true;
+                out.status = AgiStatus::Failure;
+                break 'session;
+            }
+            out.commands += 1;
+            if !plan.command_delay.is_zero() {
+                tokio::time::sleep(plan.command_delay).await;
+            }
+            let mut reply = String::new();
+            let mut send_hangup = false;
+            if plan.hangup_during == Some(out.commands) && !hung_up {
+                hung_up = true;
+                send_hangup = true;
+                match channel.cut_by_hangup(&line) {
+                    Some(r) => reply.push_str(&r),
+                    None => reply.push_str(&channel.execute(&line).text),
+                }
+            } else {
+                let answer = channel.execute(&line);
+                command_failed |= answer.failure && channel.alive;
+                if answer.hung_up_now {
+                    hung_up = true;
+                    send_hangup = true;
+                }
+                reply.push_str(&answer.text);
+            }
+            if send_hangup && plan.agi_sighup {
+                reply.push_str("HANGUP\n");
+                out.hangup_lines_sent += 1;
+                if plan.exit_on_hangup {
+                    reply.push_str("HANGUP\n");
+                    out.hangup_lines_sent += 1;
+                }
+            }
+            stream.write_all(reply.as_bytes()).await?;
+            if plan.record {
+                out.exchanges.push((line, reply));
+            }
+            if hung_up && plan.exit_on_hangup {
+                break 'session;
+            }
+        }
+    }
+    if out.status != AgiStatus::Failure {
+        out.status = if hung_up {
+            AgiStatus::Hangup
+        } else if command_failed {
+            AgiStatus::Failure
+        } else {
+            AgiStatus::Success
+        };
+    }
+    let _ = stream.shutdown().await;
+    out.duration = started.elapsed();
+    Ok(out)
+}

@@ -1,0 +1,82 @@
+//! `tandem serve`: runs every enabled service until SIGTERM or ctrl-c, then drains.
+
+use crate::config::Config;
+use clap::Args;
+use prometheus_client::registry::Registry;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tracing::info;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Configuration file (TOML). Without one, safe defaults: FastAGI on 127.0.0.1:4573,
+    /// metrics on 127.0.0.1:9573. See tandem.example.toml for every option.
+    #[arg(long, short, value_name = "FILE", env = "TANDEM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where FastAGI listens (overrides fastagi.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub agi_listen: Option<SocketAddr>,
+    /// Where /metrics and /health listen (overrides metrics.listen).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(a) = args.agi_listen {
+        config.fastagi.listen = a;
+    }
+    if let Some(a) = args.metrics_listen {
+        config.metrics.listen = a;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
+    let router = fastagi::builtin::routes();
+    let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
+    let http = crate::http::bind(config.metrics.listen).await?;
+    info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);
+
+    let (stop_tx, stop_rx) = fastagi::shutdown_channel();
+    let stopped = |mut rx: fastagi::Shutdown| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let http_task = tokio::spawn(crate::http::serve(
+        http,
+        Arc::new(registry),
+        stopped(stop_rx.clone()),
+    ));
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutting down: no new sessions; draining those in progress");
+        let _ = stop_tx.send(true);
+    });
+    // The FastAGI workers run on threads of their own, each with its own runtime.
+    let summary = tokio::task::spawn_blocking(move || server.run_on_threads(stop_rx)).await??;
+    info!(
+        sessions = summary.sessions,
+        cut = summary.cut_at_shutdown,
+        "FastAGI server stopped"
+    );
+    http_task.await??;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

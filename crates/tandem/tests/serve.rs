@@ -1,0 +1,180 @@
+//! `tandem serve` as an operator runs it: a real process, real sockets, real signals.
+
+use asterisk_emu::{AgiStatus, Plan};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Served {
+    child: Child,
+    agi: SocketAddr,
+    http: SocketAddr,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn serve(extra: &[&str]) -> Served {
+    let (agi, http) = (free_addr(), free_addr());
+    let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "serve",
+            "--agi-listen",
+            &agi.to_string(),
+            "--metrics-listen",
+            &http.to_string(),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let served = Served { child, agi, http };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(agi).is_err() || TcpStream::connect(http).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "tandem serve did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    served
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+fn emulate(addr: SocketAddr, plan: Plan) -> asterisk_emu::Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(asterisk_emu::run(addr, &plan, 1)).unwrap()
+}
+
+#[test]
+fn serve_answers_asterisk_and_exports_metrics() {
+    let served = serve(&[]);
+    let out = emulate(served.agi, Plan::route("bench"));
+    assert_eq!(out.status, AgiStatus::Success);
+    assert_eq!(out.commands, 10);
+    assert!(http_get(served.http, "/health").ends_with("OK\n"));
+    let metrics = http_get(served.http, "/metrics");
+    // The start-up probe's bare connection is counted apart, not as a failed header.
+    assert!(metrics.contains("tandem_agi_sessions_failed_total{reason=\"closed_before_header\"}"));
+    assert!(!metrics.contains("reason=\"header\""), "{metrics}");
+    for expected in [
+        "tandem_agi_commands_sent_total 10",
+        "tandem_agi_sessions_max 1024",
+        "tandem_agi_session_duration_seconds_count{route=\"bench\"} 1",
+    ] {
+        assert!(metrics.contains(expected), "{expected} not in:\n{metrics}");
+    }
+}
+
+#[test]
+fn sigterm_stops_accepting_and_drains_the_session_in_progress() {
+    let mut served = serve(&[]);
+    let addr = served.agi;
+    // A slow caller: each command takes 200 ms to answer, nine commands in all.
+    let plan = Plan {
+        command_delay: Duration::from_millis(200),
+        ..Plan::route("example")
+    };
+    let session = std::thread::spawn(move || emulate(addr, plan));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !http_get(served.http, "/metrics").contains("tandem_agi_sessions_active 1") {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = served.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = session.join().unwrap();
+    assert_eq!(
+        out.status,
+        AgiStatus::Success,
+        "the session in progress finished"
+    );
+    assert_eq!(
+        out.exchanges.last().unwrap().0,
+        "SET VARIABLE TANDEM_DIGIT \"\""
+    );
+    let status = served.child.wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn a_bad_configuration_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tandem.toml");
+    std::fs::write(&path, "[fastagi]\nmax_session = 10\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tandem.toml") && err.contains("max_session"),
+        "{err}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--config", "/nonexistent/tandem.toml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the configuration file"));
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "serve",
+            "--agi-listen",
+            &addr,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
