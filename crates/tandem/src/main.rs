@@ -6,9 +6,10 @@
 
 mod bench;
 mod config;
-mod http;
-mod serve;
 mod db;
+mod http;
+mod kv_routes;
+mod serve;
 
 use clap::{Parser, Subcommand};
 

@@ -42,7 +42,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
-    let router = fastagi::builtin::routes();
+    let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
+    info!(path = %store.path().display(), "key-value store open");
+    let router = crate::kv_routes::add(fastagi::builtin::routes(), &store)?;
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     let http = crate::http::bind(config.metrics.listen).await?;
     info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);
