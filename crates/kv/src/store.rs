@@ -120,7 +120,7 @@ pub(crate) struct Shared {
     pub namespaces: RwLock<HashMap<String, Arc<NsIndex>>>,
     pub cache: LargeCache,
     pub stats: Counters,
-    pub last_error: Mutex<Option<String>>,
+    pub last_error: Mutex<Option<KvError>>,
     pub ckpt: CheckpointSignal,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -475,12 +475,20 @@ impl Store {
         &self.inner.shared.path
     }
 
-    /// Blocks until every write queued so far (sync or async) is on disk.
+    /// Blocks until every write queued so far (sync or async) is on disk. Fails if a commit
+    /// failed meanwhile (an async write's failure has no caller to go to otherwise).
     pub fn flush(&self) -> Result<()> {
         let shared = &self.inner.shared;
+        let errors_before = shared.stats.write_errors.load(Ordering::Acquire);
         let res = shared.queue.reserve(0, |r| shared.closed_error(r))?;
         let (_, commit) = res.push(&self.ns, Op::Barrier, Durability::Sync);
-        commit.wait()
+        commit.wait()?;
+        if shared.stats.write_errors.load(Ordering::Acquire) > errors_before {
+            if let Some(e) = shared.last_error.lock().clone() {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Counts and sizes, summed over namespaces.
@@ -524,7 +532,12 @@ impl Store {
 
     /// The last commit error, if any commit failed since open.
     pub fn last_error(&self) -> Option<String> {
-        self.inner.shared.last_error.lock().clone()
+        self.inner
+            .shared
+            .last_error
+            .lock()
+            .as_ref()
+            .map(ToString::to_string)
     }
 
     /// Copies the whole store to `dest` (which must not exist) with SQLite's online backup,

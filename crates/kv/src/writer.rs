@@ -63,7 +63,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 let err = write_error(&shared.path, &e);
                 shared.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %err, ops = batch.len(), "key-value store commit failed");
-                *shared.last_error.lock() = Some(err.to_string());
+                *shared.last_error.lock() = Some(err.clone());
                 Some(err)
             }
         };
