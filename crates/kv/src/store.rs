@@ -483,10 +483,10 @@ impl Store {
         let res = shared.queue.reserve(0, |r| shared.closed_error(r))?;
         let (_, commit) = res.push(&self.ns, Op::Barrier, Durability::Sync);
         commit.wait()?;
-        if shared.stats.write_errors.load(Ordering::Acquire) > errors_before {
-            if let Some(e) = shared.last_error.lock().clone() {
-                return Err(e);
-            }
+        if shared.stats.write_errors.load(Ordering::Acquire) > errors_before
+            && let Some(e) = shared.last_error.lock().clone()
+        {
+            return Err(e);
         }
         Ok(())
     }
