@@ -20,6 +20,9 @@ pub struct ServeArgs {
     /// Where /metrics and /health listen (overrides metrics.listen).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Directory of the key-value store (overrides kv.data_dir).
+    #[arg(long, value_name = "DIR", env = "TANDEM_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -32,6 +35,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(a) = args.metrics_listen {
         config.metrics.listen = a;
+    }
+    if let Some(d) = args.data_dir {
+        config.kv.data_dir = d;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
