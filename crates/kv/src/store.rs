@@ -49,12 +49,12 @@ pub struct Options {
     /// How often the background checkpointer copies the WAL into the main file when nothing
     /// asks it sooner (the writer asks when the WAL nears `wal_restart_bytes`). Default 1000 ms.
     pub checkpoint_interval_ms: u64,
-    /// WAL length at which it restarts from its beginning: at three quarters the writer asks the
-    /// background checkpointer to copy the WAL into the main file; once it has and the WAL is
-    /// this long, the writer checkpoints the few commits left (writes wait for that short
-    /// checkpoint), and the next transaction rewrites the WAL from the start. The WAL file keeps
-    /// this size and is overwritten in place, which makes each commit's fsync cheaper (no file
-    /// size change to journal). Default 16 MiB.
+    /// Longest WAL: it restarts from its beginning before this. At a quarter the writer asks
+    /// the background checkpointer to copy the WAL into the main file; from half, once that is
+    /// done, the writer checkpoints the few commits left (writes wait for that short checkpoint)
+    /// and the next transaction rewrites the WAL from the start; at the full length it does so
+    /// whatever it costs. So the WAL file keeps its size and commits overwrite it in place,
+    /// which keeps each commit's fsync cheap (no size change to journal). Default 16 MiB.
     pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,

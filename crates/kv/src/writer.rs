@@ -310,24 +310,26 @@ impl WalWatch {
             self.last_attempt.set(0);
         }
         self.last_pages.set(pages);
-        if self.kicked_at.get().is_none() && pages >= self.restart_pages * 3 / 4 {
+        if self.kicked_at.get().is_none() && pages >= self.restart_pages / 4 {
             self.kicked_at
                 .set(Some(shared.ckpt.generation.load(Ordering::Acquire)));
             shared.ckpt.kick();
         }
-        if pages < self.restart_pages {
+        if pages < self.restart_pages / 2 {
             return;
         }
         let background_done = self
             .kicked_at
             .get()
             .is_some_and(|g| shared.ckpt.generation.load(Ordering::Acquire) > g);
-        // Without the background copy, wait until the WAL is twice as long before doing it all
-        // here; and retry only after more growth if a reader kept a restart from happening.
-        if !background_done && pages < self.restart_pages * 2 {
+        // Past half the length, restart as soon as the background copy is done (little is left
+        // to copy here); at the full length, restart whatever it costs, because a WAL that grows
+        // past its file's size makes every commit's fsync journal the new size. Retry only after
+        // more growth if a reader kept a restart from happening.
+        if !background_done && pages < self.restart_pages {
             return;
         }
-        if self.last_attempt.get() > 0 && pages < self.last_attempt.get() + self.restart_pages / 4 {
+        if self.last_attempt.get() > 0 && pages < self.last_attempt.get() + self.restart_pages / 8 {
             return;
         }
         self.last_attempt.set(pages);
