@@ -46,12 +46,15 @@ pub struct Options {
     pub value_bytes_max: usize,
     /// SQLite connections for reading large values, backups and exports. Default 2.
     pub read_connections: usize,
-    /// How often the background checkpointer copies the WAL into the main file. Default 100 ms.
+    /// How often the background checkpointer copies the WAL into the main file when nothing
+    /// asks it sooner (the writer asks when the WAL nears `wal_restart_bytes`). Default 1000 ms.
     pub checkpoint_interval_ms: u64,
-    /// Once the WAL holds this much, the writer checkpoints the little the background
-    /// checkpointer has not copied yet, so that the next transaction starts the WAL from its
-    /// beginning (writes wait for that short checkpoint). The WAL file keeps this size and is
-    /// overwritten in place, which makes each commit's fsync cheaper. Default 4 MiB.
+    /// Longest WAL: it restarts from its beginning before this. At a quarter the writer asks
+    /// the background checkpointer to copy the WAL into the main file; from half, once that is
+    /// done, the writer checkpoints the few commits left (writes wait for that short checkpoint)
+    /// and the next transaction rewrites the WAL from the start; at the full length it does so
+    /// whatever it costs. So the WAL file keeps its size and commits overwrite it in place,
+    /// which keeps each commit's fsync cheap (no size change to journal). Default 16 MiB.
     pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
@@ -70,8 +73,8 @@ impl Default for Options {
             key_bytes_max: 1024,
             value_bytes_max: 1 << 20,
             read_connections: 2,
-            checkpoint_interval_ms: 100,
-            wal_restart_bytes: 4 << 20,
+            checkpoint_interval_ms: 1000,
+            wal_restart_bytes: 16 << 20,
             shards: 64,
         }
     }
@@ -117,7 +120,8 @@ pub(crate) struct Shared {
     pub namespaces: RwLock<HashMap<String, Arc<NsIndex>>>,
     pub cache: LargeCache,
     pub stats: Counters,
-    pub last_error: Mutex<Option<String>>,
+    pub last_error: Mutex<Option<KvError>>,
+    pub ckpt: CheckpointSignal,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
     next_ns_id: AtomicUsize,
@@ -143,21 +147,43 @@ impl Shared {
     }
 }
 
+/// How the writer asks the background checkpointer to run now, and learns that it has.
+#[derive(Default)]
+pub(crate) struct CheckpointSignal {
+    state: Mutex<CheckpointState>,
+    cv: Condvar,
+    /// Checkpoints completed by the background checkpointer.
+    pub generation: AtomicU64,
+}
+
+#[derive(Default)]
+struct CheckpointState {
+    stop: bool,
+    kick: bool,
+}
+
+impl CheckpointSignal {
+    pub fn kick(&self) {
+        self.state.lock().kick = true;
+        self.cv.notify_one();
+    }
+
+    fn stop(&self) {
+        self.state.lock().stop = true;
+        self.cv.notify_one();
+    }
+}
+
 struct Inner {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     checkpointer: Mutex<Option<JoinHandle<()>>>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
     _lock: File,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        {
-            let (m, cv) = &*self.stop;
-            *m.lock() = true;
-            cv.notify_all();
-        }
+        self.shared.ckpt.stop();
         if let Some(h) = self.checkpointer.lock().take() {
             let _ = h.join();
         }
@@ -360,6 +386,7 @@ impl Store {
             cache: LargeCache::new(options.cache_bytes_max),
             stats: Counters::default(),
             last_error: Mutex::new(None),
+            ckpt: CheckpointSignal::default(),
             readers,
             next_reader: AtomicUsize::new(0),
             next_ns_id: AtomicUsize::new(names.len()),
@@ -378,14 +405,13 @@ impl Store {
                 .spawn(move || crate::writer::run(shared, conn))
                 .map_err(spawn_err)?
         };
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let checkpointer = {
-            let stop = stop.clone();
+            let shared = shared.clone();
             let interval = Duration::from_millis(shared.options.checkpoint_interval_ms.max(1));
             let path = path.clone();
             std::thread::Builder::new()
                 .name("kv-checkpoint".into())
-                .spawn(move || checkpoint_loop(checkpoint_conn, &path, interval, &stop))
+                .spawn(move || checkpoint_loop(checkpoint_conn, &path, interval, &shared.ckpt))
                 .map_err(spawn_err)?
         };
         let default = shared.namespaces.read()[DEFAULT_NAMESPACE].clone();
@@ -393,7 +419,6 @@ impl Store {
             shared,
             writer: Mutex::new(Some(writer)),
             checkpointer: Mutex::new(Some(checkpointer)),
-            stop,
             _lock: lock,
         });
         Ok(Store {
@@ -450,12 +475,20 @@ impl Store {
         &self.inner.shared.path
     }
 
-    /// Blocks until every write queued so far (sync or async) is on disk.
+    /// Blocks until every write queued so far (sync or async) is on disk. Fails if a commit
+    /// failed meanwhile (an async write's failure has no caller to go to otherwise).
     pub fn flush(&self) -> Result<()> {
         let shared = &self.inner.shared;
+        let errors_before = shared.stats.write_errors.load(Ordering::Acquire);
         let res = shared.queue.reserve(0, |r| shared.closed_error(r))?;
         let (_, commit) = res.push(&self.ns, Op::Barrier, Durability::Sync);
-        commit.wait()
+        commit.wait()?;
+        if shared.stats.write_errors.load(Ordering::Acquire) > errors_before
+            && let Some(e) = shared.last_error.lock().clone()
+        {
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Counts and sizes, summed over namespaces.
@@ -499,7 +532,12 @@ impl Store {
 
     /// The last commit error, if any commit failed since open.
     pub fn last_error(&self) -> Option<String> {
-        self.inner.shared.last_error.lock().clone()
+        self.inner
+            .shared
+            .last_error
+            .lock()
+            .as_ref()
+            .map(ToString::to_string)
     }
 
     /// Copies the whole store to `dest` (which must not exist) with SQLite's online backup,
@@ -576,24 +614,25 @@ fn load(conn: &Connection, ns: &NsIndex, path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn checkpoint_loop(
-    conn: Connection,
-    path: &Path,
-    interval: Duration,
-    stop: &(Mutex<bool>, Condvar),
-) {
-    let (m, cv) = stop;
-    let mut stopped = m.lock();
-    while !*stopped {
-        cv.wait_for(&mut stopped, interval);
-        if *stopped {
+/// The background checkpointer: copies the WAL into the main file every `interval`, or at once
+/// when the writer asks (the WAL is nearly due for a restart), so that the writer's own
+/// checkpoint before a restart has only the last few commits left to copy.
+fn checkpoint_loop(conn: Connection, path: &Path, interval: Duration, sig: &CheckpointSignal) {
+    let mut st = sig.state.lock();
+    loop {
+        if !st.stop && !st.kick {
+            sig.cv.wait_for(&mut st, interval);
+        }
+        if st.stop {
             break;
         }
-        drop(stopped);
+        st.kick = false;
+        drop(st);
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::debug!(path = %path.display(), error = %e, "passive checkpoint failed");
         }
-        stopped = m.lock();
+        sig.generation.fetch_add(1, Ordering::AcqRel);
+        st = sig.state.lock();
     }
 }
 
@@ -628,6 +667,25 @@ impl Namespace {
             Visible::Absent => Ok(None),
             Visible::Value(v) => Ok(Some(v)),
             Visible::Large { seq } => self.load_large(path, seq),
+        }
+    }
+
+    /// The value of `/family/key` if it can be had without touching the disk: `None` when it is
+    /// a large value neither cached nor pending, which only [`Namespace::get`] (which may read
+    /// the file) returns. For async code that must not block on IO.
+    pub fn try_get(&self, family: &str, key: &str) -> Option<Option<Value>> {
+        let path = key_path(family, key);
+        let vis = {
+            let shard = self.ns.read(&path);
+            self.ns.visible(&shard, &path)
+        };
+        match vis {
+            Visible::Absent => Some(None),
+            Visible::Value(v) => Some(Some(v)),
+            Visible::Large { seq } => {
+                let key: Arc<str> = Arc::from(path);
+                self.shared().cache.get(self.ns.id, &key, seq).map(Some)
+            }
         }
     }
 

@@ -7,6 +7,7 @@ use crate::queue::{Op, Queued};
 use crate::store::Shared;
 use crate::value::Text;
 use rusqlite::{Connection, params};
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -62,7 +63,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
                 let err = write_error(&shared.path, &e);
                 shared.stats.write_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %err, ops = batch.len(), "key-value store commit failed");
-                *shared.last_error.lock() = Some(err.to_string());
+                *shared.last_error.lock() = Some(err.clone());
                 Some(err)
             }
         };
@@ -268,11 +269,14 @@ fn revert(shared: &Shared, batch: Vec<Queued>, err: KvError) {
 }
 
 /// Watches the WAL's length (SQLite reports it after each commit) and restarts the WAL once it
-/// passes `wal_restart_bytes`.
+/// passes `wal_restart_bytes` (see `Options::wal_restart_bytes`).
 struct WalWatch {
     pages: Arc<AtomicI64>,
     restart_pages: i64,
-    last_attempt: std::cell::Cell<i64>,
+    /// The background checkpointer's generation when the writer asked it to run this cycle.
+    kicked_at: Cell<Option<u64>>,
+    last_pages: Cell<i64>,
+    last_attempt: Cell<i64>,
 }
 
 impl WalWatch {
@@ -292,18 +296,40 @@ impl WalWatch {
         WalWatch {
             pages,
             restart_pages: (shared.options.wal_restart_bytes as i64 / page_size).max(64),
-            last_attempt: std::cell::Cell::new(0),
+            kicked_at: Cell::new(None),
+            last_pages: Cell::new(0),
+            last_attempt: Cell::new(0),
         }
     }
 
     fn after_commit(&self, shared: &Shared, conn: &Connection) {
         let pages = self.pages.load(Ordering::Relaxed);
-        if pages < self.last_attempt.get() {
-            // The WAL restarted.
+        if pages < self.last_pages.get() {
+            // The WAL restarted: a new cycle.
+            self.kicked_at.set(None);
             self.last_attempt.set(0);
         }
-        // Retry only after more growth if a reader kept the last attempt from completing.
-        if pages < self.restart_pages || pages < self.last_attempt.get() + self.restart_pages / 4 {
+        self.last_pages.set(pages);
+        if self.kicked_at.get().is_none() && pages >= self.restart_pages / 4 {
+            self.kicked_at
+                .set(Some(shared.ckpt.generation.load(Ordering::Acquire)));
+            shared.ckpt.kick();
+        }
+        if pages < self.restart_pages / 2 {
+            return;
+        }
+        let background_done = self
+            .kicked_at
+            .get()
+            .is_some_and(|g| shared.ckpt.generation.load(Ordering::Acquire) > g);
+        // Past half the length, restart as soon as the background copy is done (little is left
+        // to copy here); at the full length, restart whatever it costs, because a WAL that grows
+        // past its file's size makes every commit's fsync journal the new size. Retry only after
+        // more growth if a reader kept a restart from happening.
+        if !background_done && pages < self.restart_pages {
+            return;
+        }
+        if self.last_attempt.get() > 0 && pages < self.last_attempt.get() + self.restart_pages / 8 {
             return;
         }
         self.last_attempt.set(pages);

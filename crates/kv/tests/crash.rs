@@ -64,6 +64,19 @@ fn child() {
                         println!("VISIBLE {}", store.exists("full", &i.to_string()));
                         failures += 1;
                         if failures == 3 {
+                            // An async write's failure surfaces at the next flush.
+                            let accepted = store
+                                .put_with(
+                                    "full",
+                                    "async",
+                                    "A".repeat(16_000),
+                                    kv::Durability::Async,
+                                )
+                                .is_ok();
+                            println!(
+                                "ASYNC accepted={accepted} flush_failed={}",
+                                store.flush().is_err()
+                            );
                             break;
                         }
                     }
@@ -202,8 +215,12 @@ fn disk_full_gives_a_clear_error_and_loses_nothing_acknowledged() {
     let mut acked = Vec::new();
     let mut errors = Vec::new();
     let mut visible = Vec::new();
+    let mut out_async = Vec::new();
     for line in out.lines() {
         let line = line.unwrap();
+        if line.contains("ASYNC ") {
+            out_async.push(line.clone());
+        }
         if let Some(n) = after(&line, "ACK ") {
             acked.push(n.parse::<u64>().unwrap());
         } else if let Some(e) = after(&line, "ERR ") {
@@ -224,6 +241,12 @@ fn disk_full_gives_a_clear_error_and_loses_nothing_acknowledged() {
         assert!(e.contains("safe on disk"), "{e}");
         assert!(e.contains("free space") || e.contains("full"), "{e}");
     }
+    assert!(
+        out_async
+            .iter()
+            .any(|l| l.contains("accepted=true flush_failed=true")),
+        "{out_async:?}"
+    );
     // A write that failed is not shown to readers.
     assert!(visible.iter().all(|v| v == "false"), "{visible:?}");
     // Without the limit, every acknowledged write is there.

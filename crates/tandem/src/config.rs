@@ -13,6 +13,22 @@ pub struct Config {
     pub fastagi: fastagi::ServerConfig,
     pub scripts: fastagi::script::ScriptConfig,
     pub metrics: MetricsConfig,
+    pub kv: KvConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KvConfig {
+    /// Directory of the key-value store (its file is kv.sqlite3 in it).
+    pub data_dir: std::path::PathBuf,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        KvConfig {
+            data_dir: "tandem-data".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -56,6 +72,7 @@ mod tests {
         assert_eq!(example.fastagi, defaults.fastagi);
         assert_eq!(example.scripts, defaults.scripts);
         assert_eq!(example.metrics.listen, defaults.metrics.listen);
+        assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod cdr;
 mod config;
 mod db;
 mod http;
+mod kv_routes;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -24,6 +24,9 @@ pub struct ServeArgs {
     /// Where /metrics and /health listen (overrides metrics.listen).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Directory of the key-value store (overrides kv.data_dir).
+    #[arg(long, value_name = "DIR", env = "TANDEM_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -40,6 +43,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(a) = args.metrics_listen {
         config.metrics.listen = a;
     }
+    if let Some(d) = args.data_dir {
+        config.kv.data_dir = d;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -49,7 +55,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
-    let mut router = fastagi::builtin::routes();
+    let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
+    info!(path = %store.path().display(), "key-value store open");
+    let mut router = crate::kv_routes::add(fastagi::builtin::routes(), &store)?;
     if config.scripts.dir.is_some() {
         // Every path no native route takes goes to the script directory.
         let script_metrics = Arc::new(fastagi::script::ScriptMetrics::new(&mut registry));

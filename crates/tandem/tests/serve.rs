@@ -37,6 +37,15 @@ fn serve(extra: &[&str]) -> Served {
             &http.to_string(),
         ])
         .args(extra)
+        // Each server its own key-value store: two may not share one.
+        .env(
+            "TANDEM_DATA_DIR",
+            std::env::temp_dir().join(format!(
+                "tandem-serve-test-{}-{}",
+                std::process::id(),
+                agi.port()
+            )),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -172,6 +181,10 @@ fn a_taken_port_is_a_clear_error() {
             "--metrics-listen",
             "127.0.0.1:0",
         ])
+        .env(
+            "TANDEM_DATA_DIR",
+            std::env::temp_dir().join(format!("tandem-serve-test-{}-taken", std::process::id())),
+        )
         .output()
         .unwrap();
     assert!(!out.status.success());

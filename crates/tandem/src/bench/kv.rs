@@ -50,6 +50,18 @@ pub struct Args {
     /// much less), to separate waiting for the disk from waiting for a CPU.
     #[arg(long)]
     hog_direct: bool,
+    /// Run the lookup and async-put load threads (the callers, not the store's own threads)
+    /// with real-time priority (SCHED_FIFO, needs root or CAP_SYS_NICE), so that on a busy
+    /// machine their figures show the store rather than waiting for a CPU. The astdb replica's
+    /// readers get the same priority.
+    #[arg(long)]
+    realtime_readers: bool,
+    /// The store's `wal_restart_bytes`, in MiB (default: the store's default).
+    #[arg(long)]
+    wal_restart_mib: Option<u64>,
+    /// The store's `checkpoint_interval_ms` (default: the store's default).
+    #[arg(long)]
+    checkpoint_interval_ms: Option<u64>,
     /// Seconds of each throughput run (three runs; the median is reported).
     #[arg(long, default_value_t = 1)]
     throughput_secs: u64,
@@ -117,6 +129,8 @@ struct KvReport {
     astdb_get_to_get_p99_ratio_disk_hog: f64,
     disk_hog_mib_per_sec: f64,
     disk_hog_direct: bool,
+    /// Whether lookups and async puts were issued from SCHED_FIFO threads.
+    realtime_readers: bool,
     goals: Goals,
     phases: Vec<PhaseRow>,
 }
@@ -223,6 +237,13 @@ fn precise_timers() {
     }
 }
 
+/// Gives this thread SCHED_FIFO priority 10 if permitted; returns whether it did.
+fn realtime_priority() -> bool {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: sched_setscheduler on the calling thread (0) with a valid parameter.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
 /// Waits until `at`: sleeps until shortly before, then spins.
 fn wait_until(at: Instant) {
     const SPIN: Duration = Duration::from_micros(20);
@@ -244,7 +265,7 @@ struct Samples {
 
 /// Runs `threads` threads issuing `rate` operations per second in total for `dur`; each thread
 /// calls `op(thread, i)` on its schedule.
-fn open_loop<F>(threads: usize, rate: u64, dur: Duration, op: F) -> Samples
+fn open_loop<F>(threads: usize, rate: u64, dur: Duration, realtime: bool, op: F) -> Samples
 where
     F: Fn(usize, u64) + Sync,
 {
@@ -261,6 +282,9 @@ where
             .map(|t| {
                 s.spawn(move || {
                     precise_timers();
+                    if realtime {
+                        realtime_priority();
+                    }
                     let offset = interval.mul_f64(t as f64 / threads as f64);
                     let cap = (dur.as_secs_f64() * per_thread) as usize + 2;
                     let mut open = Vec::with_capacity(cap);
@@ -572,7 +596,7 @@ fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool) {
     let sync_writers = a.sync_writers;
     let (sync, (asyn, gets)) = std::thread::scope(|s| {
         let w = s.spawn(|| {
-            open_loop(sync_writers, a.sync_rate, dur, |t, i| {
+            open_loop(sync_writers, a.sync_rate, dur, false, |t, i| {
                 let mut r = Rng::new((t as u64) << 32 | i);
                 let ext = binding_key(r.next(), bindings);
                 store
@@ -582,7 +606,7 @@ fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool) {
             })
         });
         let x = s.spawn(|| {
-            open_loop(1, a.async_rate, dur, |t, i| {
+            open_loop(1, a.async_rate, dur, a.realtime_readers, |t, i| {
                 let mut r = Rng::new(0xa5a5 ^ ((t as u64) << 32 | i));
                 let ext = binding_key(r.next(), bindings);
                 let c = store
@@ -591,7 +615,7 @@ fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool) {
                 debug_assert!(c.is_done());
             })
         });
-        let g = open_loop(2, a.get_rate, dur, |t, i| {
+        let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
             let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
             let ext = binding_key(r.next(), bindings);
             let v = store.get("registrar", &ext).expect("get");
@@ -626,13 +650,13 @@ fn phase_astdb(cx: &mut Ctx, db: &AstdbReplica, hog: bool) {
     let bindings = a.bindings;
     let (puts, gets) = std::thread::scope(|s| {
         let w = s.spawn(|| {
-            open_loop(a.sync_writers, a.sync_rate, dur, |t, i| {
+            open_loop(a.sync_writers, a.sync_rate, dur, false, |t, i| {
                 let mut r = Rng::new((t as u64) << 32 | i);
                 let ext = binding_key(r.next(), bindings);
                 db.put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
             })
         });
-        let g = open_loop(2, a.get_rate, dur, |t, i| {
+        let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
             let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
             let ext = binding_key(r.next(), bindings);
             std::hint::black_box(db.get(&format!("/registrar/{ext}")));
@@ -656,13 +680,13 @@ fn phase_per_write(cx: &mut Ctx, db: &PerWriteTx, hog: bool) {
     let bindings = a.bindings;
     let (puts, gets) = std::thread::scope(|s| {
         let w = s.spawn(|| {
-            open_loop(a.sync_writers, a.sync_rate, dur, |t, i| {
+            open_loop(a.sync_writers, a.sync_rate, dur, false, |t, i| {
                 let mut r = Rng::new((t as u64) << 32 | i);
                 let ext = binding_key(r.next(), bindings);
                 db.put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
             })
         });
-        let g = open_loop(2, a.get_rate, dur, |t, i| {
+        let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
             let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
             let ext = binding_key(r.next(), bindings);
             std::hint::black_box(db.get(t, &format!("/registrar/{ext}")));
@@ -778,6 +802,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         get_rate: args.get_rate,
         throughput_writers: args.throughput_writers,
         disk_hog_direct: args.hog_direct,
+        realtime_readers: args.realtime_readers && {
+            // Probe once whether the priority is permitted.
+            std::thread::spawn(realtime_priority)
+                .join()
+                .unwrap_or(false)
+        },
         ..KvReport::default()
     };
     let mut cx = Ctx {
@@ -789,7 +819,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // Set up the three systems with the same bindings.
     cx.step("loading bindings".into());
-    let store = Store::open_dir(dir.join("tandem"), Options::default())?;
+    let mut options = Options::default();
+    if let Some(m) = args.wal_restart_mib {
+        options.wal_restart_bytes = m << 20;
+    }
+    if let Some(ms) = args.checkpoint_interval_ms {
+        options.checkpoint_interval_ms = ms;
+    }
+    let store = Store::open_dir(dir.join("tandem"), options)?;
     let astdb = AstdbReplica::open(&dir.join("astdb.sqlite3"))?;
     let per_write = PerWriteTx::open(&dir.join("per-write.sqlite3"), 2)?;
     {

@@ -1,0 +1,259 @@
+//! FastAGI routes backed by the key-value store, so dialplan reads and writes Tandem's store
+//! without a script:
+//!
+//! ```text
+//! same => n,AGI(agi://127.0.0.1/db/get,sip,${EXTEN})           ; DB_RESULT, TANDEM_DB_STATUS
+//! same => n,AGI(agi://127.0.0.1/db/get,sip,${EXTEN},CONTACT)   ; the value in CONTACT instead
+//! same => n,AGI(agi://127.0.0.1/db/put,sip,${EXTEN},${VALUE})  ; returns once on disk
+//! same => n,AGI(agi://127.0.0.1/db/del,sip,${EXTEN})
+//! same => n,AGI(agi://127.0.0.1/db/deltree,sip[,KEYTREE])      ; TANDEM_DB_COUNT
+//! ```
+//!
+//! `TANDEM_DB_STATUS` is `FOUND` or `NOTFOUND` for get and del, `OK` for put and deltree. Missing
+//! arguments or a store error end the session with `failure` (AGISTATUS=FAILURE) and a log line.
+//!
+//! A native handler gets the store the same way these do: it holds a [`kv::Store`] (a cheap
+//! clone) in its own struct.
+
+use fastagi::{AgiError, Handler, RouteError, Router, Session};
+use kv::{Durability, Store, Value};
+
+/// The variable every db route sets to say what happened.
+pub const STATUS_VARIABLE: &str = "TANDEM_DB_STATUS";
+
+/// The variable `db/get` sets when no third argument names one (as Asterisk's DBget did).
+pub const DEFAULT_RESULT_VARIABLE: &str = "DB_RESULT";
+
+fn fail(msg: String) -> AgiError {
+    AgiError::Handler(msg.into())
+}
+
+fn required<'a>(s: &'a Session, n: usize, route: &str, what: &str) -> Result<&'a str, AgiError> {
+    match s.arg(n) {
+        Some(a) if !a.is_empty() => Ok(a),
+        _ => Err(fail(format!(
+            "{route}: argument {n} ({what}) is missing; use AGI(agi://HOST/{route},FAMILY,KEY...)"
+        ))),
+    }
+}
+
+fn store_err(route: &str, e: impl std::fmt::Display) -> AgiError {
+    fail(format!("{route}: {e}"))
+}
+
+/// Reads from memory; a value that lives on disk is read on the blocking pool, never on the
+/// session's runtime thread.
+async fn get(store: &Store, family: &str, key: &str) -> Result<Option<Value>, AgiError> {
+    if let Some(found) = store.try_get(family, key) {
+        return Ok(found);
+    }
+    let (store, family, key) = (store.clone(), family.to_string(), key.to_string());
+    tokio::task::spawn_blocking(move || store.get(&family, &key))
+        .await
+        .map_err(|e| store_err("db/get", e))?
+        .map_err(|e| store_err("db/get", e))
+}
+
+/// `db/get,FAMILY,KEY[,VARIABLE]`.
+pub struct DbGet {
+    pub store: Store,
+}
+
+impl Handler for DbGet {
+    async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
+        let family = required(s, 1, "db/get", "FAMILY")?.to_string();
+        let key = required(s, 2, "db/get", "KEY")?.to_string();
+        let var = s
+            .arg(3)
+            .filter(|v| !v.is_empty())
+            .unwrap_or(DEFAULT_RESULT_VARIABLE)
+            .to_string();
+        match get(&self.store, &family, &key).await? {
+            Some(v) => {
+                s.set_variable(&var, &v.to_string_lossy()).await?;
+                s.set_variable(STATUS_VARIABLE, "FOUND").await
+            }
+            None => {
+                s.set_variable(&var, "").await?;
+                s.set_variable(STATUS_VARIABLE, "NOTFOUND").await
+            }
+        }
+    }
+}
+
+/// `db/put,FAMILY,KEY,VALUE`: durable before the dialplan continues.
+pub struct DbPut {
+    pub store: Store,
+}
+
+impl Handler for DbPut {
+    async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
+        let family = required(s, 1, "db/put", "FAMILY")?.to_string();
+        let key = required(s, 2, "db/put", "KEY")?.to_string();
+        let value = s.arg(3).unwrap_or("").to_string();
+        self.store
+            .put_with(&family, &key, value, Durability::Sync)
+            .map_err(|e| store_err("db/put", e))?
+            .await
+            .map_err(|e| store_err("db/put", e))?;
+        s.set_variable(STATUS_VARIABLE, "OK").await
+    }
+}
+
+/// `db/del,FAMILY,KEY`.
+pub struct DbDel {
+    pub store: Store,
+}
+
+impl Handler for DbDel {
+    async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
+        let family = required(s, 1, "db/del", "FAMILY")?.to_string();
+        let key = required(s, 2, "db/del", "KEY")?.to_string();
+        let (existed, commit) = self
+            .store
+            .del_with(&family, &key, Durability::Sync)
+            .map_err(|e| store_err("db/del", e))?;
+        commit.await.map_err(|e| store_err("db/del", e))?;
+        let status = if existed { "FOUND" } else { "NOTFOUND" };
+        s.set_variable(STATUS_VARIABLE, status).await
+    }
+}
+
+/// `db/deltree,FAMILY[,KEYTREE]`: sets `TANDEM_DB_COUNT` to the number of keys deleted.
+pub struct DbDeltree {
+    pub store: Store,
+}
+
+impl Handler for DbDeltree {
+    async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
+        let family = required(s, 1, "db/deltree", "FAMILY")?.to_string();
+        let keytree = s.arg(2).filter(|k| !k.is_empty()).map(str::to_string);
+        // A tree deletion scans the whole index: done on the blocking pool.
+        let store = self.store.clone();
+        let (n, commit) = tokio::task::spawn_blocking(move || {
+            store.deltree_with(Some(&family), keytree.as_deref(), Durability::Sync)
+        })
+        .await
+        .map_err(|e| store_err("db/deltree", e))?
+        .map_err(|e| store_err("db/deltree", e))?;
+        commit.await.map_err(|e| store_err("db/deltree", e))?;
+        s.set_variable("TANDEM_DB_COUNT", &n.to_string()).await?;
+        s.set_variable(STATUS_VARIABLE, "OK").await
+    }
+}
+
+/// Adds the `db/get`, `db/put`, `db/del` and `db/deltree` routes to `router`.
+pub fn add(router: Router, store: &Store) -> Result<Router, RouteError> {
+    router
+        .route(
+            "db/get",
+            DbGet {
+                store: store.clone(),
+            },
+        )?
+        .route(
+            "db/put",
+            DbPut {
+                store: store.clone(),
+            },
+        )?
+        .route(
+            "db/del",
+            DbDel {
+                store: store.clone(),
+            },
+        )?
+        .route(
+            "db/deltree",
+            DbDeltree {
+                store: store.clone(),
+            },
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use asterisk_emu::{AgiStatus, Plan};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    async fn session(
+        addr: std::net::SocketAddr,
+        route: &str,
+        args: &[&str],
+    ) -> asterisk_emu::Outcome {
+        let plan = Plan {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            idle_timeout: Duration::from_secs(10),
+            ..Plan::route(route)
+        };
+        asterisk_emu::run(addr, &plan, 1).await.unwrap()
+    }
+
+    fn sets(o: &asterisk_emu::Outcome, var: &str, value: &str) -> bool {
+        o.exchanges
+            .iter()
+            .any(|(cmd, _)| cmd.starts_with(&format!("SET VARIABLE {var} ")) && cmd.contains(value))
+    }
+
+    #[tokio::test]
+    async fn dialplan_reads_and_writes_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path(), kv::Options::default()).unwrap();
+        let config = fastagi::ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            workers: 1,
+            close_linger_ms: 500,
+            ..fastagi::ServerConfig::default()
+        };
+        let router = add(Router::new(), &store).unwrap();
+        let server =
+            fastagi::Server::bind(config, router, Arc::new(fastagi::Metrics::unregistered()))
+                .unwrap();
+        let addr = server.local_addr();
+        let (stop, rx) = fastagi::shutdown_channel();
+        let done = tokio::spawn(server.run(rx));
+
+        let o = session(addr, "db/put", &["sip", "1001", "sip:1001@192.0.2.1"]).await;
+        assert_eq!(o.status, AgiStatus::Success, "{o:?}");
+        assert!(sets(&o, STATUS_VARIABLE, "OK"), "{o:?}");
+        assert_eq!(
+            store.get("sip", "1001").unwrap().unwrap(),
+            "sip:1001@192.0.2.1"
+        );
+
+        let o = session(addr, "db/get", &["sip", "1001"]).await;
+        assert!(
+            sets(&o, DEFAULT_RESULT_VARIABLE, "sip:1001@192.0.2.1"),
+            "{o:?}"
+        );
+        assert!(sets(&o, STATUS_VARIABLE, "FOUND"), "{o:?}");
+        let o = session(addr, "db/get", &["sip", "1001", "CONTACT"]).await;
+        assert!(sets(&o, "CONTACT", "sip:1001@192.0.2.1"), "{o:?}");
+        let o = session(addr, "db/get", &["sip", "9999"]).await;
+        assert!(sets(&o, STATUS_VARIABLE, "NOTFOUND"), "{o:?}");
+
+        // A large value lives on disk after a reopen; the route reads it off the runtime.
+        let big = "B".repeat(6000);
+        store.put("big", "v", big.as_str()).unwrap();
+        let o = session(addr, "db/get", &["big", "v"]).await;
+        assert!(sets(&o, DEFAULT_RESULT_VARIABLE, &big), "{o:?}");
+
+        store.put("sip", "1001/x", "below").unwrap();
+        store.put("sip", "10011", "sibling").unwrap();
+        let o = session(addr, "db/deltree", &["sip", "1001"]).await;
+        assert!(sets(&o, "TANDEM_DB_COUNT", "2"), "{o:?}");
+        assert!(store.exists("sip", "10011"));
+        let o = session(addr, "db/del", &["sip", "10011"]).await;
+        assert!(sets(&o, STATUS_VARIABLE, "FOUND"), "{o:?}");
+        assert!(!store.exists("sip", "10011"));
+
+        // Missing arguments: AGISTATUS=FAILURE.
+        let o = session(addr, "db/get", &["sip"]).await;
+        assert_eq!(o.status, AgiStatus::Failure, "{o:?}");
+
+        let _ = stop.send(true);
+        done.await.unwrap();
+    }
+}
