@@ -75,6 +75,14 @@ pub async fn reap(mut child: Child, grace: Duration) -> Exit {
         return status.into();
     }
     let pid = child.id();
+    // The common case: the script closed its stdout while exiting and is about to be a zombie.
+    // A pidfd lets the runtime wait for that without a thread; the blocking wait is the fallback.
+    if let Some(exited) = pidfd_exit(pid)
+        && tokio::time::timeout(grace, exited).await.is_ok()
+        && let Ok(Some(status)) = child.try_wait()
+    {
+        return status.into();
+    }
     let mut wait = tokio::task::spawn_blocking(move || child.wait());
     match tokio::time::timeout(grace, &mut wait).await {
         Ok(Ok(Ok(status))) => status.into(),
@@ -87,6 +95,23 @@ pub async fn reap(mut child: Child, grace: Duration) -> Exit {
             }
         }
     }
+}
+
+/// A future that completes when process `pid` has exited, through a pidfd (Linux 5.3 and later);
+/// `None` where pidfds are not available.
+fn pidfd_exit(pid: u32) -> Option<impl std::future::Future<Output = ()>> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()?;
+    Some(async move {
+        let _ = fd.readable().await;
+    })
 }
 
 /// Copies a script's stderr into the log, line by line, each line with the script's name and
