@@ -108,7 +108,12 @@ fn pidfd_exit(pid: u32) -> Option<impl std::future::Future<Output = ()>> {
     }
     // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let fd = tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE).ok()?;
+    // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open and the same
+    // descriptor for the AsyncFd's whole life.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .ok()?;
     Some(async move {
         let _ = fd.readable().await;
     })
