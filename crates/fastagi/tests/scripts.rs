@@ -216,7 +216,15 @@ async fn a_script_sees_exactly_what_classic_agi_gives_it() {
         ["200 result=1 (Local/100@tandem-00000007;2)", "200 result=0"]
     );
     assert!(out.violations.is_empty());
-    assert_eq!(server.scripts.exit_count("dump.sh", 0), 1);
+    // The exit is reaped and counted after the session has ended, off the call's path.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.scripts.exit_count("dump.sh", 0) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the script's exit was never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.stop().await;
 }
 

@@ -437,7 +437,18 @@ impl ScriptRunner {
         let grace = Duration::from_millis(self.config.kill_grace_ms);
         let m = self.metrics.for_script(name);
         let (exit, result) = match end {
-            End::ScriptDone => (process::reap(child, grace).await, Ok(())),
+            End::ScriptDone => {
+                // The session ends with the script's output, as under Asterisk: the script's exit
+                // (an interpreter's shutdown takes milliseconds) is waited for, and recorded, off
+                // the call's path.
+                let metrics = self.metrics.clone();
+                let name = name.to_string();
+                tokio::spawn(async move {
+                    let exit = process::reap(child, grace).await;
+                    record_exit(&metrics, &name, id, exit);
+                });
+                return Ok(());
+            }
             abnormal => {
                 // The session ends before the script did: stop it, then make sure nothing it
                 // started outlives it (its process group), so no process is ever orphaned.
@@ -473,21 +484,26 @@ impl ScriptRunner {
                 (exit, result)
             }
         };
-        match exit {
-            Exit::Code(c) => self.metrics.exit(name, c),
-            Exit::Signal(s) => self.metrics.signal(name, s),
-            Exit::Unknown => {}
-        }
-        if let Exit::Code(c) = exit
-            && c != 0
-        {
-            warn!(
-                session = id,
-                script = name,
-                code = c,
-                "script exited with a failure code"
-            );
-        }
+        record_exit(&self.metrics, name, id, exit);
         result
+    }
+}
+
+/// Counts how a script ended, and logs a failure code.
+fn record_exit(metrics: &ScriptMetrics, name: &str, session: u64, exit: Exit) {
+    match exit {
+        Exit::Code(c) => metrics.exit(name, c),
+        Exit::Signal(s) => metrics.signal(name, s),
+        Exit::Unknown => {}
+    }
+    if let Exit::Code(c) = exit
+        && c != 0
+    {
+        warn!(
+            session,
+            script = name,
+            code = c,
+            "script exited with a failure code"
+        );
     }
 }
