@@ -255,6 +255,9 @@ pub(crate) fn check_namespace(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// How long a held lock file is retried before the store counts as in use elsewhere.
+const LOCK_RETRY_MS: u64 = 250;
+
 fn lock_path(path: &Path) -> PathBuf {
     let mut p = path.to_path_buf().into_os_string();
     p.push(".lock");
@@ -289,20 +292,28 @@ impl Store {
                 reason: format!("cannot create lock file {}: {e}", lock_file_path.display()),
                 hint: io_hint(&e),
             })?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(KvError::Locked {
-                    path,
-                    lock: lock_file_path,
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(KvError::Open {
-                    path,
-                    reason: format!("cannot lock {}: {e}", lock_file_path.display()),
-                    hint: io_hint(&e),
-                });
+        // A child process being started by another thread holds a copy of the descriptor (and
+        // so the lock) between its fork and its exec: a held lock is retried for a moment.
+        let deadline = std::time::Instant::now() + Duration::from_millis(LOCK_RETRY_MS);
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(KvError::Locked {
+                            path,
+                            lock: lock_file_path,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(KvError::Open {
+                        path,
+                        reason: format!("cannot lock {}: {e}", lock_file_path.display()),
+                        hint: io_hint(&e),
+                    });
+                }
             }
         }
 
