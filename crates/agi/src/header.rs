@@ -44,6 +44,12 @@ pub enum HeaderError {
     TooManyVariables { max: usize },
     #[error("header line {line} is not `name: value`: {text:?}")]
     Malformed { line: usize, text: String },
+    #[error("header line {line}: argument number {index} is over {max} (max_header_variables)")]
+    ArgumentIndex {
+        line: usize,
+        index: usize,
+        max: usize,
+    },
     #[error("header ended before its empty line")]
     Truncated,
 }
@@ -93,7 +99,9 @@ impl Header {
     }
 
     fn insert(&mut self, name: &str, value: &str) {
-        if let Some(n) = arg_index(name) {
+        // An index past the cap stays a plain variable: `agi_arg_4000000000` must not make us
+        // allocate four billion arguments. (The reader refuses such a line before it gets here.)
+        if let Some(n) = arg_index(name).filter(|&n| n <= ARG_INDEX_MAX) {
             // Arguments normally arrive in order; a gap is filled with empty arguments so that
             // `args()[n-1]` is always `agi_arg_n`.
             if self.args.len() < n {
@@ -239,6 +247,9 @@ impl Header {
     }
 }
 
+/// The highest `agi_arg_N` kept by position (Asterisk passes at most 127).
+const ARG_INDEX_MAX: usize = 1024;
+
 fn arg_index(name: &str) -> Option<usize> {
     let n: usize = name.strip_prefix("agi_arg_")?.parse().ok()?;
     (n >= 1).then_some(n)
@@ -266,7 +277,9 @@ impl HeaderReader {
     /// Feeds one line. Returns the header when the empty line arrives.
     pub fn push_line(&mut self, line: &[u8]) -> Result<Option<Header>, HeaderError> {
         self.lines += 1;
-        let line = strip_eol(line);
+        // Asterisk ends header lines with `\n` alone; a CR before it belongs to the value, and
+        // keeping it keeps the header byte for byte (scripts are handed it again).
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
         if line.len() > self.limits.max_line_bytes {
             return Err(HeaderError::LineTooLong {
                 line: self.lines,
@@ -296,6 +309,15 @@ impl HeaderReader {
             return Err(malformed());
         }
         let value = value.strip_prefix(' ').unwrap_or(value);
+        if let Some(index) = arg_index(name)
+            && index > self.limits.max_variables
+        {
+            return Err(HeaderError::ArgumentIndex {
+                line: self.lines,
+                index,
+                max: self.limits.max_variables,
+            });
+        }
         self.header.insert(name, value);
         Ok(None)
     }
@@ -368,6 +390,34 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
             Header::parse(b"no colon here\n\n", HeaderLimits::default()),
             Err(HeaderError::Malformed { line: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_huge_argument_number_is_refused_not_allocated() {
+        // Found by fuzzing: `agi_arg_<huge>` made the header resize its arguments to that size.
+        let err = Header::parse(
+            b"agi_arg_3287003324691717234: x\n\n",
+            HeaderLimits::default(),
+        );
+        assert!(matches!(
+            err,
+            Err(HeaderError::ArgumentIndex {
+                index: 3287003324691717234,
+                ..
+            })
+        ));
+        let h = Header::from_vars([("agi_arg_99999999", "x")]);
+        assert!(h.args().is_empty());
+        assert_eq!(h.get("agi_arg_99999999"), Some("x"));
+    }
+
+    #[test]
+    fn a_carriage_return_in_a_value_is_kept_and_round_trips() {
+        // Found by fuzzing: stripping an optional CR lost one per parse/encode round.
+        let h = Header::parse(b"agi_arg_1: arg3\r\r\n\n", HeaderLimits::default()).unwrap();
+        assert_eq!(h.args(), ["arg3\r\r"]);
+        let again = Header::parse(h.encode(true).as_bytes(), HeaderLimits::default()).unwrap();
+        assert_eq!(again, h);
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! answers), then [`run_load`] (many sessions at once).
 
 mod channel;
+mod classic;
 mod load;
 mod session;
 
 pub use channel::{Answer, COMMANDS, Channel};
-pub use load::{Load, LoadReport, run_load};
+pub use classic::run_classic;
+pub use load::{Load, LoadReport, Target, run_load};
 pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run};
 
 /// Where the shared test material lives (`TANDEM_SHARED_DIR`, or `shared/` beside the

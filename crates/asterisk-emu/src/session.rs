@@ -94,6 +94,21 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
+impl Outcome {
+    /// A session that has not happened yet: successful until something says otherwise.
+    pub(crate) fn new() -> Outcome {
+        Outcome {
+            status: AgiStatus::Success,
+            exchanges: Vec::new(),
+            commands: 0,
+            hangup_lines_sent: 0,
+            violations: Vec::new(),
+            failure_line: false,
+            duration: Duration::ZERO,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EmuError {
     #[error("connect to {addr}: {source}")]
@@ -101,7 +116,7 @@ pub enum EmuError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("socket: {0}")]
+    #[error("socket or pipe: {0}")]
     Io(#[from] std::io::Error),
 }
 
@@ -162,15 +177,7 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
         &format!("1795239019.{seq}"),
     );
     channel.digit = plan.digit;
-    let mut out = Outcome {
-        status: AgiStatus::Success,
-        exchanges: Vec::new(),
-        commands: 0,
-        hangup_lines_sent: 0,
-        violations: Vec::new(),
-        failure_line: false,
-        duration: Duration::ZERO,
-    };
+    let mut out = Outcome::new();
     stream
         .write_all(header(plan, addr, &channel, seq).as_bytes())
         .await?;

@@ -19,9 +19,11 @@ mod config;
 mod conn;
 mod error;
 mod handler;
+mod lines;
 mod metrics;
 mod router;
 pub mod runtime;
+pub mod script;
 mod server;
 mod session;
 

@@ -25,6 +25,13 @@ pub struct Request {
     pub captures: Vec<(String, String)>,
 }
 
+/// What Asterisk can say while no command is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsolicited {
+    Hangup,
+    Closed,
+}
+
 pub struct Session {
     conn: Conn,
     header: Header,
@@ -165,6 +172,86 @@ impl Session {
         }
     }
 
+    /// For the script relay: sends `line` (a validated command, without its newline) and
+    /// appends the raw reply lines to `reply`: GOSUB's `100` and a multi-line `520` whole, but no
+    /// `HANGUP` line (those are consumed and noted, as in [`Session::command`]).
+    pub(crate) async fn relay(&mut self, line: &[u8], reply: &mut Vec<u8>) -> Result<(), AgiError> {
+        self.out.clear();
+        self.out.extend_from_slice(line);
+        self.out.push(b'\n');
+        self.conn.write_all(&self.out).await?;
+        self.metrics.commands_sent.inc();
+        let read = async {
+            loop {
+                let raw = self.conn.read_line().await?.ok_or(AgiError::Disconnected)?;
+                match self.parser.push_line(raw)? {
+                    Some(Event::Hangup) => {
+                        if !self.hung_up {
+                            self.metrics.hangups.inc();
+                        }
+                        self.hung_up = true;
+                    }
+                    Some(Event::Response(_)) => {
+                        reply.extend_from_slice(raw);
+                        if !raw.ends_with(b"\n") {
+                            reply.push(b'\n');
+                        }
+                        return Ok::<(), AgiError>(());
+                    }
+                    None | Some(Event::Trying(_)) => {
+                        reply.extend_from_slice(raw);
+                        if !raw.ends_with(b"\n") {
+                            reply.push(b'\n');
+                        }
+                    }
+                }
+            }
+        };
+        match self.command_timeout {
+            None => read.await,
+            Some(limit) => {
+                tokio::time::timeout(limit, read)
+                    .await
+                    .map_err(|_| AgiError::Timeout {
+                        command: String::from_utf8_lossy(line).into_owned(),
+                        timeout_ms: limit.as_millis() as u64,
+                    })?
+            }
+        }
+    }
+
+    /// Consumes `HANGUP` lines that have already arrived (none is waited for). True if the
+    /// channel has hung up.
+    pub(crate) fn take_arrived_hangups(&mut self) -> bool {
+        loop {
+            match self.conn.take_hangup_line() {
+                Some(true) => self.saw_hangup(),
+                Some(false) => break,
+                None if self.conn.fill_nonblocking() => {}
+                None => break,
+            }
+        }
+        self.hung_up
+    }
+
+    /// While no command is in flight, waits for what Asterisk says on its own: `HANGUP`, or the
+    /// end of the connection. Cancel-safe.
+    pub(crate) async fn unsolicited(&mut self) -> Result<Unsolicited, AgiError> {
+        let line = match self.conn.read_line().await? {
+            None => return Ok(Unsolicited::Closed),
+            Some(l) => l,
+        };
+        if line.strip_suffix(b"\n").unwrap_or(line) == b"HANGUP" {
+            self.saw_hangup();
+            Ok(Unsolicited::Hangup)
+        } else {
+            Err(agi::ReplyError::Malformed {
+                line: String::from_utf8_lossy(line).into_owned(),
+            }
+            .into())
+        }
+    }
+
     async fn read_response(&mut self) -> Result<Response, AgiError> {
         loop {
             let line = self.conn.read_line().await?.ok_or(AgiError::Disconnected)?;
@@ -200,7 +287,7 @@ impl Session {
             if self.conn.fill_nonblocking() {
                 continue;
             }
-            match tokio::time::timeout_at(deadline, self.conn.readable()).await {
+            match tokio::time::timeout_at(deadline, self.conn.fill()).await {
                 Ok(Ok(())) => continue,
                 _ => return,
             }

@@ -55,6 +55,15 @@ fn plan(script: &str) -> Plan {
     }
 }
 
+/// Connects like Asterisk with a minimal header asking for `route`, for tests that then play
+/// Asterisk's side by hand.
+async fn raw_session(addr: SocketAddr, route: &str) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).await.unwrap();
+    let header = format!("agi_network: yes\nagi_network_script: {route}\n\n");
+    raw.write_all(header.as_bytes()).await.unwrap();
+    raw
+}
+
 /// Reads until the server closes, for at most `limit`.
 async fn read_to_end(stream: &mut TcpStream, limit: Duration) -> String {
     let mut all = Vec::new();
@@ -189,10 +198,7 @@ async fn hangup_line_before_a_reply_is_consumed() {
     }
     let router = Router::new().route("r", TwoVars(seen.clone())).unwrap();
     let server = start(test_config(), router).await;
-    let mut raw = TcpStream::connect(server.addr).await.unwrap();
-    raw.write_all(b"agi_network: yes\nagi_network_script: r\n\n")
-        .await
-        .unwrap();
+    let mut raw = raw_session(server.addr, "r").await;
     let mut buf = [0u8; 256];
     let n = raw.read(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"GET VARIABLE A\n");
@@ -267,10 +273,7 @@ async fn oversize_reply_line_ends_the_session() {
         ..test_config()
     };
     let server = start(config, builtin::routes()).await;
-    let mut raw = TcpStream::connect(server.addr).await.unwrap();
-    raw.write_all(b"agi_network: yes\nagi_network_script: bench\n\n")
-        .await
-        .unwrap();
+    let mut raw = raw_session(server.addr, "bench").await;
     let mut buf = [0u8; 256];
     let n = raw.read(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"GET VARIABLE CHANNEL\n");
@@ -320,8 +323,9 @@ impl Handler for Hold {
     }
 }
 
-#[tokio::test]
-async fn over_the_session_limit_the_next_connection_is_refused_at_once() {
+/// A router whose `hold` route keeps its session until `release` is notified; `started` is
+/// notified once the session is in progress.
+fn hold_router() -> (Router, Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>) {
     let (started, release) = (
         Arc::new(tokio::sync::Notify::new()),
         Arc::new(tokio::sync::Notify::new()),
@@ -329,6 +333,12 @@ async fn over_the_session_limit_the_next_connection_is_refused_at_once() {
     let router = Router::new()
         .route("hold", Hold(started.clone(), release.clone()))
         .unwrap();
+    (router, started, release)
+}
+
+#[tokio::test]
+async fn over_the_session_limit_the_next_connection_is_refused_at_once() {
+    let (router, started, release) = hold_router();
     let config = ServerConfig {
         max_sessions: 1,
         ..test_config()
@@ -371,13 +381,7 @@ async fn a_client_outside_the_allowed_networks_is_refused() {
 
 #[tokio::test]
 async fn shutdown_stops_accepting_and_drains_sessions_in_progress() {
-    let (started, release) = (
-        Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
-    );
-    let router = Router::new()
-        .route("hold", Hold(started.clone(), release.clone()))
-        .unwrap();
+    let (router, started, release) = hold_router();
     let server = start(test_config(), router).await;
     let addr = server.addr;
     let in_flight = tokio::spawn(async move { asterisk_emu::run(addr, &plan("hold"), 1).await });
@@ -536,10 +540,7 @@ async fn a_configured_command_timeout_ends_a_session_whose_reply_never_comes() {
         ..test_config()
     };
     let server = start(config, builtin::routes()).await;
-    let mut raw = TcpStream::connect(server.addr).await.unwrap();
-    raw.write_all(b"agi_network: yes\nagi_network_script: health\n\n")
-        .await
-        .unwrap();
+    let mut raw = raw_session(server.addr, "health").await;
     let got = read_to_end(&mut raw, Duration::from_secs(10)).await;
     assert_eq!(got, "SET VARIABLE TANDEM_STATUS OK\nfailure\n");
     server.stop().await;

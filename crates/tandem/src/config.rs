@@ -11,6 +11,7 @@ use std::path::Path;
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub fastagi: fastagi::ServerConfig,
+    pub scripts: fastagi::script::ScriptConfig,
     pub metrics: MetricsConfig,
     pub kv: KvConfig,
 }
@@ -69,6 +70,7 @@ mod tests {
         let example = Config::load(&path).unwrap();
         let defaults = Config::default();
         assert_eq!(example.fastagi, defaults.fastagi);
+        assert_eq!(example.scripts, defaults.scripts);
         assert_eq!(example.metrics.listen, defaults.metrics.listen);
         assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
     }

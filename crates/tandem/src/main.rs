@@ -5,6 +5,8 @@
 //! library crates (see ARCHITECTURE.md).
 
 mod bench;
+mod capture;
+mod cdr;
 mod config;
 mod db;
 mod http;
@@ -30,6 +32,10 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
     Db(db::Args),
+    /// Analyse capture files: calls, RTP stream quality, CDRs.
+    Capture(capture::Args),
+    /// Query the stored call detail records.
+    Cdr(self::cdr::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +45,8 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Db(args) => db::run(args),
+        Command::Capture(args) => capture::run(args),
+        Command::Cdr(args) => self::cdr::run(args),
     }
 }
 

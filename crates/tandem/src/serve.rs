@@ -17,6 +17,10 @@ pub struct ServeArgs {
     /// Where FastAGI listens (overrides fastagi.listen).
     #[arg(long, value_name = "ADDR")]
     pub agi_listen: Option<SocketAddr>,
+    /// Serve every executable under DIR as a script route named by its path relative to DIR:
+    /// `agi://127.0.0.1/sub/x.sh` runs DIR/sub/x.sh (overrides scripts.dir).
+    #[arg(long, value_name = "DIR")]
+    pub agi_script_dir: Option<PathBuf>,
     /// Where /metrics and /health listen (overrides metrics.listen).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
@@ -32,6 +36,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     if let Some(a) = args.agi_listen {
         config.fastagi.listen = a;
+    }
+    if let Some(d) = args.agi_script_dir {
+        config.scripts.dir = Some(d);
     }
     if let Some(a) = args.metrics_listen {
         config.metrics.listen = a;
@@ -50,7 +57,17 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
-    let router = crate::kv_routes::add(fastagi::builtin::routes(), &store)?;
+    let mut router = crate::kv_routes::add(fastagi::builtin::routes(), &store)?;
+    if config.scripts.dir.is_some() {
+        // Every path no native route takes goes to the script directory.
+        let script_metrics = Arc::new(fastagi::script::ScriptMetrics::new(&mut registry));
+        let runner = fastagi::script::ScriptRunner::new(
+            config.scripts.clone(),
+            config.fastagi.max_line_bytes,
+            script_metrics,
+        )?;
+        router = router.fallback("script", runner);
+    }
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     let http = crate::http::bind(config.metrics.listen).await?;
     info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);

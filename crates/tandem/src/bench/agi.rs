@@ -6,7 +6,7 @@
 //! machine hurts them all alike; the figures are medians over the runs.
 
 use super::report::{BenchReport, Percentiles, Table, median};
-use asterisk_emu::{Load, Plan, run_load};
+use asterisk_emu::{Load, Plan, Target, run_load};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct AgiArgs {
-    /// Sessions in flight at once.
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
+    /// Sessions in flight at once (default 64; 4 with --scripts, where each is a process).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
     /// Length of each measured run, per server.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
@@ -44,6 +44,14 @@ pub struct AgiArgs {
     /// --peer 'panoramisk=python3 bench/peers/panoramisk_agi.py {port}'
     #[arg(long, value_name = "NAME=COMMAND")]
     pub peer: Vec<String>,
+    /// Measure legacy AGI scripts instead: a sh and a Python script of three commands, forked
+    /// per call by the emulator (classic AGI), run by Tandem per call, and prewarmed by Tandem.
+    #[arg(long, conflicts_with_all = ["target", "peer"])]
+    pub scripts: bool,
+    /// With --scripts: calls per second in the latency phase (an open loop at a rate the
+    /// machine can sustain, where prewarming shows; at full load no pool can outrun the CPU).
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -150,12 +158,17 @@ impl BenchReport for AgiReport {
     }
 }
 
-/// A server under test: where it listens and, if it is our child, the process.
-struct Subject {
-    name: String,
-    addr: SocketAddr,
-    pid: Option<u32>,
-    child: Option<Child>,
+/// A server under test: what the load is played against, the session it plays, and, if the
+/// server is our child, its process (for its CPU time).
+pub(super) struct Subject {
+    pub name: String,
+    pub target: Target,
+    pub plan: Plan,
+    pub expect_commands: Option<usize>,
+    /// Open loop at this rate instead of `concurrency` sessions back to back.
+    pub rate_per_sec: Option<f64>,
+    pub pid: Option<u32>,
+    pub child: Option<Child>,
 }
 
 impl Drop for Subject {
@@ -167,16 +180,34 @@ impl Drop for Subject {
     }
 }
 
+/// The session every subject plays unless said otherwise: `route`, nothing recorded.
+pub(super) fn load_plan(route: &str) -> Plan {
+    Plan {
+        idle_timeout: Duration::from_secs(10),
+        record: false,
+        ..Plan::route(route)
+    }
+}
+
 pub fn run(args: AgiArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        args.runs >= 1 && args.seconds > 0.0 && args.concurrency >= 1,
-        "--runs, --seconds and --concurrency must be positive"
+        args.runs >= 1 && args.seconds > 0.0,
+        "--runs and --seconds must be positive"
     );
+    if args.scripts {
+        return super::agi_scripts::run(&args);
+    }
+    let concurrency = args.concurrency.unwrap_or(64);
+    let expect = (args.expect_commands > 0).then_some(args.expect_commands);
+    let plan = load_plan(&args.route);
     let mut subjects = Vec::new();
     match args.target {
         Some(addr) => subjects.push(Subject {
             name: "target".into(),
-            addr,
+            target: Target::FastAgi(addr),
+            plan: plan.clone(),
+            expect_commands: expect,
+            rate_per_sec: None,
             pid: args.target_pid,
             child: None,
         }),
@@ -184,15 +215,16 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
             let exe = std::env::current_exe()?;
             let port = free_port()?;
             let mut cmd = Command::new(&exe);
+            let listen = format!("127.0.0.1:{port}");
             cmd.args([
                 "serve",
                 "--agi-listen",
-                &format!("127.0.0.1:{port}"),
+                &listen,
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
             .env("TANDEM_LOG", "warn");
-            subjects.push(spawn("tandem", cmd, port)?);
+            subjects.push(spawn("tandem", cmd, port, &plan, expect)?);
             let port = free_port()?;
             let mut cmd = Command::new(&exe);
             cmd.args([
@@ -201,7 +233,7 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ]);
-            subjects.push(spawn("floor", cmd, port)?);
+            subjects.push(spawn("floor", cmd, port, &plan, expect)?);
         }
     }
     for peer in &args.peer {
@@ -214,67 +246,9 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         anyhow::ensure!(!words.is_empty(), "--peer {name}: empty command");
         let mut cmd = Command::new(words[0]);
         cmd.args(&words[1..]);
-        subjects.push(spawn(name, cmd, port)?);
+        subjects.push(spawn(name, cmd, port, &plan, expect)?);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let plan = Plan {
-        idle_timeout: Duration::from_secs(10),
-        record: false,
-        ..Plan::route(&args.route)
-    };
-    for s in &subjects {
-        runtime.block_on(wait_until_serving(s, &plan))?;
-    }
-    let expect = (args.expect_commands > 0).then_some(args.expect_commands);
-    let load = |addr, seconds: f64| Load {
-        addr,
-        plan: plan.clone(),
-        concurrency: args.concurrency,
-        duration: Duration::from_secs_f64(seconds),
-        max_sessions: None,
-        expect_commands: expect,
-    };
-
-    let total = subjects.len() * args.runs;
-    let bar = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total as u64)
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} runs  {msg}",
-    )?);
-    // Warm up every server (connection paths, allocator, CPU frequency) before measuring.
-    for s in &subjects {
-        bar.set_message(format!("warming up {}", s.name));
-        runtime.block_on(run_load(load(s.addr, 1.0)));
-    }
-    let mut per_subject: Vec<Vec<(asterisk_emu::LoadReport, Option<f64>)>> =
-        subjects.iter().map(|_| Vec::new()).collect();
-    for run in 0..args.runs {
-        // Rotate the order so no server always runs first or last.
-        for k in 0..subjects.len() {
-            let i = (k + run) % subjects.len();
-            let s = &subjects[i];
-            bar.set_message(format!("run {} of {}: {}", run + 1, args.runs, s.name));
-            let cpu_before = s.pid.and_then(cpu_seconds);
-            let report = runtime.block_on(run_load(load(s.addr, args.seconds)));
-            let cpu = match (cpu_before, s.pid.and_then(cpu_seconds)) {
-                (Some(a), Some(b)) => Some(b - a),
-                _ => None,
-            };
-            per_subject[i].push((report, cpu));
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-
-    let mut servers = BTreeMap::new();
-    for (s, runs) in subjects.iter().zip(per_subject) {
-        servers.insert(s.name.clone(), figures(&runs));
-    }
+    let servers = measure(&subjects, concurrency, args.seconds, args.runs, args.json)?;
     let main = servers
         .get("tandem")
         .or_else(|| servers.get("target"))
@@ -282,7 +256,7 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         .expect("a main subject");
     let floor = servers.get("floor").cloned();
     let report = AgiReport {
-        concurrency: args.concurrency,
+        concurrency,
         seconds: args.seconds,
         runs: args.runs,
         route: args.route.clone(),
@@ -301,6 +275,71 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         servers,
     };
     super::report::emit(&report, args.json)
+}
+
+/// Plays `concurrency` sessions at once against each subject, `runs` times for `seconds`, the
+/// subjects taking turns, after a one-second warm-up each. Figures are medians over the runs.
+pub(super) fn measure(
+    subjects: &[Subject],
+    concurrency: usize,
+    seconds: f64,
+    runs: usize,
+    quiet: bool,
+) -> anyhow::Result<BTreeMap<String, ServerFigures>> {
+    anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    for s in subjects {
+        runtime.block_on(wait_until_serving(s))?;
+    }
+    let load = |s: &Subject, seconds: f64| Load {
+        target: s.target.clone(),
+        plan: s.plan.clone(),
+        concurrency,
+        duration: Duration::from_secs_f64(seconds),
+        max_sessions: None,
+        expect_commands: s.expect_commands,
+        rate_per_sec: s.rate_per_sec,
+    };
+    let total = subjects.len() * runs;
+    let bar = if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} runs  {msg}",
+    )?);
+    // Warm up every subject (connection paths, allocator, page cache) before measuring.
+    for s in subjects {
+        bar.set_message(format!("warming up {}", s.name));
+        runtime.block_on(run_load(load(s, 1.0)));
+    }
+    let mut per_subject: Vec<Vec<(asterisk_emu::LoadReport, Option<f64>)>> =
+        subjects.iter().map(|_| Vec::new()).collect();
+    for run in 0..runs {
+        // Rotate the order so no subject always runs first or last.
+        for k in 0..subjects.len() {
+            let i = (k + run) % subjects.len();
+            let s = &subjects[i];
+            bar.set_message(format!("run {} of {runs}: {}", run + 1, s.name));
+            let cpu_before = s.pid.and_then(cpu_seconds);
+            let report = runtime.block_on(run_load(load(s, seconds)));
+            let cpu = match (cpu_before, s.pid.and_then(cpu_seconds)) {
+                (Some(a), Some(b)) => Some(b - a),
+                _ => None,
+            };
+            per_subject[i].push((report, cpu));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(subjects
+        .iter()
+        .zip(per_subject)
+        .map(|(s, runs)| (s.name.clone(), figures(&runs)))
+        .collect())
 }
 
 fn figures(runs: &[(asterisk_emu::LoadReport, Option<f64>)]) -> ServerFigures {
@@ -340,11 +379,17 @@ fn figures(runs: &[(asterisk_emu::LoadReport, Option<f64>)]) -> ServerFigures {
 }
 
 /// A port nobody listens on right now (the kernel's choice).
-fn free_port() -> anyhow::Result<u16> {
+pub(super) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn spawn(name: &str, mut cmd: Command, port: u16) -> anyhow::Result<Subject> {
+pub(super) fn spawn(
+    name: &str,
+    mut cmd: Command,
+    port: u16,
+    plan: &Plan,
+    expect_commands: Option<usize>,
+) -> anyhow::Result<Subject> {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -353,7 +398,10 @@ fn spawn(name: &str, mut cmd: Command, port: u16) -> anyhow::Result<Subject> {
         .map_err(|e| anyhow::anyhow!("cannot start {name} ({cmd:?}): {e}"))?;
     Ok(Subject {
         name: name.to_string(),
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        target: Target::FastAgi(SocketAddr::from(([127, 0, 0, 1], port))),
+        plan: plan.clone(),
+        expect_commands,
+        rate_per_sec: None,
         pid: Some(child.id()),
         child: Some(child),
     })
@@ -362,18 +410,20 @@ fn spawn(name: &str, mut cmd: Command, port: u16) -> anyhow::Result<Subject> {
 /// Waits until the server completes one session. A bare connect-and-close is not enough (and
 /// not harmless: it sends panoramisk's header loop into a spin at EOF that starves its event
 /// loop), so readiness is one real session.
-async fn wait_until_serving(s: &Subject, plan: &Plan) -> anyhow::Result<()> {
+async fn wait_until_serving(s: &Subject) -> anyhow::Result<()> {
+    let Target::FastAgi(addr) = &s.target else {
+        return Ok(());
+    };
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        match asterisk_emu::run(s.addr, plan, 0).await {
+        match asterisk_emu::run(*addr, &s.plan, 0).await {
             Ok(o) if o.status == asterisk_emu::AgiStatus::Success && o.violations.is_empty() => {
                 return Ok(());
             }
             Ok(o) => anyhow::bail!(
-                "{} at {} does not serve route {:?}: status {:?}, {} commands, {:?}",
+                "{} at {addr} does not serve route {:?}: status {:?}, {} commands, {:?}",
                 s.name,
-                s.addr,
-                plan.script,
+                s.plan.script,
                 o.status,
                 o.commands,
                 o.violations
@@ -381,7 +431,7 @@ async fn wait_until_serving(s: &Subject, plan: &Plan) -> anyhow::Result<()> {
             Err(asterisk_emu::EmuError::Connect { .. }) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(e) => anyhow::bail!("{} did not start serving on {}: {e}", s.name, s.addr),
+            Err(e) => anyhow::bail!("{} did not start serving on {addr}: {e}", s.name),
         }
     }
 }

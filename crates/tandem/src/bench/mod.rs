@@ -2,9 +2,12 @@
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
 pub mod agi;
+mod agi_scripts;
+pub mod capture;
 pub mod floor;
 pub mod kv;
 pub mod report;
+mod taskpool;
 
 use clap::Subcommand;
 
@@ -16,14 +19,20 @@ pub enum BenchCommand {
     /// The wire-floor server `bench agi` measures against (started by it; not for direct use).
     #[command(hide = true)]
     AgiFloor(floor::FloorArgs),
+    /// Taskpool vs Asterisk's threadpool design vs tokio: self-pushing tasks and serializer pairs.
+    Taskpool(taskpool::Args),
     /// The key-value store against an astdb replica and SQLite per-write transactions.
     Kv(kv::Args),
+    /// Call monitor: RTP analysis rate per core, 2-core speedup, memory per SIP-only call, tshark on the same capture.
+    Capture(capture::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Agi(args) => agi::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),
+        BenchCommand::Taskpool(args) => taskpool::run(args),
         BenchCommand::Kv(args) => kv::run(args),
+        BenchCommand::Capture(args) => capture::run(args),
     }
 }

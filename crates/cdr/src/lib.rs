@@ -1,0 +1,491 @@
+//! Call detail records: the rows ([`CdrCall`], [`CdrStream`]), the [`CdrStore`] trait, its
+//! SQLite backend ([`SqliteStore`], the default) and its PostgreSQL backend ([`PgStore`]).
+//!
+//! Schema (see [`SCHEMA`]): a `cdr` table with one row per call (who, when, how it ended, worst
+//! MOS) and a `cdr_rtp` table with one row per RTP stream, linked by `cdr_id` (NULL for streams
+//! without signalling). Times are microseconds since the Unix epoch (UTC). Inserts are batched:
+//! one transaction per [`CdrStore::insert`] call.
+//!
+//! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
+//! records into rows.
+
+pub mod pg;
+
+use std::path::Path;
+
+pub use pg::PgStore;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CdrError {
+    #[error("CDR database {path}: {source}")]
+    Sqlite {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("CDR database {target}: {source}")]
+    Postgres {
+        target: String,
+        #[source]
+        source: postgres::Error,
+    },
+}
+
+/// One call.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CdrCall {
+    pub call_id: String,
+    pub caller: String,
+    pub called: String,
+    pub caller_addr: String,
+    pub callee_addr: String,
+    pub start_us: i64,
+    pub ringing_us: Option<i64>,
+    pub answer_us: Option<i64>,
+    pub end_us: Option<i64>,
+    /// answered, ended, failed, cancelled, calling, early.
+    pub state: String,
+    pub last_response: Option<u16>,
+    pub last_reason: String,
+    /// caller or callee.
+    pub hangup_by: Option<String>,
+    pub q850_cause: Option<u16>,
+    pub sip_messages: u32,
+    pub reinvites: u32,
+    /// Lowest MOS among the call's streams.
+    pub mos_min: Option<f64>,
+}
+
+/// One RTP stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CdrStream {
+    pub call_id: Option<String>,
+    pub src: String,
+    pub dst: String,
+    pub ssrc: u32,
+    pub payload: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub packets: u64,
+    pub lost: i64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub min_delta_ms: f64,
+    pub mean_delta_ms: f64,
+    pub max_delta_ms: f64,
+    pub mean_jitter_ms: f64,
+    pub max_jitter_ms: f64,
+    pub mos: Option<f64>,
+    pub rtcp_reports: u32,
+    pub rtcp_fraction_lost_pct: Option<f64>,
+    pub rtcp_jitter_ms: Option<f64>,
+}
+
+/// Which calls `list` returns. Empty fields do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct CdrFilter {
+    /// Calls that started at or after this time (µs since the epoch).
+    pub since_us: Option<i64>,
+    /// Calls that started before this time.
+    pub until_us: Option<i64>,
+    /// Caller or called number contains this.
+    pub number: Option<String>,
+    pub last_response: Option<u16>,
+    /// Calls whose worst stream scored below this MOS.
+    pub mos_below: Option<f64>,
+    /// At most this many rows, newest first.
+    pub limit: usize,
+}
+
+/// Where CDRs are kept.
+pub trait CdrStore {
+    /// Stores calls and streams in one transaction. Streams are linked to the call with the same
+    /// Call-ID in `calls` (or stored unlinked).
+    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError>;
+    fn list(&mut self, filter: &CdrFilter) -> Result<Vec<CdrCall>, CdrError>;
+    /// The most recent call with this Call-ID and its streams.
+    fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
+}
+
+/// The SQLite schema.
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS cdr (
+    id             INTEGER PRIMARY KEY,
+    call_id        TEXT    NOT NULL,
+    caller         TEXT    NOT NULL,
+    called         TEXT    NOT NULL,
+    caller_addr    TEXT    NOT NULL,
+    callee_addr    TEXT    NOT NULL,
+    start_us       INTEGER NOT NULL,
+    ringing_us     INTEGER,
+    answer_us      INTEGER,
+    end_us         INTEGER,
+    state          TEXT    NOT NULL,
+    last_response  INTEGER,
+    last_reason    TEXT    NOT NULL,
+    hangup_by      TEXT,
+    q850_cause     INTEGER,
+    sip_messages   INTEGER NOT NULL,
+    reinvites      INTEGER NOT NULL,
+    mos_min        REAL
+);
+CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
+CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
+CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
+CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
+CREATE TABLE IF NOT EXISTS cdr_rtp (
+    id                      INTEGER PRIMARY KEY,
+    cdr_id                  INTEGER REFERENCES cdr(id),
+    call_id                 TEXT,
+    src                     TEXT    NOT NULL,
+    dst                     TEXT    NOT NULL,
+    ssrc                    INTEGER NOT NULL,
+    payload                 TEXT    NOT NULL,
+    start_us                INTEGER NOT NULL,
+    end_us                  INTEGER NOT NULL,
+    packets                 INTEGER NOT NULL,
+    lost                    INTEGER NOT NULL,
+    duplicates              INTEGER NOT NULL,
+    out_of_order            INTEGER NOT NULL,
+    min_delta_ms            REAL    NOT NULL,
+    mean_delta_ms           REAL    NOT NULL,
+    max_delta_ms            REAL    NOT NULL,
+    mean_jitter_ms          REAL    NOT NULL,
+    max_jitter_ms           REAL    NOT NULL,
+    mos                     REAL,
+    rtcp_reports            INTEGER NOT NULL,
+    rtcp_fraction_lost_pct  REAL,
+    rtcp_jitter_ms          REAL
+);
+CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
+CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
+";
+
+/// CDRs in one SQLite file (WAL journal).
+pub struct SqliteStore {
+    path: String,
+    conn: Connection,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and its schema.
+    pub fn open(path: &Path) -> Result<SqliteStore, CdrError> {
+        let name = path.display().to_string();
+        let wrap = |source| CdrError::Sqlite {
+            path: name.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(wrap)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(wrap)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(wrap)?;
+        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        Ok(SqliteStore { path: name, conn })
+    }
+
+    fn err(&self, source: rusqlite::Error) -> CdrError {
+        CdrError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+fn call_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CdrCall> {
+    Ok(CdrCall {
+        call_id: r.get(0)?,
+        caller: r.get(1)?,
+        called: r.get(2)?,
+        caller_addr: r.get(3)?,
+        callee_addr: r.get(4)?,
+        start_us: r.get(5)?,
+        ringing_us: r.get(6)?,
+        answer_us: r.get(7)?,
+        end_us: r.get(8)?,
+        state: r.get(9)?,
+        last_response: r.get(10)?,
+        last_reason: r.get(11)?,
+        hangup_by: r.get(12)?,
+        q850_cause: r.get(13)?,
+        sip_messages: r.get(14)?,
+        reinvites: r.get(15)?,
+        mos_min: r.get(16)?,
+    })
+}
+
+const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
+     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min";
+
+impl CdrStore for SqliteStore {
+    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {
+        let tx = self.conn.transaction().map_err(|e| CdrError::Sqlite {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        let r = (|| -> rusqlite::Result<()> {
+            let mut ids = std::collections::HashMap::new();
+            {
+                let mut ins = tx.prepare_cached(&format!(
+                    "INSERT INTO cdr ({CALL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+                ))?;
+                for c in calls {
+                    ins.execute(params![
+                        c.call_id,
+                        c.caller,
+                        c.called,
+                        c.caller_addr,
+                        c.callee_addr,
+                        c.start_us,
+                        c.ringing_us,
+                        c.answer_us,
+                        c.end_us,
+                        c.state,
+                        c.last_response,
+                        c.last_reason,
+                        c.hangup_by,
+                        c.q850_cause,
+                        c.sip_messages,
+                        c.reinvites,
+                        c.mos_min
+                    ])?;
+                    ids.insert(c.call_id.as_str(), tx.last_insert_rowid());
+                }
+            }
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
+                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
+                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+            )?;
+            for s in streams {
+                let cdr_id = s.call_id.as_deref().and_then(|c| ids.get(c).copied());
+                ins.execute(params![
+                    cdr_id,
+                    s.call_id,
+                    s.src,
+                    s.dst,
+                    s.ssrc,
+                    s.payload,
+                    s.start_us,
+                    s.end_us,
+                    s.packets as i64,
+                    s.lost,
+                    s.duplicates as i64,
+                    s.out_of_order as i64,
+                    s.min_delta_ms,
+                    s.mean_delta_ms,
+                    s.max_delta_ms,
+                    s.mean_jitter_ms,
+                    s.max_jitter_ms,
+                    s.mos,
+                    s.rtcp_reports,
+                    s.rtcp_fraction_lost_pct,
+                    s.rtcp_jitter_ms
+                ])?;
+            }
+            Ok(())
+        })();
+        let path = &self.path;
+        let wrap = |source| CdrError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        r.map_err(wrap)?;
+        tx.commit().map_err(wrap)
+    }
+
+    fn list(&mut self, f: &CdrFilter) -> Result<Vec<CdrCall>, CdrError> {
+        let mut sql = format!("SELECT {CALL_COLUMNS} FROM cdr WHERE 1=1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        if let Some(v) = f.since_us {
+            args.push(v.into());
+            sql += &format!(" AND start_us >= ?{}", args.len());
+        }
+        if let Some(v) = f.until_us {
+            args.push(v.into());
+            sql += &format!(" AND start_us < ?{}", args.len());
+        }
+        if let Some(n) = &f.number {
+            args.push(format!("%{n}%").into());
+            sql += &format!(" AND (caller LIKE ?{0} OR called LIKE ?{0})", args.len());
+        }
+        if let Some(v) = f.last_response {
+            args.push((v as i64).into());
+            sql += &format!(" AND last_response = ?{}", args.len());
+        }
+        if let Some(v) = f.mos_below {
+            args.push(v.into());
+            sql += &format!(" AND mos_min < ?{}", args.len());
+        }
+        args.push(
+            (if f.limit == 0 {
+                i64::MAX
+            } else {
+                f.limit as i64
+            })
+            .into(),
+        );
+        sql += &format!(" ORDER BY start_us DESC, id DESC LIMIT ?{}", args.len());
+        let mut st = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), call_from_row)
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError> {
+        let row: Option<(i64, CdrCall)> = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT id, {CALL_COLUMNS} FROM cdr WHERE call_id = ?1 ORDER BY id DESC LIMIT 1"
+                ),
+                [call_id],
+                |r| {
+                    let id: i64 = r.get(0)?;
+                    // Shift the row by one column for call_from_row.
+                    let c = CdrCall {
+                        call_id: r.get(1)?,
+                        caller: r.get(2)?,
+                        called: r.get(3)?,
+                        caller_addr: r.get(4)?,
+                        callee_addr: r.get(5)?,
+                        start_us: r.get(6)?,
+                        ringing_us: r.get(7)?,
+                        answer_us: r.get(8)?,
+                        end_us: r.get(9)?,
+                        state: r.get(10)?,
+                        last_response: r.get(11)?,
+                        last_reason: r.get(12)?,
+                        hangup_by: r.get(13)?,
+                        q850_cause: r.get(14)?,
+                        sip_messages: r.get(15)?,
+                        reinvites: r.get(16)?,
+                        mos_min: r.get(17)?,
+                    };
+                    Ok((id, c))
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some((id, call)) = row else {
+            return Ok(None);
+        };
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates, out_of_order, \
+                 min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, \
+                 rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE cdr_id = ?1 ORDER BY id",
+            )
+            .map_err(|e| self.err(e))?;
+        let streams = st
+            .query_map([id], |r| {
+                Ok(CdrStream {
+                    call_id: r.get(0)?,
+                    src: r.get(1)?,
+                    dst: r.get(2)?,
+                    ssrc: r.get(3)?,
+                    payload: r.get(4)?,
+                    start_us: r.get(5)?,
+                    end_us: r.get(6)?,
+                    packets: r.get::<_, i64>(7)? as u64,
+                    lost: r.get(8)?,
+                    duplicates: r.get::<_, i64>(9)? as u64,
+                    out_of_order: r.get::<_, i64>(10)? as u64,
+                    min_delta_ms: r.get(11)?,
+                    mean_delta_ms: r.get(12)?,
+                    max_delta_ms: r.get(13)?,
+                    mean_jitter_ms: r.get(14)?,
+                    max_jitter_ms: r.get(15)?,
+                    mos: r.get(16)?,
+                    rtcp_reports: r.get(17)?,
+                    rtcp_fraction_lost_pct: r.get(18)?,
+                    rtcp_jitter_ms: r.get(19)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(Some((call, streams)))
+    }
+}
+
+/// Formats µs since the epoch as RFC 3339 UTC with microseconds (`2024-01-31T12:00:00.000001Z`).
+pub fn format_time_us(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let micros = us.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 } as i64;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]` (UTC, optional trailing `Z`) or Unix seconds
+/// into µs since the epoch.
+pub fn parse_time_us(s: &str) -> Option<i64> {
+    let s = s.trim().trim_end_matches('Z');
+    if let Ok(secs) = s.parse::<i64>() {
+        return Some(secs * 1_000_000);
+    }
+    let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00:00"));
+    let mut dp = date.split('-');
+    let y: i64 = dp.next()?.parse().ok()?;
+    let m: u32 = dp.next()?.parse().ok()?;
+    let d: u32 = dp.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || dp.next().is_some() {
+        return None;
+    }
+    let mut tp = time.split(':');
+    let hh: i64 = tp.next()?.parse().ok()?;
+    let mm: i64 = tp.next().unwrap_or("0").parse().ok()?;
+    let ss: f64 = tp.next().unwrap_or("0").parse().ok()?;
+    let secs = days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60;
+    Some(secs * 1_000_000 + (ss * 1e6).round() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        assert_eq!(format_time_us(0), "1970-01-01T00:00:00.000000Z");
+        let t = parse_time_us("2024-02-29T13:45:10.5Z").unwrap();
+        assert_eq!(format_time_us(t), "2024-02-29T13:45:10.500000Z");
+        assert_eq!(parse_time_us("1700000000"), Some(1_700_000_000_000_000));
+        assert_eq!(parse_time_us("2024-13-01"), None);
+    }
+}

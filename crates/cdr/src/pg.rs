@@ -1,0 +1,296 @@
+//! The PostgreSQL backend: the same tables as SQLite ([`PG_SCHEMA`]), one transaction per
+//! batch, prepared statements.
+
+use postgres::types::ToSql;
+use postgres::{Client, NoTls};
+
+use crate::{CdrCall, CdrError, CdrFilter, CdrStore, CdrStream};
+
+/// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
+pub const PG_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS cdr (
+    id             BIGSERIAL PRIMARY KEY,
+    call_id        TEXT    NOT NULL,
+    caller         TEXT    NOT NULL,
+    called         TEXT    NOT NULL,
+    caller_addr    TEXT    NOT NULL,
+    callee_addr    TEXT    NOT NULL,
+    start_us       BIGINT  NOT NULL,
+    ringing_us     BIGINT,
+    answer_us      BIGINT,
+    end_us         BIGINT,
+    state          TEXT    NOT NULL,
+    last_response  INTEGER,
+    last_reason    TEXT    NOT NULL,
+    hangup_by      TEXT,
+    q850_cause     INTEGER,
+    sip_messages   BIGINT  NOT NULL,
+    reinvites      BIGINT  NOT NULL,
+    mos_min        DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
+CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
+CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
+CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
+CREATE TABLE IF NOT EXISTS cdr_rtp (
+    id                      BIGSERIAL PRIMARY KEY,
+    cdr_id                  BIGINT REFERENCES cdr(id),
+    call_id                 TEXT,
+    src                     TEXT    NOT NULL,
+    dst                     TEXT    NOT NULL,
+    ssrc                    BIGINT  NOT NULL,
+    payload                 TEXT    NOT NULL,
+    start_us                BIGINT  NOT NULL,
+    end_us                  BIGINT  NOT NULL,
+    packets                 BIGINT  NOT NULL,
+    lost                    BIGINT  NOT NULL,
+    duplicates              BIGINT  NOT NULL,
+    out_of_order            BIGINT  NOT NULL,
+    min_delta_ms            DOUBLE PRECISION NOT NULL,
+    mean_delta_ms           DOUBLE PRECISION NOT NULL,
+    max_delta_ms            DOUBLE PRECISION NOT NULL,
+    mean_jitter_ms          DOUBLE PRECISION NOT NULL,
+    max_jitter_ms           DOUBLE PRECISION NOT NULL,
+    mos                     DOUBLE PRECISION,
+    rtcp_reports            BIGINT  NOT NULL,
+    rtcp_fraction_lost_pct  DOUBLE PRECISION,
+    rtcp_jitter_ms          DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
+CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
+";
+
+const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
+     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min";
+
+/// CDRs in a PostgreSQL database.
+pub struct PgStore {
+    /// The connection string without its password, for errors.
+    name: String,
+    client: Client,
+}
+
+fn redact(conninfo: &str) -> String {
+    conninfo
+        .split_whitespace()
+        .map(|kv| {
+            if kv.to_ascii_lowercase().starts_with("password=") {
+                "password=***"
+            } else {
+                kv
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
+    CdrCall {
+        call_id: r.get(o),
+        caller: r.get(o + 1),
+        called: r.get(o + 2),
+        caller_addr: r.get(o + 3),
+        callee_addr: r.get(o + 4),
+        start_us: r.get(o + 5),
+        ringing_us: r.get(o + 6),
+        answer_us: r.get(o + 7),
+        end_us: r.get(o + 8),
+        state: r.get(o + 9),
+        last_response: r.get::<_, Option<i32>>(o + 10).map(|v| v as u16),
+        last_reason: r.get(o + 11),
+        hangup_by: r.get(o + 12),
+        q850_cause: r.get::<_, Option<i32>>(o + 13).map(|v| v as u16),
+        sip_messages: r.get::<_, i64>(o + 14) as u32,
+        reinvites: r.get::<_, i64>(o + 15) as u32,
+        mos_min: r.get(o + 16),
+    }
+}
+
+impl PgStore {
+    /// Connects with a libpq-style connection string (`host=... port=... user=... dbname=...`)
+    /// and creates the schema if needed.
+    pub fn connect(conninfo: &str) -> Result<PgStore, CdrError> {
+        let name = redact(conninfo);
+        let wrap = |source| CdrError::Postgres {
+            target: name.clone(),
+            source,
+        };
+        let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
+        client.batch_execute(PG_SCHEMA).map_err(wrap)?;
+        Ok(PgStore { name, client })
+    }
+
+    fn err(&self, source: postgres::Error) -> CdrError {
+        CdrError::Postgres {
+            target: self.name.clone(),
+            source,
+        }
+    }
+}
+
+impl CdrStore for PgStore {
+    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {
+        let name = self.name.clone();
+        let wrap = |source| CdrError::Postgres {
+            target: name.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(wrap)?;
+        let ins_call = tx
+            .prepare(&format!(
+                "INSERT INTO cdr ({CALL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id"
+            ))
+            .map_err(wrap)?;
+        let mut ids = std::collections::HashMap::new();
+        for c in calls {
+            let row = tx
+                .query_one(
+                    &ins_call,
+                    &[
+                        &c.call_id,
+                        &c.caller,
+                        &c.called,
+                        &c.caller_addr,
+                        &c.callee_addr,
+                        &c.start_us,
+                        &c.ringing_us,
+                        &c.answer_us,
+                        &c.end_us,
+                        &c.state,
+                        &c.last_response.map(i32::from),
+                        &c.last_reason,
+                        &c.hangup_by,
+                        &c.q850_cause.map(i32::from),
+                        &(c.sip_messages as i64),
+                        &(c.reinvites as i64),
+                        &c.mos_min,
+                    ],
+                )
+                .map_err(wrap)?;
+            ids.insert(c.call_id.as_str(), row.get::<_, i64>(0));
+        }
+        let ins_stream = tx
+            .prepare(
+                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
+                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
+                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+            )
+            .map_err(wrap)?;
+        for s in streams {
+            let cdr_id = s.call_id.as_deref().and_then(|c| ids.get(c).copied());
+            tx.execute(
+                &ins_stream,
+                &[
+                    &cdr_id,
+                    &s.call_id,
+                    &s.src,
+                    &s.dst,
+                    &(s.ssrc as i64),
+                    &s.payload,
+                    &s.start_us,
+                    &s.end_us,
+                    &(s.packets as i64),
+                    &s.lost,
+                    &(s.duplicates as i64),
+                    &(s.out_of_order as i64),
+                    &s.min_delta_ms,
+                    &s.mean_delta_ms,
+                    &s.max_delta_ms,
+                    &s.mean_jitter_ms,
+                    &s.max_jitter_ms,
+                    &s.mos,
+                    &(s.rtcp_reports as i64),
+                    &s.rtcp_fraction_lost_pct,
+                    &s.rtcp_jitter_ms,
+                ],
+            )
+            .map_err(wrap)?;
+        }
+        tx.commit().map_err(wrap)
+    }
+
+    fn list(&mut self, f: &CdrFilter) -> Result<Vec<CdrCall>, CdrError> {
+        let mut sql = format!("SELECT {CALL_COLUMNS} FROM cdr WHERE TRUE");
+        let mut args: Vec<Box<dyn ToSql + Sync>> = Vec::new();
+        if let Some(v) = f.since_us {
+            args.push(Box::new(v));
+            sql += &format!(" AND start_us >= ${}", args.len());
+        }
+        if let Some(v) = f.until_us {
+            args.push(Box::new(v));
+            sql += &format!(" AND start_us < ${}", args.len());
+        }
+        if let Some(n) = &f.number {
+            args.push(Box::new(format!("%{n}%")));
+            sql += &format!(" AND (caller LIKE ${0} OR called LIKE ${0})", args.len());
+        }
+        if let Some(v) = f.last_response {
+            args.push(Box::new(v as i32));
+            sql += &format!(" AND last_response = ${}", args.len());
+        }
+        if let Some(v) = f.mos_below {
+            args.push(Box::new(v));
+            sql += &format!(" AND mos_min < ${}", args.len());
+        }
+        args.push(Box::new(if f.limit == 0 {
+            i64::MAX
+        } else {
+            f.limit as i64
+        }));
+        sql += &format!(" ORDER BY start_us DESC, id DESC LIMIT ${}", args.len());
+        let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|b| b.as_ref()).collect();
+        let rows = self.client.query(&sql, &params).map_err(|e| self.err(e))?;
+        Ok(rows.iter().map(|r| call_from_row(r, 0)).collect())
+    }
+
+    fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError> {
+        let row = self
+            .client
+            .query_opt(
+                &format!(
+                    "SELECT id, {CALL_COLUMNS} FROM cdr WHERE call_id = $1 ORDER BY id DESC LIMIT 1"
+                ),
+                &[&call_id],
+            )
+            .map_err(|e| self.err(e))?;
+        let Some(row) = row else { return Ok(None) };
+        let id: i64 = row.get(0);
+        let call = call_from_row(&row, 1);
+        let rows = self
+            .client
+            .query(
+                "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates, out_of_order, \
+                 min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, \
+                 rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE cdr_id = $1 ORDER BY id",
+                &[&id],
+            )
+            .map_err(|e| self.err(e))?;
+        let streams = rows
+            .iter()
+            .map(|r| CdrStream {
+                call_id: r.get(0),
+                src: r.get(1),
+                dst: r.get(2),
+                ssrc: r.get::<_, i64>(3) as u32,
+                payload: r.get(4),
+                start_us: r.get(5),
+                end_us: r.get(6),
+                packets: r.get::<_, i64>(7) as u64,
+                lost: r.get(8),
+                duplicates: r.get::<_, i64>(9) as u64,
+                out_of_order: r.get::<_, i64>(10) as u64,
+                min_delta_ms: r.get(11),
+                mean_delta_ms: r.get(12),
+                max_delta_ms: r.get(13),
+                mean_jitter_ms: r.get(14),
+                max_jitter_ms: r.get(15),
+                mos: r.get(16),
+                rtcp_reports: r.get::<_, i64>(17) as u32,
+                rtcp_fraction_lost_pct: r.get(18),
+                rtcp_jitter_ms: r.get(19),
+            })
+            .collect();
+        Ok(Some((call, streams)))
+    }
+}

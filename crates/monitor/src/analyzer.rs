@@ -1,0 +1,1156 @@
+//! The pipeline: a front stage decodes packets, frames SIP (UDP and TCP), reads SDP to learn
+//! which media endpoints belong to which call, and dispatches; call shards hold dialogs and RTP
+//! streams and build the records. SIP goes to the shard of its Call-ID; RTP and RTCP go to the
+//! shard of their flow, which is the call's shard when an SDP announced the flow before its
+//! first packet. With one shard everything runs inline on the caller's thread; with more, each
+//! shard is a thread fed in batches over bounded channels.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// Hash maps keyed by packet fields: a fast hasher with a per-process random seed.
+type FastMap<K, V> = HashMap<K, V, foldhash::quality::RandomState>;
+
+/// An address as 128 bits (IPv4 as IPv4-mapped IPv6): map keys compare as plain integers.
+fn ip_bits(ip: std::net::IpAddr) -> u128 {
+    match ip {
+        std::net::IpAddr::V4(v) => u32::from(v) as u128 | (0xffff_u128 << 32),
+        std::net::IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+/// A flow (ssrc 0) or stream key packed for hashing and comparing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PackedKey {
+    src: u128,
+    dst: u128,
+    ports: u32,
+    ssrc: u32,
+}
+
+impl PackedKey {
+    fn new(src: SocketAddr, dst: SocketAddr, ssrc: u32) -> PackedKey {
+        PackedKey {
+            src: ip_bits(src.ip()),
+            dst: ip_bits(dst.ip()),
+            ports: (src.port() as u32) << 16 | dst.port() as u32,
+            ssrc,
+        }
+    }
+
+    fn stream(k: &StreamKey) -> PackedKey {
+        PackedKey::new(k.src, k.dst, k.ssrc)
+    }
+
+    fn flow(&self) -> PackedKey {
+        PackedKey { ssrc: 0, ..*self }
+    }
+}
+
+/// One address and port packed for hashing and comparing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct PackedAddr {
+    ip: u128,
+    port: u16,
+}
+
+impl PackedAddr {
+    fn new(a: SocketAddr) -> PackedAddr {
+        PackedAddr {
+            ip: ip_bits(a.ip()),
+            port: a.port(),
+        }
+    }
+}
+use std::hash::{BuildHasher, Hash};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use sip::Message;
+use sip::sdp::Sdp;
+
+use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
+use crate::dialog::{CallState, Dialog, Registration};
+use crate::pcap::{CaptureError, CaptureReader};
+use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
+use crate::tcp::{SipTcp, TcpLimits};
+
+/// Limits and timeouts of the monitor. Every table is bounded; what does not fit is counted in
+/// [`Counters`] and dropped.
+#[derive(Debug, Clone)]
+pub struct MonitorConfig {
+    /// Calls (dialogs) tracked at once, over all shards.
+    pub max_calls: usize,
+    /// RTP streams tracked at once, over all shards.
+    pub max_streams: usize,
+    /// REGISTER chains tracked at once.
+    pub max_registrations: usize,
+    /// Media endpoints learnt from SDP and flows pinned to shards, each.
+    pub max_endpoints: usize,
+    /// A call's record is closed this long after its end, so late RTP and retransmissions
+    /// still count.
+    pub call_linger_ms: u64,
+    /// A call refused with 401/407 stays open this long for the retry with credentials, which
+    /// continues the same call.
+    pub auth_retry_ms: u64,
+    /// A call that was not answered and saw no SIP for this long is closed.
+    pub call_idle_timeout_ms: u64,
+    /// An answered call that saw neither SIP nor RTP for this long is closed.
+    pub answered_idle_timeout_ms: u64,
+    /// A stream without a call is closed after this long without packets.
+    pub stream_idle_timeout_ms: u64,
+    /// A media endpoint learnt from SDP is forgotten after this long without use.
+    pub endpoint_idle_timeout_ms: u64,
+    /// A REGISTER chain is closed after this long without messages.
+    pub registration_idle_timeout_ms: u64,
+    /// Streams that no SDP announced are reported only with at least this many packets.
+    pub min_unsignalled_packets: u64,
+    pub fragments: FragmentLimits,
+    pub tcp: TcpLimits,
+    /// Events per batch handed to a shard thread.
+    pub batch_events: usize,
+    /// Batches queued per shard thread before the front waits.
+    pub queue_batches: usize,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        MonitorConfig {
+            max_calls: 1_000_000,
+            max_streams: 1_000_000,
+            max_registrations: 200_000,
+            max_endpoints: 2_000_000,
+            call_linger_ms: 5_000,
+            auth_retry_ms: 120_000,
+            call_idle_timeout_ms: 300_000,
+            answered_idle_timeout_ms: 7_200_000,
+            stream_idle_timeout_ms: 60_000,
+            endpoint_idle_timeout_ms: 7_200_000,
+            registration_idle_timeout_ms: 60_000,
+            min_unsignalled_packets: 1,
+            fragments: FragmentLimits::default(),
+            tcp: TcpLimits::default(),
+            batch_events: 1024,
+            queue_batches: 8,
+        }
+    }
+}
+
+/// SIP message counts, as `tshark -z sip,stat` gives them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SipStats {
+    pub messages: u64,
+    pub requests: BTreeMap<String, u64>,
+    pub responses: BTreeMap<u16, u64>,
+}
+
+/// What the monitor saw and dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub malformed: u64,
+    pub unsupported_link: u64,
+    pub udp: u64,
+    pub tcp: u64,
+    pub sip_messages: u64,
+    pub sip_parse_errors: u64,
+    pub sdp_parse_errors: u64,
+    pub rtp_packets: u64,
+    pub rtcp_packets: u64,
+    pub calls_dropped: u64,
+    pub streams_dropped: u64,
+    pub registrations_dropped: u64,
+    pub endpoints_dropped: u64,
+    pub fragments_reassembled: u64,
+    pub fragments_expired: u64,
+}
+
+impl Counters {
+    fn add(&mut self, o: &Counters) {
+        self.calls_dropped += o.calls_dropped;
+        self.streams_dropped += o.streams_dropped;
+        self.registrations_dropped += o.registrations_dropped;
+    }
+}
+
+/// A closed call with its RTP streams.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    pub dialog: Dialog,
+    pub streams: Vec<StreamRecord>,
+}
+
+/// A closed RTP stream, with the Call-ID of the call whose SDP announced it.
+#[derive(Debug, Clone)]
+pub struct StreamRecord {
+    pub stream: RtpStream,
+    pub call_id: Option<Arc<str>>,
+}
+
+/// Everything one run produced.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    pub calls: Vec<CallRecord>,
+    pub registrations: Vec<Registration>,
+    /// Streams not reported inside a call: unsignalled ones, and those that outlived their
+    /// call's record.
+    pub streams: Vec<StreamRecord>,
+    pub sip: SipStats,
+    pub counters: Counters,
+    /// Time of the first and last packet, ns since the epoch.
+    pub first_ns: Option<i64>,
+    pub last_ns: i64,
+}
+
+impl Analysis {
+    /// Every stream: those inside calls and the others.
+    pub fn all_streams(&self) -> impl Iterator<Item = &StreamRecord> {
+        self.calls
+            .iter()
+            .flat_map(|c| c.streams.iter())
+            .chain(self.streams.iter())
+    }
+}
+
+/// A media endpoint learnt from SDP.
+struct Endpoint {
+    call: Arc<str>,
+    shard: u16,
+    /// Dynamic payload types: (pt, clock rate; 0 for telephone-event).
+    dynamic: Box<[(u8, u32)]>,
+    last_ns: i64,
+}
+
+/// Where a flow's packets go, and the call last told to that shard for it.
+struct FlowRoute {
+    shard: u16,
+    call: Option<Arc<str>>,
+    last_ns: i64,
+}
+
+/// Work for a shard.
+pub(crate) enum Event {
+    Sip {
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        data: Box<[u8]>,
+    },
+    Rtp {
+        ts_ns: i64,
+        now_ms: f64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        header: RtpHeader,
+        clock_rate: u32,
+        call: Option<Arc<str>>,
+    },
+    Rtcp {
+        /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
+        blocks: Vec<ReportBlock>,
+    },
+    Tick {
+        ts_ns: i64,
+    },
+}
+
+struct StreamSlot {
+    stream: RtpStream,
+    call: Option<Arc<str>>,
+}
+
+/// Dialogs, registrations and streams of one shard.
+pub(crate) struct CallShard {
+    cfg: MonitorConfig,
+    max_calls: usize,
+    max_streams: usize,
+    dialogs: FastMap<Arc<str>, Dialog>,
+    registrations: FastMap<Box<str>, Registration>,
+    streams: FastMap<PackedKey, StreamSlot>,
+    by_ssrc: FastMap<u32, StreamKey>,
+    /// The call each flow belongs to, as the front told it.
+    flow_calls: FastMap<PackedKey, Arc<str>>,
+    out: Analysis,
+}
+
+impl CallShard {
+    fn new(cfg: &MonitorConfig, shards: usize) -> CallShard {
+        CallShard {
+            cfg: cfg.clone(),
+            max_calls: (cfg.max_calls / shards).max(1),
+            max_streams: (cfg.max_streams / shards).max(1),
+            dialogs: FastMap::default(),
+            registrations: FastMap::default(),
+            streams: FastMap::default(),
+            by_ssrc: FastMap::default(),
+            flow_calls: FastMap::default(),
+            out: Analysis::default(),
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Sip {
+                ts_ns,
+                src,
+                dst,
+                data,
+            } => {
+                if let Ok(m) = Message::parse(&data) {
+                    self.on_sip(ts_ns, src, dst, &m);
+                }
+            }
+            Event::Rtp {
+                ts_ns,
+                now_ms,
+                src,
+                dst,
+                header,
+                clock_rate,
+                call,
+            } => self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call),
+            Event::Rtcp { blocks } => self.on_rtcp(&blocks),
+            Event::Tick { ts_ns } => self.sweep(ts_ns, false),
+        }
+    }
+
+    fn on_sip(&mut self, ts_ns: i64, src: SocketAddr, dst: SocketAddr, m: &Message<'_>) {
+        let Some(call_id) = m.call_id() else { return };
+        let method = m.method().unwrap_or("");
+        if method == "REGISTER" {
+            if let Some(r) = self.registrations.get_mut(call_id) {
+                r.last_ns = ts_ns;
+                match m.status() {
+                    Some(code) => r.last_code = code,
+                    None => r.requests += 1,
+                }
+            } else if m.is_request() {
+                if self.registrations.len() >= self.cfg.max_registrations {
+                    self.out.counters.registrations_dropped += 1;
+                    return;
+                }
+                self.registrations.insert(
+                    call_id.into(),
+                    Registration {
+                        call_id: call_id.into(),
+                        user: m.to().map(|t| t.user()).unwrap_or("").into(),
+                        src,
+                        dst,
+                        first_ns: ts_ns,
+                        last_ns: ts_ns,
+                        requests: 1,
+                        last_code: 0,
+                    },
+                );
+            }
+            return;
+        }
+        if let Some(d) = self.dialogs.get_mut(call_id) {
+            d.on_message(ts_ns, src, m);
+            return;
+        }
+        if m.is_request() && method == "INVITE" {
+            if self.dialogs.len() >= self.max_calls {
+                self.out.counters.calls_dropped += 1;
+                return;
+            }
+            let mut d = Dialog::from_invite(ts_ns, src, dst, m);
+            d.on_message(ts_ns, src, m);
+            self.dialogs.insert(Arc::from(call_id), d);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_rtp(
+        &mut self,
+        ts_ns: i64,
+        now_ms: f64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        h: &RtpHeader,
+        clock_rate: u32,
+        call: Option<Arc<str>>,
+    ) {
+        if let Some(c) = call {
+            self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
+        }
+        let key = StreamKey {
+            src,
+            dst,
+            ssrc: h.ssrc,
+        };
+        let packed = PackedKey::new(src, dst, h.ssrc);
+        let slot = match self.streams.get_mut(&packed) {
+            Some(s) => s,
+            None => {
+                let call = self.flow_calls.get(&packed.flow()).cloned();
+                if self.streams.len() >= self.max_streams {
+                    self.out.counters.streams_dropped += 1;
+                    return;
+                }
+                if let Some(c) = &call
+                    && let Some(d) = self.dialogs.get_mut(c)
+                    && d.streams.len() < 64
+                {
+                    d.streams.push(key);
+                }
+                self.by_ssrc.insert(h.ssrc, key);
+                self.streams.entry(packed).or_insert(StreamSlot {
+                    stream: RtpStream::new(key, ts_ns, call.is_some()),
+                    call,
+                })
+            }
+        };
+        slot.stream.add(ts_ns, now_ms, h, clock_rate);
+    }
+
+    fn on_rtcp(&mut self, blocks: &[ReportBlock]) {
+        for b in blocks {
+            if let Some(key) = self.by_ssrc.get(&b.ssrc)
+                && let Some(s) = self.streams.get_mut(&PackedKey::stream(key))
+            {
+                s.stream.add_rtcp(b);
+            }
+        }
+    }
+
+    fn close_stream(&mut self, key: &StreamKey) -> Option<StreamRecord> {
+        let packed = PackedKey::stream(key);
+        let slot = self.streams.remove(&packed)?;
+        self.flow_calls.remove(&packed.flow());
+        if self.by_ssrc.get(&key.ssrc) == Some(key) {
+            self.by_ssrc.remove(&key.ssrc);
+        }
+        Some(StreamRecord {
+            stream: slot.stream,
+            call_id: slot.call,
+        })
+    }
+
+    /// Closes what is done (or everything, at the end).
+    fn sweep(&mut self, now_ns: i64, all: bool) {
+        let ms = 1_000_000i64;
+        let linger = self.cfg.call_linger_ms as i64 * ms;
+        let auth_linger = self.cfg.auth_retry_ms as i64 * ms;
+        let idle = self.cfg.call_idle_timeout_ms as i64 * ms;
+        let answered_idle = self.cfg.answered_idle_timeout_ms as i64 * ms;
+        let streams = &self.streams;
+        let done: Vec<Arc<str>> = self
+            .dialogs
+            .iter()
+            .filter(|(_, d)| {
+                if all {
+                    return true;
+                }
+                if let Some(end) = d.end_ns
+                    && d.state.is_final()
+                {
+                    let challenged =
+                        d.state == CallState::Failed && matches!(d.last_code, 401 | 407);
+                    return now_ns - end > if challenged { auth_linger } else { linger };
+                }
+                let media_last = d
+                    .streams
+                    .iter()
+                    .filter_map(|k| streams.get(&PackedKey::stream(k)).map(|s| s.stream.last_ns))
+                    .max()
+                    .unwrap_or(i64::MIN);
+                let last = d.last_activity_ns.max(media_last);
+                let limit = if d.state == CallState::Answered {
+                    answered_idle
+                } else {
+                    idle
+                };
+                now_ns - last > limit
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in done {
+            let d = self.dialogs.remove(&k).expect("dialog listed");
+            let streams = d
+                .streams
+                .iter()
+                .filter_map(|s| self.close_stream(s))
+                .collect();
+            self.out.calls.push(CallRecord { dialog: d, streams });
+        }
+        let stream_idle = self.cfg.stream_idle_timeout_ms as i64 * ms;
+        let dialogs = &self.dialogs;
+        let idle_streams: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| {
+                all || (now_ns - s.stream.last_ns > stream_idle
+                    && s.call.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
+            })
+            .map(|(_, s)| s.stream.key)
+            .collect();
+        for k in idle_streams {
+            if let Some(r) = self.close_stream(&k) {
+                self.out.streams.push(r);
+            }
+        }
+        let reg_idle = self.cfg.registration_idle_timeout_ms as i64 * ms;
+        let regs: Vec<Box<str>> = self
+            .registrations
+            .iter()
+            .filter(|(_, r)| all || now_ns - r.last_ns > reg_idle)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in regs {
+            if let Some(r) = self.registrations.remove(&k) {
+                self.out.registrations.push(r);
+            }
+        }
+    }
+
+    fn finish(mut self) -> Analysis {
+        self.sweep(i64::MAX, true);
+        self.out
+    }
+
+    /// Active calls.
+    fn active_calls(&self) -> usize {
+        self.dialogs.len()
+    }
+}
+
+/// The front stage's state.
+struct Front {
+    cfg: MonitorConfig,
+    shards: usize,
+    hasher: foldhash::quality::RandomState,
+    /// In a worker: the shard this front feeds. Events for other shards are dropped (their
+    /// own workers produce them), and RTP of other shards' flows is skipped early.
+    me: Option<u16>,
+    decoder: Decoder,
+    tcp: SipTcp,
+    endpoints: FastMap<PackedAddr, Endpoint>,
+    flows: FastMap<PackedKey, FlowRoute>,
+    first_ns: Option<i64>,
+    last_ns: i64,
+    last_tick_ns: i64,
+    last_endpoint_sweep_ns: i64,
+    sip: SipStats,
+    counters: Counters,
+    rtcp_blocks: Vec<ReportBlock>,
+    tcp_messages: Vec<Vec<u8>>,
+}
+
+impl Front {
+    fn new(
+        cfg: &MonitorConfig,
+        shards: usize,
+        me: Option<u16>,
+        hasher: foldhash::quality::RandomState,
+    ) -> Front {
+        Front {
+            cfg: cfg.clone(),
+            shards,
+            me,
+            hasher,
+            decoder: Decoder::new(cfg.fragments),
+            tcp: SipTcp::new(cfg.tcp),
+            endpoints: FastMap::default(),
+            flows: FastMap::default(),
+            first_ns: None,
+            last_ns: 0,
+            last_tick_ns: i64::MIN,
+            last_endpoint_sweep_ns: i64::MIN,
+            sip: SipStats::default(),
+            counters: Counters::default(),
+            rtcp_blocks: Vec::new(),
+            tcp_messages: Vec::new(),
+        }
+    }
+
+    fn shard_of<T: Hash>(&self, v: &T) -> u16 {
+        if self.shards == 1 {
+            0
+        } else {
+            (self.hasher.hash_one(v) % self.shards as u64) as u16
+        }
+    }
+
+    /// Milliseconds since the first packet, computed as Wireshark does (seconds and
+    /// nanoseconds converted separately).
+    fn rel_ms(&self, ts_ns: i64) -> f64 {
+        let rel = ts_ns - self.first_ns.unwrap_or(ts_ns);
+        let secs = rel.div_euclid(1_000_000_000);
+        let nsecs = rel.rem_euclid(1_000_000_000);
+        secs as f64 * 1000.0 + nsecs as f64 / 1_000_000.0
+    }
+
+    fn packet(
+        &mut self,
+        ts_ns: i64,
+        link_type: u32,
+        frame: &[u8],
+        emit: &mut dyn FnMut(u16, Event),
+    ) {
+        self.counters.packets += 1;
+        self.counters.bytes += frame.len() as u64;
+        if self.first_ns.is_none() {
+            self.first_ns = Some(ts_ns);
+        }
+        self.last_ns = self.last_ns.max(ts_ns);
+        if ts_ns.saturating_sub(self.last_tick_ns) >= 1_000_000_000 {
+            self.last_tick_ns = ts_ns;
+            for s in 0..self.shards {
+                emit(s as u16, Event::Tick { ts_ns });
+            }
+            self.sweep_endpoints(ts_ns);
+        }
+        let d = match self.decoder.decode(ts_ns, link_type, frame) {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(crate::decode::DecodeError::UnsupportedLink(_)) => {
+                self.counters.unsupported_link += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.malformed += 1;
+                return;
+            }
+        };
+        let Datagram {
+            src,
+            dst,
+            transport,
+            payload,
+        } = d;
+        match transport {
+            Transport::Udp => {
+                self.counters.udp += 1;
+                if sip::looks_like_sip(payload) {
+                    // `payload` may borrow the fragment buffer: SIP is copied out first.
+                    let data = payload.to_vec();
+                    self.sip_message(ts_ns, src, dst, &data, emit);
+                } else if let Some(h) = RtpHeader::parse(payload) {
+                    self.rtp(ts_ns, src, dst, h, emit);
+                } else if crate::rtp::looks_like_rtcp(payload) {
+                    self.counters.rtcp_packets += 1;
+                    let mut blocks = std::mem::take(&mut self.rtcp_blocks);
+                    blocks.clear();
+                    crate::rtp::rtcp_report_blocks(payload, &mut blocks);
+                    if !blocks.is_empty() {
+                        // The reported stream flows from the RTCP receiver to its sender, on the
+                        // RTP ports (conventionally one below).
+                        let rtp_src = SocketAddr::new(dst.ip(), dst.port().wrapping_sub(1));
+                        let rtp_dst = SocketAddr::new(src.ip(), src.port().wrapping_sub(1));
+                        let shard = match self.flows.get(&PackedKey::new(rtp_src, rtp_dst, 0)) {
+                            Some(route) => route.shard,
+                            None => self.shard_of(&PackedKey::new(rtp_src, rtp_dst, 0)),
+                        };
+                        emit(
+                            shard,
+                            Event::Rtcp {
+                                blocks: blocks.clone(),
+                            },
+                        );
+                    }
+                    self.rtcp_blocks = blocks;
+                }
+            }
+            Transport::Tcp { seq, flags } => {
+                self.counters.tcp += 1;
+                let mut msgs = std::mem::take(&mut self.tcp_messages);
+                self.tcp.segment(ts_ns, src, dst, seq, flags, payload, |m| {
+                    msgs.push(m.to_vec())
+                });
+                for m in msgs.drain(..) {
+                    self.sip_message(ts_ns, src, dst, &m, emit);
+                }
+                self.tcp_messages = msgs;
+            }
+        }
+    }
+
+    fn sip_message(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        data: &[u8],
+        emit: &mut dyn FnMut(u16, Event),
+    ) {
+        let m = match Message::parse(data) {
+            Ok(m) => m,
+            Err(_) => {
+                self.counters.sip_parse_errors += 1;
+                return;
+            }
+        };
+        self.counters.sip_messages += 1;
+        self.sip.messages += 1;
+        match m.start {
+            sip::StartLine::Request { method, .. } => {
+                if let Some(n) = self.sip.requests.get_mut(method) {
+                    *n += 1;
+                } else {
+                    self.sip.requests.insert(method.to_string(), 1);
+                }
+            }
+            sip::StartLine::Response { code, .. } => {
+                *self.sip.responses.entry(code).or_insert(0) += 1
+            }
+        }
+        let Some(call_id) = m.call_id() else { return };
+        let shard = self.shard_of(&call_id);
+        if m.has_sdp() {
+            match Sdp::parse(m.body) {
+                Ok(sdp) => self.learn_endpoints(ts_ns, call_id, shard, &sdp),
+                Err(_) => self.counters.sdp_parse_errors += 1,
+            }
+        }
+        emit(
+            shard,
+            Event::Sip {
+                ts_ns,
+                src,
+                dst,
+                data: m_bytes(data, &m),
+            },
+        );
+    }
+
+    fn learn_endpoints(&mut self, ts_ns: i64, call_id: &str, shard: u16, sdp: &Sdp<'_>) {
+        let call: Arc<str> = Arc::from(call_id);
+        for media in &sdp.media {
+            let Some(ip) = media.connection else { continue };
+            if media.port == 0 || media.payload_types.is_empty() {
+                continue;
+            }
+            let dynamic: Box<[(u8, u32)]> = media
+                .rtpmaps
+                .iter()
+                .filter(|m| m.payload_type >= 96)
+                .map(|m| {
+                    let rate = if m.encoding.eq_ignore_ascii_case("telephone-event") {
+                        0
+                    } else {
+                        m.clock_rate
+                    };
+                    (m.payload_type, rate)
+                })
+                .collect();
+            // RTCP needs no endpoint: it is routed by the flow of the stream it reports on.
+            let addr = SocketAddr::new(ip, media.port);
+            let addr = PackedAddr::new(addr);
+            if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints
+            {
+                self.counters.endpoints_dropped += 1;
+                continue;
+            }
+            self.endpoints.insert(
+                addr,
+                Endpoint {
+                    call: call.clone(),
+                    shard,
+                    dynamic,
+                    last_ns: ts_ns,
+                },
+            );
+        }
+    }
+
+    fn sweep_endpoints(&mut self, now_ns: i64) {
+        if now_ns.saturating_sub(self.last_endpoint_sweep_ns) < 60_000_000_000 {
+            return;
+        }
+        self.last_endpoint_sweep_ns = now_ns;
+        let idle = self.cfg.endpoint_idle_timeout_ms as i64 * 1_000_000;
+        self.endpoints.retain(|_, e| now_ns - e.last_ns <= idle);
+        let flow_idle = self.cfg.stream_idle_timeout_ms as i64 * 1_000_000;
+        self.flows
+            .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
+    }
+
+    fn rtp(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        h: RtpHeader,
+        emit: &mut dyn FnMut(u16, Event),
+    ) {
+        self.counters.rtp_packets += 1;
+        let packed_flow = PackedKey::new(src, dst, 0);
+        let flow_shard = if self.shards == 1 {
+            0
+        } else {
+            (self.hasher.hash_one(packed_flow) % self.shards as u64) as u16
+        };
+        if self.me.is_some_and(|me| me != flow_shard) {
+            return;
+        }
+        let now_ms = self.rel_ms(ts_ns);
+        let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
+            Some(e) => Some(e),
+            None => self.endpoints.get_mut(&PackedAddr::new(src)),
+        };
+        let (call, call_shard, clock_rate) = match ep {
+            Some(e) => {
+                e.last_ns = ts_ns;
+                let rate = if h.payload_type < 96 {
+                    crate::rtp::static_clock_rate(h.payload_type)
+                } else {
+                    e.dynamic
+                        .iter()
+                        .find(|(pt, _)| *pt == h.payload_type)
+                        .map(|(_, r)| *r)
+                        .unwrap_or(0)
+                };
+                (Some(&e.call), Some(e.shard), rate)
+            }
+            None => {
+                // Without SDP, RTP is recognised by its header alone; like Wireshark's heuristic
+                // it only applies to ports that no well-known protocol owns (DNS, NetBIOS, ...).
+                if src.port() < 1024 || dst.port() < 1024 {
+                    self.counters.rtp_packets -= 1;
+                    return;
+                }
+                (None, None, crate::rtp::static_clock_rate(h.payload_type))
+            }
+        };
+        // Each flow is pinned to one shard at its first packet, and its call is told to the
+        // shard once (not per packet).
+        let (shard, call) = match self.flows.get_mut(&packed_flow) {
+            Some(route) => {
+                route.last_ns = ts_ns;
+                let announce = match (call, &route.call) {
+                    (Some(c), Some(prev)) if Arc::ptr_eq(c, prev) => None,
+                    (Some(c), _) => {
+                        route.call = Some(c.clone());
+                        Some(c.clone())
+                    }
+                    (None, _) => None,
+                };
+                (route.shard, announce)
+            }
+            None => {
+                // Inline, a flow goes with its call; across workers, by its own hash.
+                let shard = match call_shard {
+                    Some(s) if self.me.is_none() => s,
+                    _ => flow_shard,
+                };
+                if self.flows.len() < self.cfg.max_endpoints {
+                    self.flows.insert(
+                        packed_flow,
+                        FlowRoute {
+                            shard,
+                            call: call.cloned(),
+                            last_ns: ts_ns,
+                        },
+                    );
+                }
+                (shard, call.cloned())
+            }
+        };
+        emit(
+            shard,
+            Event::Rtp {
+                ts_ns,
+                now_ms,
+                src,
+                dst,
+                header: h,
+                clock_rate,
+                call,
+            },
+        );
+    }
+}
+
+/// The message's own bytes (a UDP datagram may carry trailing bytes past Content-Length).
+fn m_bytes(data: &[u8], m: &Message<'_>) -> Box<[u8]> {
+    data[..m.len.min(data.len())].into()
+}
+
+/// Packets copied out of the capture for the workers, shared by all of them.
+#[derive(Default)]
+struct RawBatch {
+    data: Vec<u8>,
+    /// (time ns, link type, start in `data`, length)
+    packets: Vec<(i64, u32, usize, usize)>,
+}
+
+enum Backend {
+    Inline(Box<CallShard>),
+    /// Every worker decodes every packet and reads all SIP and SDP (cheap), but keeps only the
+    /// dialogs whose Call-ID and the RTP flows whose addresses hash to it.
+    Workers {
+        senders: Vec<SyncSender<Arc<RawBatch>>>,
+        batch: RawBatch,
+        handles: Vec<JoinHandle<(Analysis, Option<FrontTotals>)>>,
+    },
+}
+
+/// What the front of worker 0 saw (every worker sees every packet).
+struct FrontTotals {
+    sip: SipStats,
+    counters: Counters,
+    first_ns: Option<i64>,
+    last_ns: i64,
+}
+
+impl Front {
+    fn totals(&self) -> FrontTotals {
+        let mut counters = self.counters;
+        counters.fragments_reassembled = self.decoder.counters.reassembled;
+        counters.fragments_expired = self.decoder.counters.fragments_expired;
+        FrontTotals {
+            sip: self.sip.clone(),
+            counters,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns,
+        }
+    }
+}
+
+/// The call monitor: feed it packets (or whole files), then take the [`Analysis`].
+pub struct Monitor {
+    cfg: MonitorConfig,
+    front: Front,
+    backend: Backend,
+}
+
+impl Monitor {
+    /// A monitor with `workers` threads; 1 runs everything inline on the caller's thread.
+    /// With more, the caller's thread only reads and copies packets into shared batches.
+    pub fn new(cfg: MonitorConfig, workers: usize) -> Monitor {
+        let workers = workers.clamp(1, 256);
+        let hasher = foldhash::quality::RandomState::default();
+        let front = Front::new(&cfg, 1, None, hasher.clone());
+        let backend = if workers == 1 {
+            Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
+        } else {
+            let mut senders = Vec::new();
+            let mut handles = Vec::new();
+            for i in 0..workers {
+                let (tx, rx): (SyncSender<Arc<RawBatch>>, Receiver<Arc<RawBatch>>) =
+                    sync_channel(cfg.queue_batches);
+                let mut shard = CallShard::new(&cfg, workers);
+                let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
+                let me = i as u16;
+                let h = std::thread::Builder::new()
+                    .name(format!("monitor-worker-{i}"))
+                    .spawn(move || {
+                        while let Ok(batch) = rx.recv() {
+                            for &(ts, lt, start, len) in &batch.packets {
+                                let frame = &batch.data[start..start + len];
+                                front.packet(ts, lt, frame, &mut |s, ev| {
+                                    if s == me {
+                                        shard.handle(ev);
+                                    }
+                                });
+                            }
+                        }
+                        let totals = (me == 0).then(|| front.totals());
+                        (shard.finish(), totals)
+                    })
+                    .expect("spawn monitor worker thread");
+                senders.push(tx);
+                handles.push(h);
+            }
+            Backend::Workers {
+                senders,
+                batch: RawBatch::default(),
+                handles,
+            }
+        };
+        Monitor {
+            cfg,
+            front,
+            backend,
+        }
+    }
+
+    /// Feeds one link-layer frame captured at `ts_ns` (ns since the epoch).
+    pub fn packet(&mut self, ts_ns: i64, link_type: u32, frame: &[u8]) {
+        match &mut self.backend {
+            Backend::Inline(shard) => {
+                let shard = &mut **shard;
+                self.front
+                    .packet(ts_ns, link_type, frame, &mut |_, ev| match ev {
+                        // Inline: hand SIP over without copying the message again.
+                        Event::Sip {
+                            ts_ns,
+                            src,
+                            dst,
+                            data,
+                        } => {
+                            if let Ok(m) = Message::parse(&data) {
+                                shard.on_sip(ts_ns, src, dst, &m);
+                            }
+                        }
+                        other => shard.handle(other),
+                    });
+            }
+            Backend::Workers { senders, batch, .. } => {
+                let start = batch.data.len();
+                batch.data.extend_from_slice(frame);
+                batch.packets.push((ts_ns, link_type, start, frame.len()));
+                if batch.packets.len() >= self.cfg.batch_events {
+                    let full = Arc::new(std::mem::take(batch));
+                    for tx in senders.iter() {
+                        // A worker that died has panicked; finish() reports it.
+                        let _ = tx.send(full.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads every packet of a capture file. On a read error the packets before it stay
+    /// analysed; the error names the file and byte offset. `progress` gets the bytes read so
+    /// far every 64 Ki packets and at the end.
+    pub fn read_file(
+        &mut self,
+        path: &Path,
+        mut progress: impl FnMut(u64),
+    ) -> Result<u64, CaptureError> {
+        let mut r = CaptureReader::open(path)?;
+        self.read_capture(&mut r, &mut progress)
+    }
+
+    /// Reads every packet from an open capture.
+    pub fn read_capture(
+        &mut self,
+        r: &mut CaptureReader,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64, CaptureError> {
+        let mut n = 0u64;
+        loop {
+            let offset = r.offset();
+            match r.next_packet()? {
+                Some(p) => {
+                    let (ts, lt) = (p.ts_ns, p.link_type);
+                    self.packet(ts, lt, p.data);
+                    n += 1;
+                    if n.is_multiple_of(65_536) {
+                        progress(offset);
+                    }
+                }
+                None => {
+                    progress(r.offset());
+                    return Ok(n);
+                }
+            }
+        }
+    }
+
+    /// Takes the records closed so far (calls, registrations, streams without a call), so that
+    /// a long capture does not keep them all in memory. Inline mode only: with worker threads a
+    /// call's streams may live in another worker, and records are joined in [`Monitor::finish`];
+    /// this then returns an empty analysis.
+    pub fn take_finished(&mut self) -> Analysis {
+        match &mut self.backend {
+            Backend::Inline(s) => {
+                let mut out = Analysis::default();
+                std::mem::swap(&mut out.calls, &mut s.out.calls);
+                std::mem::swap(&mut out.registrations, &mut s.out.registrations);
+                let min = self.cfg.min_unsignalled_packets;
+                out.streams = std::mem::take(&mut s.out.streams)
+                    .into_iter()
+                    .filter(|s| s.call_id.is_some() || s.stream.packets >= min)
+                    .collect();
+                out
+            }
+            Backend::Workers { .. } => Analysis::default(),
+        }
+    }
+
+    /// Calls being tracked now (inline mode only; 0 with worker threads).
+    pub fn active_calls(&self) -> usize {
+        match &self.backend {
+            Backend::Inline(s) => s.active_calls(),
+            Backend::Workers { .. } => 0,
+        }
+    }
+
+    /// Closes everything still open and returns the whole analysis. Streams whose call was
+    /// kept by another worker are joined to their call here.
+    pub fn finish(self) -> Analysis {
+        let Monitor {
+            front,
+            backend,
+            cfg,
+        } = self;
+        let (parts, totals): (Vec<Analysis>, FrontTotals) = match backend {
+            Backend::Inline(shard) => (vec![shard.finish()], front.totals()),
+            Backend::Workers {
+                senders,
+                batch,
+                handles,
+            } => {
+                if !batch.packets.is_empty() {
+                    let last = Arc::new(batch);
+                    for tx in &senders {
+                        let _ = tx.send(last.clone());
+                    }
+                }
+                drop(senders);
+                let mut parts = Vec::new();
+                let mut totals = None;
+                for h in handles {
+                    let (a, t) = h.join().expect("monitor worker thread panicked");
+                    parts.push(a);
+                    if t.is_some() {
+                        totals = t;
+                    }
+                }
+                (parts, totals.expect("worker 0 reports the totals"))
+            }
+        };
+        let mut out = Analysis {
+            sip: totals.sip,
+            counters: totals.counters,
+            first_ns: totals.first_ns,
+            last_ns: totals.last_ns,
+            ..Analysis::default()
+        };
+        for p in parts {
+            out.counters.add(&p.counters);
+            out.calls.extend(p.calls);
+            out.registrations.extend(p.registrations);
+            out.streams.extend(p.streams);
+        }
+        // Join streams to calls closed elsewhere.
+        let index: HashMap<&str, usize> = out
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (&*c.dialog.call_id, i))
+            .collect();
+        let mut unjoined = Vec::new();
+        let mut joined: Vec<(usize, StreamRecord)> = Vec::new();
+        for s in std::mem::take(&mut out.streams) {
+            match s.call_id.as_deref().and_then(|c| index.get(c)) {
+                Some(&i) => joined.push((i, s)),
+                None => unjoined.push(s),
+            }
+        }
+        drop(index);
+        for (i, s) in joined {
+            out.calls[i].streams.push(s);
+        }
+        out.streams = unjoined;
+        for c in &mut out.calls {
+            c.streams.sort_by_key(|s| (s.stream.first_ns, s.stream.key));
+        }
+        let min = cfg.min_unsignalled_packets;
+        out.streams
+            .retain(|s| s.call_id.is_some() || s.stream.packets >= min);
+        out.calls.sort_by(|a, b| {
+            (a.dialog.invite_ns, &a.dialog.call_id).cmp(&(b.dialog.invite_ns, &b.dialog.call_id))
+        });
+        out.registrations.sort_by_key(|r| r.first_ns);
+        out.streams
+            .sort_by_key(|s| (s.stream.first_ns, s.stream.key));
+        out
+    }
+}

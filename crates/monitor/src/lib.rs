@@ -1,0 +1,21 @@
+//! Tandem's call monitor: reads captures (pcap, pcapng, gzip), decodes packets down to UDP and
+//! TCP, follows SIP dialogs by Call-ID, measures every RTP stream the way Wireshark does, scores
+//! it with the E-model, and builds call records.
+//!
+//! Start reading at [`analyzer::Monitor`]: [`pcap`] → [`decode`] (+ [`tcp`]) → front stage
+//! (SIP framing, SDP endpoints, dispatch) → call shards ([`dialog`], [`rtp`], [`mos`]) →
+//! [`analyzer::Analysis`]. [`synth`] writes synthetic captures with known ground truth.
+//!
+//! This crate does no network IO and keeps no files open beyond the capture being read; storing
+//! records is the `cdr` crate's job.
+
+pub mod analyzer;
+pub mod decode;
+pub mod dialog;
+pub mod mos;
+pub mod pcap;
+pub mod rtp;
+pub mod synth;
+pub mod tcp;
+
+pub use analyzer::{Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord};

@@ -1,0 +1,303 @@
+//! `tandem bench capture`: synthesises captures of concurrent G.711 calls with known ground
+//! truth, measures the monitor's RTP analysis rate on one and on two shards, the memory per
+//! concurrent SIP-only call, and tshark's `-z rtp,streams` on the same file.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use monitor::pcap::CaptureReader;
+use monitor::synth::{SynthConfig, generate};
+use monitor::{Monitor, MonitorConfig};
+use serde::Serialize;
+
+use super::report::{self, BenchReport, Percentiles, Table};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Concurrent G.711 calls in the RTP capture.
+    #[arg(long, default_value_t = 10_000)]
+    pub calls: usize,
+    /// Media seconds per call (both directions, 20 ms packets).
+    #[arg(long, default_value_t = 3)]
+    pub duration_s: u64,
+    /// Concurrent SIP-only calls held for the memory figure.
+    #[arg(long, default_value_t = 100_000)]
+    pub sip_calls: usize,
+    /// Timed runs per figure; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Also time tshark on the same file (skipped when tshark is not installed).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub tshark: bool,
+    /// Where the synthetic captures are written (removed afterwards unless --keep).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Keep the synthetic captures (rtp.pcap, sip.pcap) in --dir.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Serialize)]
+struct CaptureBench {
+    calls: usize,
+    rtp_packets: u64,
+    capture_bytes: u64,
+    runs: usize,
+    /// Median wall seconds to analyse the RTP capture on one thread (read, decode, analyse).
+    tandem_seconds: f64,
+    /// Median CPU seconds that thread ran (the machine is shared: wall time includes waiting).
+    tandem_cpu_seconds: f64,
+    /// RTP packets per CPU second of the one thread doing all the work.
+    rtp_packets_per_sec_per_core: f64,
+    /// RTP packets per wall second on one thread.
+    rtp_packets_per_sec_wall: f64,
+    /// The one-shard runs' durations (µs): how steady the figure is.
+    one_shard_runs: Percentiles,
+    /// Median wall seconds with two worker threads (plus the reading thread).
+    two_core_seconds: f64,
+    two_core_speedup: f64,
+    tshark_seconds: Option<f64>,
+    /// tshark_seconds / tandem_seconds.
+    tshark_ratio: Option<f64>,
+    sip_only_concurrent_calls: usize,
+    bytes_per_sip_call: f64,
+    peak_rss_bytes: u64,
+    streams_found: usize,
+    streams_expected: usize,
+}
+
+impl BenchReport for CaptureBench {
+    fn print_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let mut t = Table::new(["figure", "value"]);
+        let f = |v: f64| format!("{v:.3}");
+        t.row([
+            "calls (concurrent, G.711)".to_string(),
+            self.calls.to_string(),
+        ]);
+        t.row(["RTP packets".to_string(), self.rtp_packets.to_string()]);
+        t.row(["capture bytes".to_string(), self.capture_bytes.to_string()]);
+        t.row([
+            "tandem seconds (1 shard)".to_string(),
+            f(self.tandem_seconds),
+        ]);
+        t.row([
+            "RTP packets/s per core".to_string(),
+            format!("{:.0}", self.rtp_packets_per_sec_per_core),
+        ]);
+        t.row([
+            "seconds with 2 shards".to_string(),
+            f(self.two_core_seconds),
+        ]);
+        t.row(["2-core speedup".to_string(), f(self.two_core_speedup)]);
+        t.row([
+            "tshark seconds".to_string(),
+            self.tshark_seconds.map(f).unwrap_or_else(|| "-".into()),
+        ]);
+        t.row([
+            "tshark / tandem".to_string(),
+            self.tshark_ratio
+                .map(|r| format!("{r:.1}"))
+                .unwrap_or_else(|| "-".into()),
+        ]);
+        t.row([
+            "SIP-only concurrent calls".to_string(),
+            self.sip_only_concurrent_calls.to_string(),
+        ]);
+        t.row([
+            "bytes per SIP call".to_string(),
+            format!("{:.0}", self.bytes_per_sip_call),
+        ]);
+        t.row([
+            "peak RSS bytes".to_string(),
+            self.peak_rss_bytes.to_string(),
+        ]);
+        t.row([
+            "streams found / expected".to_string(),
+            format!("{} / {}", self.streams_found, self.streams_expected),
+        ]);
+        t.write(out)
+    }
+}
+
+/// Resident set size now, bytes (Linux /proc).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+/// Peak resident set size, bytes.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|k| k.parse::<u64>().ok())
+            })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// CPU time this thread has run, seconds (Linux /proc/thread-self/schedstat, in ns).
+fn thread_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map(|ns| ns as f64 / 1e9)
+        .unwrap_or(f64::NAN)
+}
+
+/// Analyses `path`: (wall seconds, CPU seconds of this thread, streams found).
+fn time_analysis(path: &Path, shards: usize) -> anyhow::Result<(f64, f64, usize)> {
+    let cpu = thread_cpu_seconds();
+    let started = Instant::now();
+    let mut m = Monitor::new(MonitorConfig::default(), shards);
+    m.read_file(path, |_| {})?;
+    let a = m.finish();
+    let wall = started.elapsed().as_secs_f64();
+    Ok((wall, thread_cpu_seconds() - cpu, a.all_streams().count()))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.runs == 0 || args.calls == 0 {
+        bail!("--runs and --calls must be at least 1");
+    }
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("tandem-bench-capture-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = measure(&args, &dir);
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    report::emit(&result?, args.json)
+}
+
+fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
+    // 1. RTP capture: every call starts within the first second and all overlap.
+    let rtp_path = dir.join("rtp.pcap");
+    let cfg = SynthConfig {
+        calls: args.calls,
+        call_interval_us: (1_000_000 / args.calls as u64).max(1),
+        call_duration_ms: args.duration_s * 1000,
+        failures: false,
+        loss_pct: 0.5,
+        duplicate_pct: 0.1,
+        reorder_pct: 0.1,
+        jitter_ms: 3.0,
+        ..SynthConfig::default()
+    };
+    let truth = generate(&cfg, std::fs::File::create(&rtp_path)?)?;
+    let capture_bytes = std::fs::metadata(&rtp_path)?.len();
+    let streams_expected = truth.calls.len() * 2;
+    // Warm the page cache, then time.
+    let (_, _, streams_found) = time_analysis(&rtp_path, 1)?;
+    let mut one = Vec::new();
+    let mut one_cpu = Vec::new();
+    let mut two = Vec::new();
+    for _ in 0..args.runs {
+        let (wall, cpu, _) = time_analysis(&rtp_path, 1)?;
+        one.push(wall);
+        one_cpu.push(cpu);
+        two.push(time_analysis(&rtp_path, 2)?.0);
+    }
+    let tandem_seconds = report::median(&one);
+    let tandem_cpu_seconds = report::median(&one_cpu);
+    let mut run_ns: Vec<u64> = one.iter().map(|s| (s * 1e9) as u64).collect();
+    let one_shard_runs = Percentiles::from_nanos(&mut run_ns);
+    let two_core_seconds = report::median(&two);
+    let tshark_seconds = if args.tshark && Command::new("tshark").arg("-v").output().is_ok() {
+        let started = Instant::now();
+        let out = Command::new("tshark")
+            .args([
+                "-n",
+                "-q",
+                "-o",
+                "rtp.heuristic_rtp:TRUE",
+                "-z",
+                "rtp,streams",
+                "-r",
+            ])
+            .arg(&rtp_path)
+            .output()
+            .context("running tshark")?;
+        if !out.status.success() {
+            bail!("tshark failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Some(started.elapsed().as_secs_f64())
+    } else {
+        None
+    };
+
+    // 2. SIP-only capture: every call set up within the first second, BYEs a minute later.
+    let sip_path = dir.join("sip.pcap");
+    let sip_cfg = SynthConfig {
+        calls: args.sip_calls,
+        call_interval_us: (1_000_000 / args.sip_calls.max(1) as u64).max(1),
+        call_duration_ms: 60_000,
+        rtp: false,
+        failures: false,
+        ..SynthConfig::default()
+    };
+    generate(&sip_cfg, std::fs::File::create(&sip_path)?)?;
+    let mut m = Monitor::new(MonitorConfig::default(), 1);
+    let before = rss_bytes();
+    let mut r = CaptureReader::open(&sip_path)?;
+    let held_until = sip_cfg.start_ns + 30_000_000_000;
+    let mut held = 0;
+    while let Some(p) = r.next_packet()? {
+        if p.ts_ns > held_until {
+            // Every call is set up and none has ended: measure here.
+            held = m.active_calls();
+            break;
+        }
+        let (ts, lt) = (p.ts_ns, p.link_type);
+        m.packet(ts, lt, p.data);
+    }
+    let after = rss_bytes();
+    drop(m);
+    let bytes_per_sip_call = if held > 0 {
+        after.saturating_sub(before) as f64 / held as f64
+    } else {
+        0.0
+    };
+    Ok(CaptureBench {
+        calls: args.calls,
+        rtp_packets: truth.rtp_packets,
+        capture_bytes,
+        runs: args.runs,
+        tandem_seconds,
+        tandem_cpu_seconds,
+        rtp_packets_per_sec_per_core: truth.rtp_packets as f64 / tandem_cpu_seconds,
+        rtp_packets_per_sec_wall: truth.rtp_packets as f64 / tandem_seconds,
+        one_shard_runs,
+        two_core_seconds,
+        two_core_speedup: tandem_seconds / two_core_seconds,
+        tshark_seconds,
+        tshark_ratio: tshark_seconds.map(|t| t / tandem_seconds),
+        sip_only_concurrent_calls: held,
+        bytes_per_sip_call,
+        peak_rss_bytes: peak_rss_bytes(),
+        streams_found,
+        streams_expected,
+    })
+}

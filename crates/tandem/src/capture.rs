@@ -1,0 +1,399 @@
+//! `tandem capture --read FILE...`: analyses capture files into calls, RTP streams and CDRs.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ::cdr::{CdrCall, CdrStore, CdrStream, SqliteStore, format_time_us};
+use anyhow::Context;
+use monitor::pcap::CaptureReader;
+use monitor::{Analysis, CallRecord, Monitor, MonitorConfig, StreamRecord};
+use serde_json::json;
+
+/// Closed records are printed and stored every this many packets.
+const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
+/// Calls per CDR transaction.
+const CDR_BATCH_CALLS: usize = 1000;
+/// Inputs at least this large get a progress bar (when stderr is a terminal).
+const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Capture files (pcap or pcapng, optionally gzip-compressed), read in the order given.
+    #[arg(long = "read", short = 'r', required = true, num_args = 1..)]
+    pub read: Vec<PathBuf>,
+    /// One JSON object per line on stdout: each call (`"kind":"call"`), each RTP stream
+    /// (`"kind":"rtp_stream"`) and each REGISTER chain (`"kind":"registration"`).
+    #[arg(long)]
+    pub json: bool,
+    /// SQLite file the CDRs are written to.
+    #[arg(long, default_value = "tandem-data/cdr.sqlite3", env = "TANDEM_CDR_DB")]
+    pub cdr_db: PathBuf,
+    /// Write CDRs to PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
+    #[arg(long, env = "TANDEM_CDR_POSTGRES")]
+    pub cdr_postgres: Option<String>,
+    /// Do not write CDRs.
+    #[arg(long)]
+    pub no_store: bool,
+    /// Call shards (threads) behind the decoding thread; 1 runs everything on one thread.
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+    /// Most calls tracked at once.
+    #[arg(long, default_value_t = MonitorConfig::default().max_calls)]
+    pub max_calls: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let cfg = MonitorConfig {
+        max_calls: args.max_calls,
+        ..MonitorConfig::default()
+    };
+    let mut mon = Monitor::new(cfg, args.shards);
+    let total: u64 = args
+        .read
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    let bar = (total >= PROGRESS_MIN_BYTES && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+            )
+            .expect("progress template"),
+        );
+        b
+    });
+    let started = Instant::now();
+    let mut store = if args.no_store {
+        None
+    } else {
+        Some(open_store(&args.cdr_db, args.cdr_postgres.as_deref())?)
+    };
+    let mut totals = Totals::default();
+    // Records closed so far are printed and stored as the capture goes, so memory stays
+    // bounded by the calls in progress, not by the length of the capture.
+    let mut flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
+        totals.add(&part);
+        if args.json {
+            print_json(&part)?;
+        }
+        if let Some(st) = store.as_mut() {
+            self::store(st.as_mut(), &part)?;
+        }
+        Ok(())
+    };
+    let mut done_bytes = 0u64;
+    let mut packets = 0u64;
+    let mut read_error = None;
+    'files: for path in &args.read {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let mut reader = match CaptureReader::open(path) {
+            Ok(r) => r,
+            Err(e) => {
+                read_error = Some(e);
+                break;
+            }
+        };
+        loop {
+            let next = reader.next_packet();
+            match next {
+                Ok(Some(p)) => {
+                    let (ts, lt) = (p.ts_ns, p.link_type);
+                    mon.packet(ts, lt, p.data);
+                    packets += 1;
+                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
+                        if let Some(b) = &bar {
+                            b.set_position(done_bytes + reader.offset().min(size));
+                        }
+                        let part = mon.take_finished();
+                        flush(part, &mut totals)?;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Keep every call decoded so far: report after the output below.
+                    read_error = Some(e);
+                    break 'files;
+                }
+            }
+        }
+        done_bytes += size;
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let last = mon.finish();
+    let counters = last.counters;
+    let sip_messages = last.sip.messages;
+    flush(last, &mut totals)?;
+    let elapsed = started.elapsed();
+    let analysis = Summary {
+        totals,
+        counters,
+        sip_messages,
+    };
+    print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
+    if let Some(e) = read_error {
+        return Err(anyhow::Error::new(e)
+            .context("capture stopped early; the calls above were decoded before the error"));
+    }
+    Ok(())
+}
+
+fn us(ns: i64) -> i64 {
+    ns.div_euclid(1000)
+}
+
+fn opt_time(ns: Option<i64>) -> serde_json::Value {
+    ns.map(|n| json!(format_time_us(us(n))))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+fn stream_json(s: &StreamRecord) -> serde_json::Value {
+    let st = &s.stream;
+    let w = &st.wireshark;
+    json!({
+        "kind": "rtp_stream",
+        "call_id": s.call_id.as_deref(),
+        "src": st.key.src.to_string(),
+        "dst": st.key.dst.to_string(),
+        "ssrc": format!("0x{:08X}", st.key.ssrc),
+        "payload": st.payload_names(),
+        "payload_types": st.payload_types,
+        "start": format_time_us(us(st.first_ns)),
+        "end": format_time_us(us(st.last_ns)),
+        "packets": st.packets,
+        "lost": w.lost(),
+        "duplicates": st.sequence.duplicates,
+        "out_of_order": st.sequence.out_of_order,
+        "min_delta_ms": round3(w.min_delta_ms),
+        "mean_delta_ms": round3(w.mean_delta_ms),
+        "max_delta_ms": round3(w.max_delta_ms),
+        "min_jitter_ms": round3(w.min_jitter_ms),
+        "mean_jitter_ms": round3(w.mean_jitter_ms),
+        "max_jitter_ms": round3(w.max_jitter_ms),
+        "mos": st.mos().map(|m| (m * 100.0).round() / 100.0),
+        "rtcp": st.rtcp.map(|r| json!({
+            "reports": r.reports,
+            "fraction_lost_pct": round3(r.fraction_lost_pct),
+            "cumulative_lost": r.cumulative_lost,
+            "jitter_ms": round3(r.jitter_ms),
+        })),
+    })
+}
+
+fn call_json(c: &CallRecord) -> serde_json::Value {
+    let d = &c.dialog;
+    json!({
+        "kind": "call",
+        "call_id": &*d.call_id,
+        "caller": &*d.caller,
+        "called": &*d.called,
+        "caller_addr": d.caller_addr.to_string(),
+        "callee_addr": d.callee_addr.to_string(),
+        "start": format_time_us(us(d.invite_ns)),
+        "ringing": opt_time(d.ringing_ns),
+        "answer": opt_time(d.answer_ns),
+        "end": opt_time(d.end_ns),
+        "state": d.state.as_str(),
+        "last_response": (d.last_code != 0).then_some(d.last_code),
+        "last_reason": &*d.last_reason,
+        "hangup_by": d.hangup_by.map(|p| p.as_str()),
+        "q850_cause": d.q850_cause,
+        "sip_messages": d.sip_messages,
+        "reinvites": d.reinvites,
+        "streams": c.streams.iter().map(|s| json!({
+            "src": s.stream.key.src.to_string(),
+            "dst": s.stream.key.dst.to_string(),
+            "ssrc": format!("0x{:08X}", s.stream.key.ssrc),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_json(a: &Analysis) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for c in &a.calls {
+        serde_json::to_writer(&mut out, &call_json(c))?;
+        writeln!(out)?;
+        for s in &c.streams {
+            serde_json::to_writer(&mut out, &stream_json(s))?;
+            writeln!(out)?;
+        }
+    }
+    for s in &a.streams {
+        serde_json::to_writer(&mut out, &stream_json(s))?;
+        writeln!(out)?;
+    }
+    for r in &a.registrations {
+        let v = json!({
+            "kind": "registration",
+            "call_id": &*r.call_id,
+            "user": &*r.user,
+            "src": r.src.to_string(),
+            "dst": r.dst.to_string(),
+            "start": format_time_us(us(r.first_ns)),
+            "end": format_time_us(us(r.last_ns)),
+            "requests": r.requests,
+            "last_response": (r.last_code != 0).then_some(r.last_code),
+            "outcome": r.outcome(),
+        });
+        serde_json::to_writer(&mut out, &v)?;
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The CDR row of a call.
+pub fn cdr_call(c: &CallRecord) -> CdrCall {
+    let d = &c.dialog;
+    CdrCall {
+        call_id: d.call_id.to_string(),
+        caller: d.caller.to_string(),
+        called: d.called.to_string(),
+        caller_addr: d.caller_addr.to_string(),
+        callee_addr: d.callee_addr.to_string(),
+        start_us: us(d.invite_ns),
+        ringing_us: d.ringing_ns.map(us),
+        answer_us: d.answer_ns.map(us),
+        end_us: d.end_ns.map(us),
+        state: d.state.as_str().to_string(),
+        last_response: (d.last_code != 0).then_some(d.last_code),
+        last_reason: d.last_reason.to_string(),
+        hangup_by: d.hangup_by.map(|p| p.as_str().to_string()),
+        q850_cause: d.q850_cause,
+        sip_messages: d.sip_messages,
+        reinvites: d.reinvites as u32,
+        mos_min: c
+            .streams
+            .iter()
+            .filter_map(|s| s.stream.mos())
+            .min_by(|a, b| a.total_cmp(b)),
+    }
+}
+
+/// The CDR row of a stream.
+pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
+    let st = &s.stream;
+    let w = &st.wireshark;
+    CdrStream {
+        call_id: s.call_id.as_deref().map(str::to_string),
+        src: st.key.src.to_string(),
+        dst: st.key.dst.to_string(),
+        ssrc: st.key.ssrc,
+        payload: st.payload_names(),
+        start_us: us(st.first_ns),
+        end_us: us(st.last_ns),
+        packets: st.packets,
+        lost: w.lost(),
+        duplicates: st.sequence.duplicates,
+        out_of_order: st.sequence.out_of_order,
+        min_delta_ms: w.min_delta_ms,
+        mean_delta_ms: w.mean_delta_ms,
+        max_delta_ms: w.max_delta_ms,
+        mean_jitter_ms: w.mean_jitter_ms,
+        max_jitter_ms: w.max_jitter_ms,
+        mos: st.mos(),
+        rtcp_reports: st.rtcp.map(|r| r.reports).unwrap_or(0),
+        rtcp_fraction_lost_pct: st.rtcp.map(|r| r.fraction_lost_pct),
+        rtcp_jitter_ms: st.rtcp.map(|r| r.jitter_ms),
+    }
+}
+
+/// The CDR store: PostgreSQL when a connection string is given, else the SQLite file (its
+/// directory is created).
+pub fn open_store(
+    path: &std::path::Path,
+    postgres: Option<&str>,
+) -> anyhow::Result<Box<dyn CdrStore>> {
+    if let Some(conninfo) = postgres {
+        return Ok(Box::new(::cdr::PgStore::connect(conninfo)?));
+    }
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(Box::new(SqliteStore::open(path)?))
+}
+
+fn store(st: &mut dyn CdrStore, a: &Analysis) -> anyhow::Result<()> {
+    for chunk in a.calls.chunks(CDR_BATCH_CALLS) {
+        let calls: Vec<CdrCall> = chunk.iter().map(cdr_call).collect();
+        let streams: Vec<CdrStream> = chunk
+            .iter()
+            .flat_map(|c| c.streams.iter().map(cdr_stream))
+            .collect();
+        st.insert(&calls, &streams)?;
+    }
+    for chunk in a.streams.chunks(CDR_BATCH_CALLS) {
+        let streams: Vec<CdrStream> = chunk.iter().map(cdr_stream).collect();
+        st.insert(&[], &streams)?;
+    }
+    Ok(())
+}
+
+/// What was printed and stored, for the summary.
+#[derive(Default)]
+struct Totals {
+    calls: u64,
+    answered: u64,
+    streams: u64,
+    registrations: u64,
+}
+
+impl Totals {
+    fn add(&mut self, a: &Analysis) {
+        self.calls += a.calls.len() as u64;
+        self.answered += a
+            .calls
+            .iter()
+            .filter(|c| c.dialog.answer_ns.is_some())
+            .count() as u64;
+        self.streams += a.all_streams().count() as u64;
+        self.registrations += a.registrations.len() as u64;
+    }
+}
+
+struct Summary {
+    totals: Totals,
+    counters: monitor::analyzer::Counters,
+    sip_messages: u64,
+}
+
+fn print_summary(s: &Summary, packets: u64, secs: f64, to_stderr: bool) -> std::io::Result<()> {
+    let mut out: Box<dyn Write> = if to_stderr {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let c = &s.counters;
+    let t = &s.totals;
+    writeln!(
+        out,
+        "{packets} packets in {secs:.3} s ({:.0} packets/s): {} calls ({} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
+        packets as f64 / secs.max(1e-9),
+        t.calls,
+        t.answered,
+        t.streams,
+        t.registrations,
+        s.sip_messages,
+        c.rtp_packets,
+        c.rtcp_packets,
+        c.malformed,
+    )?;
+    if c.calls_dropped + c.streams_dropped + c.registrations_dropped > 0 {
+        writeln!(
+            out,
+            "dropped at limits: {} calls, {} streams, {} registrations",
+            c.calls_dropped, c.streams_dropped, c.registrations_dropped
+        )?;
+    }
+    Ok(())
+}

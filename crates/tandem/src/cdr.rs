@@ -1,0 +1,184 @@
+//! `tandem cdr list|show`: queries the call records `tandem capture` stored.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use ::cdr::{CdrFilter, format_time_us, parse_time_us};
+use anyhow::Context;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// SQLite file with the CDRs.
+    #[arg(
+        long,
+        global = true,
+        default_value = "tandem-data/cdr.sqlite3",
+        env = "TANDEM_CDR_DB"
+    )]
+    pub cdr_db: PathBuf,
+    /// Read CDRs from PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
+    #[arg(long, global = true, env = "TANDEM_CDR_POSTGRES")]
+    pub cdr_postgres: Option<String>,
+    #[command(subcommand)]
+    pub command: CdrCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CdrCommand {
+    /// Calls, newest first.
+    List {
+        /// Calls that started at or after this time (YYYY-MM-DD[THH:MM[:SS]] UTC, or Unix seconds).
+        #[arg(long)]
+        since: Option<String>,
+        /// Calls that started before this time.
+        #[arg(long)]
+        until: Option<String>,
+        /// Caller or called number contains this.
+        #[arg(long)]
+        number: Option<String>,
+        /// Last SIP response code to the INVITE.
+        #[arg(long)]
+        response: Option<u16>,
+        /// Calls with a stream whose MOS is below this.
+        #[arg(long)]
+        mos_below: Option<f64>,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One call and its RTP streams.
+    Show {
+        call_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
+    v.map(|s| {
+        parse_time_us(&s).with_context(|| {
+            format!("--{name} {s:?}: expected YYYY-MM-DD[THH:MM[:SS]] or Unix seconds")
+        })
+    })
+    .transpose()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
+        anyhow::bail!(
+            "no CDR database at {} (run `tandem capture --read FILE` first, or pass --cdr-db)",
+            args.cdr_db.display()
+        );
+    }
+    let mut store = crate::capture::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.command {
+        CdrCommand::List {
+            since,
+            until,
+            number,
+            response,
+            mos_below,
+            limit,
+            json,
+        } => {
+            let filter = CdrFilter {
+                since_us: time_arg("since", since)?,
+                until_us: time_arg("until", until)?,
+                number,
+                last_response: response,
+                mos_below,
+                limit,
+            };
+            let calls = store.list(&filter)?;
+            for c in calls {
+                if json {
+                    serde_json::to_writer(&mut out, &c)?;
+                    writeln!(out)?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}  {:>12} -> {:<12}  {:<9}  {:>3} {:<24}  mos {}  {}",
+                        format_time_us(c.start_us),
+                        c.caller,
+                        c.called,
+                        c.state,
+                        c.last_response.map(|r| r.to_string()).unwrap_or_default(),
+                        c.last_reason,
+                        c.mos_min
+                            .map(|m| format!("{m:.2}"))
+                            .unwrap_or_else(|| "-".into()),
+                        c.call_id
+                    )?;
+                }
+            }
+        }
+        CdrCommand::Show { call_id, json } => {
+            let Some((c, streams)) = store.show(&call_id)? else {
+                anyhow::bail!(
+                    "no call with Call-ID {call_id:?} in {}",
+                    args.cdr_db.display()
+                );
+            };
+            if json {
+                serde_json::to_writer(
+                    &mut out,
+                    &serde_json::json!({ "call": c, "streams": streams }),
+                )?;
+                writeln!(out)?;
+            } else {
+                writeln!(out, "call_id      {}", c.call_id)?;
+                writeln!(out, "caller       {} ({})", c.caller, c.caller_addr)?;
+                writeln!(out, "called       {} ({})", c.called, c.callee_addr)?;
+                writeln!(out, "start        {}", format_time_us(c.start_us))?;
+                for (label, t) in [
+                    ("ringing", c.ringing_us),
+                    ("answer", c.answer_us),
+                    ("end", c.end_us),
+                ] {
+                    if let Some(t) = t {
+                        writeln!(out, "{label:<12} {}", format_time_us(t))?;
+                    }
+                }
+                writeln!(out, "state        {}", c.state)?;
+                writeln!(
+                    out,
+                    "last resp.   {} {}",
+                    c.last_response.map(|r| r.to_string()).unwrap_or_default(),
+                    c.last_reason
+                )?;
+                if let Some(h) = &c.hangup_by {
+                    writeln!(out, "hangup by    {h}")?;
+                }
+                if let Some(q) = c.q850_cause {
+                    writeln!(out, "Q.850 cause  {q}")?;
+                }
+                for s in streams {
+                    writeln!(
+                        out,
+                        "rtp  {} -> {}  0x{:08X}  {}  packets {}  lost {}  delta {:.3}/{:.3}/{:.3} ms  jitter {:.3}/{:.3} ms  mos {}",
+                        s.src,
+                        s.dst,
+                        s.ssrc,
+                        s.payload,
+                        s.packets,
+                        s.lost,
+                        s.min_delta_ms,
+                        s.mean_delta_ms,
+                        s.max_delta_ms,
+                        s.mean_jitter_ms,
+                        s.max_jitter_ms,
+                        s.mos
+                            .map(|m| format!("{m:.2}"))
+                            .unwrap_or_else(|| "-".into())
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

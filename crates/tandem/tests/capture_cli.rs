@@ -1,0 +1,162 @@
+//! `tandem capture` and `tandem cdr` as a user runs them, on synthetic captures.
+
+use std::process::Command;
+
+use monitor::synth::{SynthConfig, generate};
+
+fn tandem() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    c.env("TANDEM_LOG", "warn");
+    c
+}
+
+#[test]
+fn capture_json_then_cdr_list_and_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("calls.pcap");
+    let cfg = SynthConfig {
+        calls: 10,
+        loss_pct: 2.0,
+        ..SynthConfig::default()
+    };
+    let truth = generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let out = tandem()
+        .arg("capture")
+        .arg("--read")
+        .arg(&pcap)
+        .arg("--json")
+        .arg("--cdr-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<_> = lines.iter().filter(|v| v["kind"] == "call").collect();
+    let streams: Vec<_> = lines.iter().filter(|v| v["kind"] == "rtp_stream").collect();
+    assert_eq!(calls.len(), truth.calls.len());
+    assert_eq!(streams.len(), 2 * 8, "8 answered calls, 2 streams each");
+    for c in &calls {
+        for key in [
+            "call_id",
+            "caller",
+            "called",
+            "start",
+            "end",
+            "last_response",
+            "streams",
+        ] {
+            assert!(c.get(key).is_some(), "call without {key}: {c}");
+        }
+    }
+    let busy = calls
+        .iter()
+        .find(|c| c["call_id"] == "synth-9@tandem.test")
+        .unwrap();
+    assert_eq!(busy["last_response"], 486);
+    for s in &streams {
+        let ssrc = s["ssrc"].as_str().unwrap();
+        assert!(
+            ssrc.starts_with("0x")
+                && ssrc.len() == 10
+                && ssrc[2..]
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase())
+        );
+        assert!(s["src"].as_str().unwrap().contains(':'));
+        for key in [
+            "payload",
+            "packets",
+            "lost",
+            "min_delta_ms",
+            "mean_delta_ms",
+            "max_delta_ms",
+            "mean_jitter_ms",
+            "max_jitter_ms",
+            "mos",
+        ] {
+            assert!(s.get(key).is_some(), "stream without {key}: {s}");
+        }
+        assert_eq!(s["payload"], "g711A");
+    }
+
+    let out = tandem()
+        .args(["cdr", "list", "--json", "--response", "486"])
+        .arg("--cdr-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1);
+    assert!(text.contains("synth-9@tandem.test"));
+
+    let out = tandem()
+        .args(["cdr", "show", "synth-0@tandem.test"])
+        .arg("--cdr-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("hangup by    caller") && text.matches("rtp  ").count() == 2,
+        "{text}"
+    );
+
+    let out = tandem()
+        .args(["cdr", "show", "nope"])
+        .arg("--cdr-db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn truncated_capture_reports_file_and_offset_and_keeps_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("cut.pcap");
+    let cfg = SynthConfig {
+        calls: 10,
+        call_interval_us: 500_000,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let bytes = std::fs::read(&pcap).unwrap();
+    std::fs::write(&pcap, &bytes[..bytes.len() * 3 / 4 + 3]).unwrap();
+    let out = tandem()
+        .arg("capture")
+        .arg("--read")
+        .arg(&pcap)
+        .args(["--json", "--no-store"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut.pcap: at byte") && err.contains("truncated"),
+        "{err}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"call\""))
+            .count()
+            >= 5,
+        "{stdout}"
+    );
+}

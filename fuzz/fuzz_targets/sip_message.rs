@@ -1,0 +1,28 @@
+//! SIP message parsing, stream framing and every accessor.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = sip::message_len(data);
+    let _ = sip::looks_like_sip(data);
+    if let Ok(m) = sip::Message::parse(data) {
+        assert!(m.len <= data.len());
+        let _ = m.call_id();
+        let _ = m.cseq();
+        let _ = m.method();
+        let _ = m.status();
+        let _ = m.has_sdp();
+        let _ = m.q850_cause();
+        if let Some(f) = m.from() {
+            let _ = f.user();
+        }
+        if let Some(t) = m.to() {
+            let _ = t.user();
+        }
+        for v in m.header_values("via") {
+            let _ = sip::NameAddr::parse(v);
+        }
+        let _ = m.header_values("contact").count();
+    }
+});
