@@ -414,4 +414,71 @@ mod tests {
         let _ = stop.send(true);
         done.await.unwrap();
     }
+
+    #[tokio::test]
+    async fn a_scripts_database_commands_reach_the_store() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path().join("data"), kv::Options::default()).unwrap();
+        let scripts = dir.path().join("agi-bin");
+        std::fs::create_dir(&scripts).unwrap();
+        let script = scripts.join("db.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\n\
+             while read -r l && [ -n \"$l\" ]; do :; done\n\
+             echo 'DATABASE PUT cf 1001 \"555 1234\"'; read -r a\n\
+             echo 'DATABASE GET cf 1001'; read -r b\n\
+             echo 'DATABASE GET other 1001'; read -r c\n\
+             echo \"SET VARIABLE R \\\"$a|$b|$c\\\"\"; read -r d\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = fastagi::script::ScriptConfig {
+            dir: Some(scripts),
+            ..fastagi::script::ScriptConfig::default()
+        };
+        let runner = fastagi::script::ScriptRunner::new(
+            config,
+            8192,
+            Arc::new(fastagi::script::ScriptMetrics::unregistered()),
+        )
+        .unwrap()
+        .with_intercept(Arc::new(DatabaseIntercept {
+            store: store.clone(),
+            families: ["cf".to_string()].into_iter().collect(),
+        }));
+        let server = fastagi::Server::bind(
+            fastagi::ServerConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                workers: 1,
+                close_linger_ms: 500,
+                ..fastagi::ServerConfig::default()
+            },
+            Router::new().fallback("script", runner),
+            Arc::new(fastagi::Metrics::unregistered()),
+        )
+        .unwrap();
+        let addr = server.local_addr();
+        let (stop, rx) = fastagi::shutdown_channel();
+        let done = tokio::spawn(server.run(rx));
+
+        let o = session(addr, "db.sh", &[]).await;
+        assert_eq!(o.status, AgiStatus::Success, "{o:?}");
+        // Asterisk saw only the commands on other families.
+        let sent: Vec<&str> = o.exchanges.iter().map(|(c, _)| c.as_str()).collect();
+        assert!(sent.iter().all(|c| !c.contains(" cf ")), "{sent:?}");
+        assert!(
+            sent.iter().any(|c| c.starts_with("DATABASE GET other")),
+            "{sent:?}"
+        );
+        assert!(
+            sets(&o, "R", "200 result=1|200 result=1 (555 1234)|200 result=0"),
+            "{sent:?}"
+        );
+        assert_eq!(store.get("cf", "1001").unwrap().unwrap(), "555 1234");
+
+        let _ = stop.send(true);
+        done.await.unwrap();
+    }
 }
