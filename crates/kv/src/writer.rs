@@ -43,7 +43,19 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
         }
     };
     while let Some(batch) = shared.queue.take_batch(flush, batch_max) {
-        let err = match commit(&mut conn, &batch, shared.options.inline_value_bytes_max) {
+        let started = std::time::Instant::now();
+        let oldest = batch.first().map(|q| q.at);
+        let result = commit(&mut conn, &batch, shared.options.inline_value_bytes_max);
+        let took = started.elapsed();
+        if took > Duration::from_millis(20) {
+            tracing::debug!(
+                ops = batch.len(),
+                commit_ms = took.as_millis() as u64,
+                queued_ms = oldest.map_or(0, |t| (started - t).as_millis() as u64),
+                "slow commit"
+            );
+        }
+        let err = match result {
             Ok(()) => {
                 shared.stats.commits.fetch_add(1, Ordering::Relaxed);
                 shared

@@ -21,12 +21,16 @@ pub struct Config {
 pub struct KvConfig {
     /// Directory of the key-value store (its file is kv.sqlite3 in it).
     pub data_dir: std::path::PathBuf,
+    /// astdb families that legacy scripts' DATABASE commands reach in Tandem's store instead of
+    /// Asterisk's astdb (only families no dialplan or module of Asterisk uses).
+    pub script_families: Vec<String>,
 }
 
 impl Default for KvConfig {
     fn default() -> Self {
         KvConfig {
             data_dir: "tandem-data".into(),
+            script_families: Vec::new(),
         }
     }
 }
@@ -73,6 +77,7 @@ mod tests {
         assert_eq!(example.scripts, defaults.scripts);
         assert_eq!(example.metrics.listen, defaults.metrics.listen);
         assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
+        assert_eq!(example.kv.script_families, defaults.kv.script_families);
     }
 
     #[test]

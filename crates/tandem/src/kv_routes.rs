@@ -142,6 +142,123 @@ impl Handler for DbDeltree {
     }
 }
 
+/// Serves legacy scripts' `DATABASE GET/PUT/DEL/DELTREE` on chosen families from the store
+/// instead of relaying them to Asterisk (`kv.script_families`), with Asterisk 22's replies:
+/// GET `200 result=1 (value)` or `200 result=0`; PUT and DEL `200 result=1` (DEL of a missing
+/// key too), `200 result=0` if the store fails; DELTREE `200 result=1` when nothing was deleted
+/// and `200 result=0` when something was (res_agi's inverted answer, kept for scripts that test
+/// it). A PUT is answered once it is on disk. Commands with the wrong number of arguments are
+/// relayed, so Asterisk gives its usage reply.
+pub struct DatabaseIntercept {
+    pub store: Store,
+    pub families: std::collections::HashSet<String>,
+}
+
+fn get_reply(v: Option<Value>) -> String {
+    match v {
+        // A line break would end the reply early: shown as a space.
+        Some(v) => format!(
+            "200 result=1 ({})",
+            v.to_string_lossy().replace(['\r', '\n'], " ")
+        ),
+        None => "200 result=0".to_string(),
+    }
+}
+
+impl fastagi::script::Intercept for DatabaseIntercept {
+    fn intercept(&self, line: &str) -> Option<fastagi::script::InterceptedReply> {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let args = agi::split_args(line).ok()?;
+        if args.len() < 3
+            || !args[0].eq_ignore_ascii_case("DATABASE")
+            || !self.families.contains(&args[2])
+        {
+            return None;
+        }
+        let store = self.store.clone();
+        let sub = args[1].to_ascii_uppercase();
+        let mut args = args.into_iter().skip(2);
+        let family = args.next().unwrap_or_default();
+        let rest: Vec<String> = args.collect();
+        match (sub.as_str(), rest.len()) {
+            ("GET", 1) => {
+                let key = rest.into_iter().next().unwrap_or_default();
+                if let Some(found) = store.try_get(&family, &key) {
+                    let reply = get_reply(found);
+                    return Some(Box::pin(async move { reply }));
+                }
+                Some(Box::pin(async move {
+                    match tokio::task::spawn_blocking(move || store.get(&family, &key)).await {
+                        Ok(Ok(v)) => get_reply(v),
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "DATABASE GET from the store failed");
+                            "200 result=0".to_string()
+                        }
+                        Err(_) => "200 result=0".to_string(),
+                    }
+                }))
+            }
+            ("PUT", 2) => {
+                let mut it = rest.into_iter();
+                let (key, value) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
+                Some(Box::pin(async move {
+                    let done = match store.put_with(&family, &key, value, Durability::Sync) {
+                        Ok(commit) => commit.await,
+                        Err(e) => Err(e),
+                    };
+                    match done {
+                        Ok(()) => "200 result=1".to_string(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "DATABASE PUT to the store failed");
+                            "200 result=0".to_string()
+                        }
+                    }
+                }))
+            }
+            ("DEL", 1) => {
+                let key = rest.into_iter().next().unwrap_or_default();
+                Some(Box::pin(async move {
+                    let done = match store.del_with(&family, &key, Durability::Sync) {
+                        Ok((_, commit)) => commit.await,
+                        Err(e) => Err(e),
+                    };
+                    match done {
+                        Ok(()) => "200 result=1".to_string(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "DATABASE DEL in the store failed");
+                            "200 result=0".to_string()
+                        }
+                    }
+                }))
+            }
+            ("DELTREE", 0 | 1) => {
+                let keytree = rest.into_iter().next();
+                Some(Box::pin(async move {
+                    let done = tokio::task::spawn_blocking(move || {
+                        let (n, commit) = store.deltree_with(
+                            Some(&family),
+                            keytree.as_deref(),
+                            Durability::Sync,
+                        )?;
+                        commit.wait().map(|()| n)
+                    })
+                    .await;
+                    match done {
+                        Ok(Ok(n)) if n > 0 => "200 result=0".to_string(),
+                        Ok(Ok(_)) => "200 result=1".to_string(),
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "DATABASE DELTREE in the store failed");
+                            "200 result=0".to_string()
+                        }
+                        Err(_) => "200 result=0".to_string(),
+                    }
+                }))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Adds the `db/get`, `db/put`, `db/del` and `db/deltree` routes to `router`.
 pub fn add(router: Router, store: &Store) -> Result<Router, RouteError> {
     router
@@ -249,9 +366,117 @@ mod tests {
         assert!(sets(&o, STATUS_VARIABLE, "FOUND"), "{o:?}");
         assert!(!store.exists("sip", "10011"));
 
+        // Scripts' DATABASE commands on a chosen family are answered from the store.
+        let ic = DatabaseIntercept {
+            store: store.clone(),
+            families: ["cf".to_string()].into_iter().collect(),
+        };
+        use fastagi::script::Intercept;
+        assert!(ic.intercept("DATABASE GET other 1").is_none());
+        assert!(ic.intercept("GET VARIABLE X").is_none());
+        assert!(
+            ic.intercept("DATABASE PUT cf 1001").is_none(),
+            "wrong count: relayed"
+        );
+        assert_eq!(
+            ic.intercept("DATABASE GET cf 1001").unwrap().await,
+            "200 result=0"
+        );
+        assert_eq!(
+            ic.intercept("DATABASE PUT cf 1001 \"555 1234\"")
+                .unwrap()
+                .await,
+            "200 result=1"
+        );
+        assert_eq!(store.get("cf", "1001").unwrap().unwrap(), "555 1234");
+        assert_eq!(
+            ic.intercept("database get cf 1001\r").unwrap().await,
+            "200 result=1 (555 1234)"
+        );
+        assert_eq!(
+            ic.intercept("DATABASE DEL cf 1001").unwrap().await,
+            "200 result=1"
+        );
+        ic.intercept("DATABASE PUT cf 1002/a x").unwrap().await;
+        assert_eq!(
+            ic.intercept("DATABASE DELTREE cf 1002").unwrap().await,
+            "200 result=0"
+        );
+        assert_eq!(
+            ic.intercept("DATABASE DELTREE cf").unwrap().await,
+            "200 result=1"
+        );
+
         // Missing arguments: AGISTATUS=FAILURE.
         let o = session(addr, "db/get", &["sip"]).await;
         assert_eq!(o.status, AgiStatus::Failure, "{o:?}");
+
+        let _ = stop.send(true);
+        done.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_scripts_database_commands_reach_the_store() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path().join("data"), kv::Options::default()).unwrap();
+        let scripts = dir.path().join("agi-bin");
+        std::fs::create_dir(&scripts).unwrap();
+        let script = scripts.join("db.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\n\
+             while read -r l && [ -n \"$l\" ]; do :; done\n\
+             echo 'DATABASE PUT cf 1001 \"555 1234\"'; read -r a\n\
+             echo 'DATABASE GET cf 1001'; read -r b\n\
+             echo 'DATABASE GET other 1001'; read -r c\n\
+             echo \"SET VARIABLE R \\\"$a|$b|$c\\\"\"; read -r d\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = fastagi::script::ScriptConfig {
+            dir: Some(scripts),
+            ..fastagi::script::ScriptConfig::default()
+        };
+        let runner = fastagi::script::ScriptRunner::new(
+            config,
+            8192,
+            Arc::new(fastagi::script::ScriptMetrics::unregistered()),
+        )
+        .unwrap()
+        .with_intercept(Arc::new(DatabaseIntercept {
+            store: store.clone(),
+            families: ["cf".to_string()].into_iter().collect(),
+        }));
+        let server = fastagi::Server::bind(
+            fastagi::ServerConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                workers: 1,
+                close_linger_ms: 500,
+                ..fastagi::ServerConfig::default()
+            },
+            Router::new().fallback("script", runner),
+            Arc::new(fastagi::Metrics::unregistered()),
+        )
+        .unwrap();
+        let addr = server.local_addr();
+        let (stop, rx) = fastagi::shutdown_channel();
+        let done = tokio::spawn(server.run(rx));
+
+        let o = session(addr, "db.sh", &[]).await;
+        assert_eq!(o.status, AgiStatus::Success, "{o:?}");
+        // Asterisk saw only the commands on other families.
+        let sent: Vec<&str> = o.exchanges.iter().map(|(c, _)| c.as_str()).collect();
+        assert!(sent.iter().all(|c| !c.contains(" cf ")), "{sent:?}");
+        assert!(
+            sent.iter().any(|c| c.starts_with("DATABASE GET other")),
+            "{sent:?}"
+        );
+        assert!(
+            sets(&o, "R", "200 result=1|200 result=1 (555 1234)|200 result=0"),
+            "{sent:?}"
+        );
+        assert_eq!(store.get("cf", "1001").unwrap().unwrap(), "555 1234");
 
         let _ = stop.send(true);
         done.await.unwrap();

@@ -61,11 +61,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if config.scripts.dir.is_some() {
         // Every path no native route takes goes to the script directory.
         let script_metrics = Arc::new(fastagi::script::ScriptMetrics::new(&mut registry));
-        let runner = fastagi::script::ScriptRunner::new(
+        let mut runner = fastagi::script::ScriptRunner::new(
             config.scripts.clone(),
             config.fastagi.max_line_bytes,
             script_metrics,
         )?;
+        if !config.kv.script_families.is_empty() {
+            info!(families = ?config.kv.script_families, "scripts' DATABASE commands on these families use Tandem's store");
+            runner = runner.with_intercept(Arc::new(crate::kv_routes::DatabaseIntercept {
+                store: store.clone(),
+                families: config.kv.script_families.iter().cloned().collect(),
+            }));
+        }
         router = router.fallback("script", runner);
     }
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;

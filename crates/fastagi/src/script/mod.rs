@@ -40,6 +40,17 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
+/// The reply to give a script in place of Asterisk's, computed in Tandem.
+pub type InterceptedReply = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
+/// Answers some of a script's commands in Tandem instead of relaying them to Asterisk (for
+/// instance DATABASE commands on families that Tandem's store serves).
+pub trait Intercept: Send + Sync + 'static {
+    /// For a command line from a script (without its newline): `Some` reply line (without its
+    /// newline) to answer it here, or `None` to relay it to Asterisk.
+    fn intercept(&self, line: &str) -> Option<InterceptedReply>;
+}
+
 /// `[scripts]` in `tandem.toml`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -200,6 +211,7 @@ pub struct ScriptRunner {
     commands: Vec<String>,
     metrics: Arc<ScriptMetrics>,
     pools: prewarm::Pools,
+    intercept: Option<Arc<dyn Intercept>>,
 }
 
 impl ScriptRunner {
@@ -243,7 +255,14 @@ impl ScriptRunner {
             commands,
             metrics,
             pools,
+            intercept: None,
         })
+    }
+
+    /// Answers the commands `intercept` takes in Tandem instead of relaying them.
+    pub fn with_intercept(mut self, intercept: Arc<dyn Intercept>) -> Self {
+        self.intercept = Some(intercept);
+        self
     }
 
     fn limit_for(&self, script: &str) -> Option<Duration> {
@@ -407,6 +426,16 @@ impl ScriptRunner {
                         }));
                     }
                     reply.clear();
+                    if let Some(answer) = self
+                        .intercept
+                        .as_ref()
+                        .and_then(|i| std::str::from_utf8(line).ok().and_then(|l| i.intercept(l)))
+                    {
+                        reply.extend_from_slice(answer.await.as_bytes());
+                        reply.push(b'\n');
+                        let _ = stdin.write_all(&reply).await;
+                        continue;
+                    }
                     let relayed = match deadline {
                         Some(d) => match tokio::time::timeout_at(d, session.relay(line, &mut reply)).await {
                             Ok(r) => r,

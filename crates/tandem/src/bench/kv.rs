@@ -34,8 +34,11 @@ pub struct Args {
     /// Durable (sync) binding rewrites per second, spread over --sync-writers threads.
     #[arg(long, default_value_t = 2_000)]
     sync_rate: u64,
-    /// Threads issuing sync rewrites.
-    #[arg(long, default_value_t = 32)]
+    /// Threads issuing sync rewrites. Each has its own schedule, and an operation due while
+    /// its thread still waits for the previous one starts late (and is charged for it), so
+    /// there are enough threads for each to have one operation in flight most of the time,
+    /// like independent registrations.
+    #[arg(long, default_value_t = 256)]
     sync_writers: usize,
     /// Async binding rewrites per second (one thread).
     #[arg(long, default_value_t = 2_000)]
