@@ -74,7 +74,7 @@ impl BenchReport for ScriptsReport {
             writeln!(out, "{title}")?;
             let mut t = Table::new(["script", "how", "sessions/s", "p50 ms", "p99 ms", "errors"]);
             for lang in ["sh", "py"] {
-                for how in hows.iter().copied() {
+                for how in hows {
                     if let Some(f) = set.get(&format!("{lang} {how}")) {
                         t.row([
                             lang.to_string(),
