@@ -67,6 +67,8 @@ struct CaptureBench {
     tshark_ratio: Option<f64>,
     sip_only_concurrent_calls: usize,
     bytes_per_sip_call: f64,
+    /// SIP-only calls (INVITE, 100, 180, 200, ACK, BYE, 200) analysed per CPU second.
+    sip_calls_per_sec_per_core: f64,
     peak_rss_bytes: u64,
     streams_found: usize,
     streams_expected: usize,
@@ -275,6 +277,12 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     }
     let after = rss_bytes();
     drop(m);
+    // Whole SIP-only capture on one thread: calls set up and torn down per CPU second.
+    let mut sip_cpu = Vec::new();
+    for _ in 0..args.runs {
+        sip_cpu.push(time_analysis(&sip_path, 1)?.1);
+    }
+    let sip_calls_per_sec_per_core = args.sip_calls as f64 / report::median(&sip_cpu);
     let bytes_per_sip_call = if held > 0 {
         after.saturating_sub(before) as f64 / held as f64
     } else {
@@ -296,6 +304,7 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         tshark_ratio: tshark_seconds.map(|t| t / tandem_seconds),
         sip_only_concurrent_calls: held,
         bytes_per_sip_call,
+        sip_calls_per_sec_per_core,
         peak_rss_bytes: peak_rss_bytes(),
         streams_found,
         streams_expected,
