@@ -174,6 +174,61 @@ impl Counters {
         self.streams_dropped += o.streams_dropped;
         self.registrations_dropped += o.registrations_dropped;
     }
+
+    /// Adds what a worker's front counted (packets and bytes are counted by the reader).
+    /// Fragments go to every worker, so they are taken from the first one only.
+    fn add_front(&mut self, o: &Counters, first: bool) {
+        self.malformed += o.malformed;
+        self.unsupported_link += o.unsupported_link;
+        self.udp += o.udp;
+        self.tcp += o.tcp;
+        self.sip_messages += o.sip_messages;
+        self.sip_parse_errors += o.sip_parse_errors;
+        self.sdp_parse_errors += o.sdp_parse_errors;
+        self.rtp_packets += o.rtp_packets;
+        self.rtcp_packets += o.rtcp_packets;
+        self.endpoints_dropped += o.endpoints_dropped;
+        if first {
+            self.fragments_reassembled += o.fragments_reassembled;
+            self.fragments_expired += o.fragments_expired;
+        }
+    }
+}
+
+impl SipStats {
+    fn merge(&mut self, o: &SipStats) {
+        self.messages += o.messages;
+        for (k, v) in &o.requests {
+            *self.requests.entry(k.clone()).or_insert(0) += v;
+        }
+        for (k, v) in &o.responses {
+            *self.responses.entry(*k).or_insert(0) += v;
+        }
+    }
+}
+
+/// Which worker a frame goes to: the one its UDP flow hashes to (RTCP: the flow of the RTP it
+/// reports on), or `None` for every worker (SIP, TCP, fragments, anything not plain UDP).
+fn route(
+    hasher: &foldhash::quality::RandomState,
+    workers: usize,
+    link_type: u32,
+    frame: &[u8],
+) -> Option<usize> {
+    let (src, dst, payload) = crate::decode::peek_udp(link_type, frame)?;
+    if sip::looks_like_sip(payload) {
+        return None;
+    }
+    let flow = if RtpHeader::parse(payload).is_none() && crate::rtp::looks_like_rtcp(payload) {
+        PackedKey::new(
+            SocketAddr::new(dst.ip(), dst.port().wrapping_sub(1)),
+            SocketAddr::new(src.ip(), src.port().wrapping_sub(1)),
+            0,
+        )
+    } else {
+        PackedKey::new(src, dst, 0)
+    };
+    Some((hasher.hash_one(flow) % workers as u64) as usize)
 }
 
 /// A closed call with its RTP streams.
@@ -874,22 +929,28 @@ fn m_bytes(data: &[u8], m: &Message<'_>) -> Box<[u8]> {
 #[derive(Default)]
 struct RawBatch {
     data: Vec<u8>,
-    /// (time ns, link type, start in `data`, length)
-    packets: Vec<(i64, u32, usize, usize)>,
+    /// (time ns, link type, start in `data`, length, counted here): every packet is counted
+    /// by exactly one worker, also when it is sent to all of them.
+    packets: Vec<(i64, u32, usize, usize, bool)>,
+    /// Time of the capture's first packet, so that every worker measures from the same origin.
+    first_ns: i64,
 }
 
 enum Backend {
     Inline(Box<CallShard>),
-    /// Every worker decodes every packet and reads all SIP and SDP (cheap), but keeps only the
-    /// dialogs whose Call-ID and the RTP flows whose addresses hash to it.
+    /// The reading thread peeks at each UDP datagram and sends RTP, RTCP and other UDP to the
+    /// worker its flow hashes to; SIP, TCP and fragments go to every worker (so each knows
+    /// every call's media endpoints). A worker keeps the dialogs whose Call-ID and the flows
+    /// whose addresses hash to it.
     Workers {
-        senders: Vec<SyncSender<Arc<RawBatch>>>,
-        batch: RawBatch,
-        handles: Vec<JoinHandle<(Analysis, Option<FrontTotals>)>>,
+        senders: Vec<SyncSender<RawBatch>>,
+        batches: Vec<RawBatch>,
+        handles: Vec<JoinHandle<(Analysis, FrontTotals)>>,
+        hasher: foldhash::quality::RandomState,
     },
 }
 
-/// What the front of worker 0 saw (every worker sees every packet).
+/// What a worker's front counted.
 struct FrontTotals {
     sip: SipStats,
     counters: Counters,
@@ -931,7 +992,7 @@ impl Monitor {
             let mut senders = Vec::new();
             let mut handles = Vec::new();
             for i in 0..workers {
-                let (tx, rx): (SyncSender<Arc<RawBatch>>, Receiver<Arc<RawBatch>>) =
+                let (tx, rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
                     sync_channel(cfg.queue_batches);
                 let mut shard = CallShard::new(&cfg, workers);
                 let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
@@ -940,17 +1001,27 @@ impl Monitor {
                     .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
                         while let Ok(batch) = rx.recv() {
-                            for &(ts, lt, start, len) in &batch.packets {
+                            front.first_ns.get_or_insert(batch.first_ns);
+                            for &(ts, lt, start, len, counted) in &batch.packets {
                                 let frame = &batch.data[start..start + len];
-                                front.packet(ts, lt, frame, &mut |s, ev| {
+                                let mut emit = |s: u16, ev: Event| {
                                     if s == me {
                                         shard.handle(ev);
                                     }
-                                });
+                                };
+                                if counted {
+                                    front.packet(ts, lt, frame, &mut emit);
+                                } else {
+                                    // Counted by another worker: analyse, but leave the counts.
+                                    let counters = front.counters;
+                                    let sip = std::mem::take(&mut front.sip);
+                                    front.packet(ts, lt, frame, &mut emit);
+                                    front.counters = counters;
+                                    front.sip = sip;
+                                }
                             }
                         }
-                        let totals = (me == 0).then(|| front.totals());
-                        (shard.finish(), totals)
+                        (shard.finish(), front.totals())
                     })
                     .expect("spawn monitor worker thread");
                 senders.push(tx);
@@ -958,8 +1029,9 @@ impl Monitor {
             }
             Backend::Workers {
                 senders,
-                batch: RawBatch::default(),
+                batches: (0..workers).map(|_| RawBatch::default()).collect(),
                 handles,
+                hasher,
             }
         };
         Monitor {
@@ -990,15 +1062,38 @@ impl Monitor {
                         other => shard.handle(other),
                     });
             }
-            Backend::Workers { senders, batch, .. } => {
-                let start = batch.data.len();
-                batch.data.extend_from_slice(frame);
-                batch.packets.push((ts_ns, link_type, start, frame.len()));
-                if batch.packets.len() >= self.cfg.batch_events {
-                    let full = Arc::new(std::mem::take(batch));
-                    for tx in senders.iter() {
+            Backend::Workers {
+                senders,
+                batches,
+                hasher,
+                ..
+            } => {
+                let first_ns = *self.front.first_ns.get_or_insert(ts_ns);
+                self.front.counters.packets += 1;
+                self.front.counters.bytes += frame.len() as u64;
+                self.front.last_ns = self.front.last_ns.max(ts_ns);
+                let n = batches.len();
+                let target = route(hasher, n, link_type, frame);
+                let cap = self.cfg.batch_events;
+                let mut push = |w: usize, counted: bool| {
+                    let b = &mut batches[w];
+                    let start = b.data.len();
+                    b.data.extend_from_slice(frame);
+                    b.packets
+                        .push((ts_ns, link_type, start, frame.len(), counted));
+                    b.first_ns = first_ns;
+                    if b.packets.len() >= cap {
+                        let full = std::mem::take(b);
                         // A worker that died has panicked; finish() reports it.
-                        let _ = tx.send(full.clone());
+                        let _ = senders[w].send(full);
+                    }
+                };
+                match target {
+                    Some(w) => push(w, true),
+                    None => {
+                        for w in 0..n {
+                            push(w, w == 0);
+                        }
                     }
                 }
             }
@@ -1084,26 +1179,27 @@ impl Monitor {
             Backend::Inline(shard) => (vec![shard.finish()], front.totals()),
             Backend::Workers {
                 senders,
-                batch,
+                batches,
                 handles,
+                ..
             } => {
-                if !batch.packets.is_empty() {
-                    let last = Arc::new(batch);
-                    for tx in &senders {
-                        let _ = tx.send(last.clone());
+                for (tx, b) in senders.iter().zip(batches) {
+                    if !b.packets.is_empty() {
+                        let _ = tx.send(b);
                     }
                 }
                 drop(senders);
                 let mut parts = Vec::new();
-                let mut totals = None;
+                let mut totals = front.totals();
+                let mut first_worker = true;
                 for h in handles {
                     let (a, t) = h.join().expect("monitor worker thread panicked");
                     parts.push(a);
-                    if t.is_some() {
-                        totals = t;
-                    }
+                    totals.counters.add_front(&t.counters, first_worker);
+                    first_worker = false;
+                    totals.sip.merge(&t.sip);
                 }
-                (parts, totals.expect("worker 0 reports the totals"))
+                (parts, totals)
             }
         };
         let mut out = Analysis {
