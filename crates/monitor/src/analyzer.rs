@@ -301,7 +301,7 @@ pub(crate) enum Event {
         dst: SocketAddr,
         header: RtpHeader,
         clock_rate: u32,
-        call: Option<Arc<str>>,
+        call: CallRef,
     },
     Rtcp {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
@@ -310,6 +310,16 @@ pub(crate) enum Event {
     Tick {
         ts_ns: i64,
     },
+}
+
+/// What an RTP event says about its flow's call.
+pub(crate) enum CallRef {
+    /// No SDP announced the flow (or nothing new to say).
+    Unknown,
+    /// The flow's call, sent with every packet (inline: cheaper than a map lookup).
+    Known(Arc<str>),
+    /// The flow's call, sent once for the shard to remember (worker threads).
+    Announce(Arc<str>),
 }
 
 struct StreamSlot {
@@ -427,11 +437,16 @@ impl CallShard {
         dst: SocketAddr,
         h: &RtpHeader,
         clock_rate: u32,
-        call: Option<Arc<str>>,
+        call: CallRef,
     ) {
-        if let Some(c) = call {
-            self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
-        }
+        let known = match call {
+            CallRef::Unknown => None,
+            CallRef::Known(c) => Some(c),
+            CallRef::Announce(c) => {
+                self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
+                None
+            }
+        };
         let key = StreamKey {
             src,
             dst,
@@ -441,7 +456,7 @@ impl CallShard {
         let slot = match self.streams.get_mut(&packed) {
             Some(s) => s,
             None => {
-                let call = self.flow_calls.get(&packed.flow()).cloned();
+                let call = known.or_else(|| self.flow_calls.get(&packed.flow()).cloned());
                 if self.streams.len() >= self.max_streams {
                     self.out.counters.streams_dropped += 1;
                     return;
@@ -871,6 +886,26 @@ impl Front {
                 (None, None, crate::rtp::static_clock_rate(h.payload_type))
             }
         };
+        if self.shards == 1 && self.me.is_none() {
+            // Inline: one shard, the call goes with every packet.
+            let call = match call {
+                Some(c) => CallRef::Known(c.clone()),
+                None => CallRef::Unknown,
+            };
+            emit(
+                0,
+                Event::Rtp {
+                    ts_ns,
+                    now_ms,
+                    src,
+                    dst,
+                    header: h,
+                    clock_rate,
+                    call,
+                },
+            );
+            return;
+        }
         // Each flow is pinned to one shard at its first packet, and its call is told to the
         // shard once (not per packet).
         let (shard, call) = match self.flows.get_mut(&packed_flow) {
@@ -904,6 +939,10 @@ impl Front {
                 }
                 (shard, call.cloned())
             }
+        };
+        let call = match call {
+            Some(c) => CallRef::Announce(c),
+            None => CallRef::Unknown,
         };
         emit(
             shard,
