@@ -983,6 +983,9 @@ enum Backend {
     /// whose addresses hash to it.
     Workers {
         senders: Vec<SyncSender<RawBatch>>,
+        /// Emptied batches coming back from the workers, reused so that their buffers are not
+        /// allocated (and page-faulted in) again for every batch.
+        returns: Vec<Receiver<RawBatch>>,
         batches: Vec<RawBatch>,
         handles: Vec<JoinHandle<(Analysis, FrontTotals)>>,
         hasher: foldhash::quality::RandomState,
@@ -1029,17 +1032,21 @@ impl Monitor {
             Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
         } else {
             let mut senders = Vec::new();
+            let mut returns = Vec::new();
             let mut handles = Vec::new();
             for i in 0..workers {
                 let (tx, rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
                     sync_channel(cfg.queue_batches);
+                let (back_tx, back_rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
+                    sync_channel(cfg.queue_batches + 2);
+                returns.push(back_rx);
                 let mut shard = CallShard::new(&cfg, workers);
                 let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
                 let me = i as u16;
                 let h = std::thread::Builder::new()
                     .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
-                        while let Ok(batch) = rx.recv() {
+                        while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
                             for &(ts, lt, start, len, counted) in &batch.packets {
                                 let frame = &batch.data[start..start + len];
@@ -1059,6 +1066,10 @@ impl Monitor {
                                     front.sip = sip;
                                 }
                             }
+                            batch.data.clear();
+                            batch.packets.clear();
+                            // The reader may have stopped taking them back: then drop it.
+                            let _ = back_tx.try_send(batch);
                         }
                         (shard.finish(), front.totals())
                     })
@@ -1068,6 +1079,7 @@ impl Monitor {
             }
             Backend::Workers {
                 senders,
+                returns,
                 batches: (0..workers).map(|_| RawBatch::default()).collect(),
                 handles,
                 hasher,
@@ -1103,6 +1115,7 @@ impl Monitor {
             }
             Backend::Workers {
                 senders,
+                returns,
                 batches,
                 hasher,
                 ..
@@ -1122,7 +1135,8 @@ impl Monitor {
                         .push((ts_ns, link_type, start, frame.len(), counted));
                     b.first_ns = first_ns;
                     if b.packets.len() >= cap {
-                        let full = std::mem::take(b);
+                        let fresh = returns[w].try_recv().unwrap_or_default();
+                        let full = std::mem::replace(b, fresh);
                         // A worker that died has panicked; finish() reports it.
                         let _ = senders[w].send(full);
                     }
