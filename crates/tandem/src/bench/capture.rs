@@ -65,8 +65,10 @@ struct CaptureBench {
     /// CPU seconds of all threads in the two-worker runs (reader + workers): the parallel mode's
     /// total work, comparable with `tandem_cpu_seconds`.
     two_core_cpu_seconds: f64,
-    /// The speedup two idle cores would give for that work: `2 x tandem_cpu_seconds /
-    /// two_core_cpu_seconds`, at most 2 (an estimate, not a measurement).
+    /// CPU seconds of the reading thread alone in those runs.
+    two_core_reader_cpu_seconds: f64,
+    /// The speedup two idle cores would give for that work (an estimate from CPU times, not a
+    /// measurement): `tandem_cpu_seconds / max(reader CPU, all threads' CPU / 2)`.
     two_core_speedup_cpu_bound: f64,
     tshark_seconds: Option<f64>,
     /// tshark_seconds / tandem_seconds.
@@ -259,17 +261,21 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     let mut one_cpu = Vec::new();
     let mut two = Vec::new();
     let mut two_cpu = Vec::new();
+    let mut two_reader_cpu = Vec::new();
     for _ in 0..args.runs {
         let (wall, cpu, _) = time_analysis(&rtp_path, 1)?;
         one.push(wall);
         one_cpu.push(cpu);
         let cpu = process_cpu_seconds();
-        two.push(time_analysis(&rtp_path, 2)?.0);
+        let (wall, reader_cpu, _) = time_analysis(&rtp_path, 2)?;
+        two.push(wall);
         two_cpu.push(process_cpu_seconds() - cpu);
+        two_reader_cpu.push(reader_cpu);
     }
     let tandem_seconds = report::median(&one);
     let tandem_cpu_seconds = report::median(&one_cpu);
     let two_core_cpu_seconds = report::median(&two_cpu);
+    let two_core_reader_cpu_seconds = report::median(&two_reader_cpu);
     let mut run_ns: Vec<u64> = one.iter().map(|s| (s * 1e9) as u64).collect();
     let one_shard_runs = Percentiles::from_nanos(&mut run_ns);
     let two_core_seconds = report::median(&two);
@@ -347,7 +353,9 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         two_core_seconds,
         two_core_speedup: tandem_seconds / two_core_seconds,
         two_core_cpu_seconds,
-        two_core_speedup_cpu_bound: (2.0 * tandem_cpu_seconds / two_core_cpu_seconds).min(2.0),
+        two_core_reader_cpu_seconds,
+        two_core_speedup_cpu_bound: tandem_cpu_seconds
+            / two_core_reader_cpu_seconds.max(two_core_cpu_seconds / 2.0),
         tshark_seconds,
         tshark_ratio: tshark_seconds.map(|t| t / tandem_seconds),
         sip_only_concurrent_calls: held,
