@@ -19,7 +19,8 @@ const LINKS: [u32; 8] = [
 ];
 
 fuzz_target!(|data: &[u8]| {
-    let mut mon = Monitor::new(MonitorConfig::default(), 1);
+    // Two workers: the reader's routing (peek_udp) and the join of streams to calls run too.
+    let mut mon = Monitor::new(MonitorConfig::default(), if data.first().is_some_and(|b| b & 0x80 != 0) { 2 } else { 1 });
     let mut dec = Decoder::default();
     let mut rest = data;
     let mut ts: i64 = 1_000_000_000;
@@ -31,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
         let frame = &rest[3..3 + len];
         rest = &rest[3 + len..];
         let _ = dec.decode(ts, link_type, frame);
+        let _ = monitor::decode::peek_udp(link_type, frame);
         mon.packet(ts, link_type, frame);
     }
     let a = mon.finish();

@@ -174,6 +174,61 @@ impl Counters {
         self.streams_dropped += o.streams_dropped;
         self.registrations_dropped += o.registrations_dropped;
     }
+
+    /// Adds what a worker's front counted (packets and bytes are counted by the reader).
+    /// Fragments go to every worker, so they are taken from the first one only.
+    fn add_front(&mut self, o: &Counters, first: bool) {
+        self.malformed += o.malformed;
+        self.unsupported_link += o.unsupported_link;
+        self.udp += o.udp;
+        self.tcp += o.tcp;
+        self.sip_messages += o.sip_messages;
+        self.sip_parse_errors += o.sip_parse_errors;
+        self.sdp_parse_errors += o.sdp_parse_errors;
+        self.rtp_packets += o.rtp_packets;
+        self.rtcp_packets += o.rtcp_packets;
+        self.endpoints_dropped += o.endpoints_dropped;
+        if first {
+            self.fragments_reassembled += o.fragments_reassembled;
+            self.fragments_expired += o.fragments_expired;
+        }
+    }
+}
+
+impl SipStats {
+    fn merge(&mut self, o: &SipStats) {
+        self.messages += o.messages;
+        for (k, v) in &o.requests {
+            *self.requests.entry(k.clone()).or_insert(0) += v;
+        }
+        for (k, v) in &o.responses {
+            *self.responses.entry(*k).or_insert(0) += v;
+        }
+    }
+}
+
+/// Which worker a frame goes to: the one its UDP flow hashes to (RTCP: the flow of the RTP it
+/// reports on), or `None` for every worker (SIP, TCP, fragments, anything not plain UDP).
+fn route(
+    hasher: &foldhash::quality::RandomState,
+    workers: usize,
+    link_type: u32,
+    frame: &[u8],
+) -> Option<usize> {
+    let (src, dst, payload) = crate::decode::peek_udp(link_type, frame)?;
+    if sip::looks_like_sip(payload) {
+        return None;
+    }
+    let flow = if RtpHeader::parse(payload).is_none() && crate::rtp::looks_like_rtcp(payload) {
+        PackedKey::new(
+            SocketAddr::new(dst.ip(), dst.port().wrapping_sub(1)),
+            SocketAddr::new(src.ip(), src.port().wrapping_sub(1)),
+            0,
+        )
+    } else {
+        PackedKey::new(src, dst, 0)
+    };
+    Some((hasher.hash_one(flow) % workers as u64) as usize)
 }
 
 /// A closed call with its RTP streams.
@@ -246,7 +301,7 @@ pub(crate) enum Event {
         dst: SocketAddr,
         header: RtpHeader,
         clock_rate: u32,
-        call: Option<Arc<str>>,
+        call: CallRef,
     },
     Rtcp {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
@@ -255,6 +310,16 @@ pub(crate) enum Event {
     Tick {
         ts_ns: i64,
     },
+}
+
+/// What an RTP event says about its flow's call.
+pub(crate) enum CallRef {
+    /// No SDP announced the flow (or nothing new to say).
+    Unknown,
+    /// The flow's call, sent with every packet (inline: cheaper than a map lookup).
+    Known(Arc<str>),
+    /// The flow's call, sent once for the shard to remember (worker threads).
+    Announce(Arc<str>),
 }
 
 struct StreamSlot {
@@ -372,11 +437,16 @@ impl CallShard {
         dst: SocketAddr,
         h: &RtpHeader,
         clock_rate: u32,
-        call: Option<Arc<str>>,
+        call: CallRef,
     ) {
-        if let Some(c) = call {
-            self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
-        }
+        let known = match call {
+            CallRef::Unknown => None,
+            CallRef::Known(c) => Some(c),
+            CallRef::Announce(c) => {
+                self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
+                None
+            }
+        };
         let key = StreamKey {
             src,
             dst,
@@ -386,7 +456,7 @@ impl CallShard {
         let slot = match self.streams.get_mut(&packed) {
             Some(s) => s,
             None => {
-                let call = self.flow_calls.get(&packed.flow()).cloned();
+                let call = known.or_else(|| self.flow_calls.get(&packed.flow()).cloned());
                 if self.streams.len() >= self.max_streams {
                     self.out.counters.streams_dropped += 1;
                     return;
@@ -816,6 +886,26 @@ impl Front {
                 (None, None, crate::rtp::static_clock_rate(h.payload_type))
             }
         };
+        if self.shards == 1 && self.me.is_none() {
+            // Inline: one shard, the call goes with every packet.
+            let call = match call {
+                Some(c) => CallRef::Known(c.clone()),
+                None => CallRef::Unknown,
+            };
+            emit(
+                0,
+                Event::Rtp {
+                    ts_ns,
+                    now_ms,
+                    src,
+                    dst,
+                    header: h,
+                    clock_rate,
+                    call,
+                },
+            );
+            return;
+        }
         // Each flow is pinned to one shard at its first packet, and its call is told to the
         // shard once (not per packet).
         let (shard, call) = match self.flows.get_mut(&packed_flow) {
@@ -850,6 +940,10 @@ impl Front {
                 (shard, call.cloned())
             }
         };
+        let call = match call {
+            Some(c) => CallRef::Announce(c),
+            None => CallRef::Unknown,
+        };
         emit(
             shard,
             Event::Rtp {
@@ -874,22 +968,31 @@ fn m_bytes(data: &[u8], m: &Message<'_>) -> Box<[u8]> {
 #[derive(Default)]
 struct RawBatch {
     data: Vec<u8>,
-    /// (time ns, link type, start in `data`, length)
-    packets: Vec<(i64, u32, usize, usize)>,
+    /// (time ns, link type, start in `data`, length, counted here): every packet is counted
+    /// by exactly one worker, also when it is sent to all of them.
+    packets: Vec<(i64, u32, usize, usize, bool)>,
+    /// Time of the capture's first packet, so that every worker measures from the same origin.
+    first_ns: i64,
 }
 
 enum Backend {
     Inline(Box<CallShard>),
-    /// Every worker decodes every packet and reads all SIP and SDP (cheap), but keeps only the
-    /// dialogs whose Call-ID and the RTP flows whose addresses hash to it.
+    /// The reading thread peeks at each UDP datagram and sends RTP, RTCP and other UDP to the
+    /// worker its flow hashes to; SIP, TCP and fragments go to every worker (so each knows
+    /// every call's media endpoints). A worker keeps the dialogs whose Call-ID and the flows
+    /// whose addresses hash to it.
     Workers {
-        senders: Vec<SyncSender<Arc<RawBatch>>>,
-        batch: RawBatch,
-        handles: Vec<JoinHandle<(Analysis, Option<FrontTotals>)>>,
+        senders: Vec<SyncSender<RawBatch>>,
+        /// Emptied batches coming back from the workers, reused so that their buffers are not
+        /// allocated (and page-faulted in) again for every batch.
+        returns: Vec<Receiver<RawBatch>>,
+        batches: Vec<RawBatch>,
+        handles: Vec<JoinHandle<(Analysis, FrontTotals)>>,
+        hasher: foldhash::quality::RandomState,
     },
 }
 
-/// What the front of worker 0 saw (every worker sees every packet).
+/// What a worker's front counted.
 struct FrontTotals {
     sip: SipStats,
     counters: Counters,
@@ -929,28 +1032,46 @@ impl Monitor {
             Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
         } else {
             let mut senders = Vec::new();
+            let mut returns = Vec::new();
             let mut handles = Vec::new();
             for i in 0..workers {
-                let (tx, rx): (SyncSender<Arc<RawBatch>>, Receiver<Arc<RawBatch>>) =
+                let (tx, rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
                     sync_channel(cfg.queue_batches);
+                let (back_tx, back_rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
+                    sync_channel(cfg.queue_batches + 2);
+                returns.push(back_rx);
                 let mut shard = CallShard::new(&cfg, workers);
                 let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
                 let me = i as u16;
                 let h = std::thread::Builder::new()
                     .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
-                        while let Ok(batch) = rx.recv() {
-                            for &(ts, lt, start, len) in &batch.packets {
+                        while let Ok(mut batch) = rx.recv() {
+                            front.first_ns.get_or_insert(batch.first_ns);
+                            for &(ts, lt, start, len, counted) in &batch.packets {
                                 let frame = &batch.data[start..start + len];
-                                front.packet(ts, lt, frame, &mut |s, ev| {
+                                let mut emit = |s: u16, ev: Event| {
                                     if s == me {
                                         shard.handle(ev);
                                     }
-                                });
+                                };
+                                if counted {
+                                    front.packet(ts, lt, frame, &mut emit);
+                                } else {
+                                    // Counted by another worker: analyse, but leave the counts.
+                                    let counters = front.counters;
+                                    let sip = std::mem::take(&mut front.sip);
+                                    front.packet(ts, lt, frame, &mut emit);
+                                    front.counters = counters;
+                                    front.sip = sip;
+                                }
                             }
+                            batch.data.clear();
+                            batch.packets.clear();
+                            // The reader may have stopped taking them back: then drop it.
+                            let _ = back_tx.try_send(batch);
                         }
-                        let totals = (me == 0).then(|| front.totals());
-                        (shard.finish(), totals)
+                        (shard.finish(), front.totals())
                     })
                     .expect("spawn monitor worker thread");
                 senders.push(tx);
@@ -958,8 +1079,10 @@ impl Monitor {
             }
             Backend::Workers {
                 senders,
-                batch: RawBatch::default(),
+                returns,
+                batches: (0..workers).map(|_| RawBatch::default()).collect(),
                 handles,
+                hasher,
             }
         };
         Monitor {
@@ -990,15 +1113,40 @@ impl Monitor {
                         other => shard.handle(other),
                     });
             }
-            Backend::Workers { senders, batch, .. } => {
-                let start = batch.data.len();
-                batch.data.extend_from_slice(frame);
-                batch.packets.push((ts_ns, link_type, start, frame.len()));
-                if batch.packets.len() >= self.cfg.batch_events {
-                    let full = Arc::new(std::mem::take(batch));
-                    for tx in senders.iter() {
+            Backend::Workers {
+                senders,
+                returns,
+                batches,
+                hasher,
+                ..
+            } => {
+                let first_ns = *self.front.first_ns.get_or_insert(ts_ns);
+                self.front.counters.packets += 1;
+                self.front.counters.bytes += frame.len() as u64;
+                self.front.last_ns = self.front.last_ns.max(ts_ns);
+                let n = batches.len();
+                let target = route(hasher, n, link_type, frame);
+                let cap = self.cfg.batch_events;
+                let mut push = |w: usize, counted: bool| {
+                    let b = &mut batches[w];
+                    let start = b.data.len();
+                    b.data.extend_from_slice(frame);
+                    b.packets
+                        .push((ts_ns, link_type, start, frame.len(), counted));
+                    b.first_ns = first_ns;
+                    if b.packets.len() >= cap {
+                        let fresh = returns[w].try_recv().unwrap_or_default();
+                        let full = std::mem::replace(b, fresh);
                         // A worker that died has panicked; finish() reports it.
-                        let _ = tx.send(full.clone());
+                        let _ = senders[w].send(full);
+                    }
+                };
+                match target {
+                    Some(w) => push(w, true),
+                    None => {
+                        for w in 0..n {
+                            push(w, w == 0);
+                        }
                     }
                 }
             }
@@ -1084,26 +1232,27 @@ impl Monitor {
             Backend::Inline(shard) => (vec![shard.finish()], front.totals()),
             Backend::Workers {
                 senders,
-                batch,
+                batches,
                 handles,
+                ..
             } => {
-                if !batch.packets.is_empty() {
-                    let last = Arc::new(batch);
-                    for tx in &senders {
-                        let _ = tx.send(last.clone());
+                for (tx, b) in senders.iter().zip(batches) {
+                    if !b.packets.is_empty() {
+                        let _ = tx.send(b);
                     }
                 }
                 drop(senders);
                 let mut parts = Vec::new();
-                let mut totals = None;
+                let mut totals = front.totals();
+                let mut first_worker = true;
                 for h in handles {
                     let (a, t) = h.join().expect("monitor worker thread panicked");
                     parts.push(a);
-                    if t.is_some() {
-                        totals = t;
-                    }
+                    totals.counters.add_front(&t.counters, first_worker);
+                    first_worker = false;
+                    totals.sip.merge(&t.sip);
                 }
-                (parts, totals.expect("worker 0 reports the totals"))
+                (parts, totals)
             }
         };
         let mut out = Analysis {

@@ -360,6 +360,58 @@ fn transport<'a>(
     }
 }
 
+/// The network-layer bytes of a link-layer frame; `Ok(None)` when it carries neither IPv4 nor
+/// IPv6 (ARP, LLC, ...).
+fn network_layer(link_type: u32, frame: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
+    Ok(match link_type {
+        link::ETHERNET => {
+            if frame.len() < 14 {
+                return Err(DecodeError::Truncated("Ethernet"));
+            }
+            by_ethertype(be16(frame, 12), &frame[14..])?
+        }
+        link::LINUX_SLL => {
+            if frame.len() < 16 {
+                return Err(DecodeError::Truncated("Linux cooked"));
+            }
+            by_ethertype(be16(frame, 14), &frame[16..])?
+        }
+        link::LINUX_SLL2 => {
+            if frame.len() < 20 {
+                return Err(DecodeError::Truncated("Linux cooked v2"));
+            }
+            by_ethertype(be16(frame, 0), &frame[20..])?
+        }
+        link::RAW | link::RAW_ALT | link::IPV4 | link::IPV6 => Some(frame),
+        link::NULL | link::LOOP => {
+            if frame.len() < 4 {
+                return Err(DecodeError::Truncated("loopback"));
+            }
+            Some(&frame[4..])
+        }
+        other => return Err(DecodeError::UnsupportedLink(other)),
+    })
+}
+
+/// Without any state: the UDP endpoints and payload of an unfragmented datagram, else `None`
+/// (TCP, fragments, tunnels that end in neither, malformed frames). Used to route packets to
+/// worker threads before they are decoded for real.
+pub fn peek_udp(link_type: u32, frame: &[u8]) -> Option<(SocketAddr, SocketAddr, &[u8])> {
+    let ip = network_layer(link_type, frame).ok()??;
+    match parse_ip(ip, 0).ok()? {
+        Net::Done {
+            src,
+            dst,
+            proto: 17,
+            payload,
+        } => {
+            let d = transport(src, dst, 17, payload).ok()??;
+            Some((d.src, d.dst, d.payload))
+        }
+        _ => None,
+    }
+}
+
 impl Default for Decoder {
     fn default() -> Self {
         Decoder::new(FragmentLimits::default())
@@ -390,34 +442,7 @@ impl Decoder {
         link_type: u32,
         frame: &'a [u8],
     ) -> Result<Option<Datagram<'a>>, DecodeError> {
-        let ip = match link_type {
-            link::ETHERNET => {
-                if frame.len() < 14 {
-                    return Err(DecodeError::Truncated("Ethernet"));
-                }
-                by_ethertype(be16(frame, 12), &frame[14..])?
-            }
-            link::LINUX_SLL => {
-                if frame.len() < 16 {
-                    return Err(DecodeError::Truncated("Linux cooked"));
-                }
-                by_ethertype(be16(frame, 14), &frame[16..])?
-            }
-            link::LINUX_SLL2 => {
-                if frame.len() < 20 {
-                    return Err(DecodeError::Truncated("Linux cooked v2"));
-                }
-                by_ethertype(be16(frame, 0), &frame[20..])?
-            }
-            link::RAW | link::RAW_ALT | link::IPV4 | link::IPV6 => Some(frame),
-            link::NULL | link::LOOP => {
-                if frame.len() < 4 {
-                    return Err(DecodeError::Truncated("loopback"));
-                }
-                Some(&frame[4..])
-            }
-            other => return Err(DecodeError::UnsupportedLink(other)),
-        };
+        let ip = network_layer(link_type, frame)?;
         let Some(ip) = ip else {
             self.counters.not_ip += 1;
             return Ok(None);

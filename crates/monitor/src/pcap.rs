@@ -199,7 +199,10 @@ impl CaptureReader {
         start: u64,
         eof_ok: bool,
     ) -> Result<bool, CaptureError> {
-        self.buf.resize(at + n, 0);
+        // Grow only: zero-filling the buffer for every packet would cost as much as reading it.
+        if self.buf.len() < at + n {
+            self.buf.resize(at + n, 0);
+        }
         let mut got = 0;
         while got < n {
             match self.input.read(&mut self.buf[at + got..at + n]) {

@@ -383,7 +383,8 @@ pub fn rtcp_report_blocks(mut b: &[u8], out: &mut Vec<ReportBlock>) {
         let count = (b[0] & 0x1f) as usize;
         let pt = b[1];
         let len = (u16::from_be_bytes([b[2], b[3]]) as usize + 1) * 4;
-        if len > b.len() {
+        // A packet shorter than its own header and sender SSRC ends the compound packet.
+        if len > b.len() || len < 8 {
             return;
         }
         let pkt = &b[..len];
@@ -632,5 +633,9 @@ mod tests {
             ),
             (9, 0xABCD, 64, -2, 80)
         );
+        // Found by fuzzing: a length field of 0 (4 bytes) followed by more data.
+        let mut out = Vec::new();
+        rtcp_report_blocks(&[0x81, 201, 0, 0, 0x81, 201, 0, 0, 1, 2], &mut out);
+        assert!(out.is_empty());
     }
 }

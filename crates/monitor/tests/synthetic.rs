@@ -173,6 +173,8 @@ fn two_shards_equal_one() {
         }
     }
     assert_eq!(one.sip, two.sip);
+    assert_eq!(one.counters, two.counters);
+    assert_eq!(one.streams.len(), two.streams.len());
 }
 
 #[test]

@@ -62,11 +62,21 @@ struct CaptureBench {
     /// Median wall seconds with two worker threads (plus the reading thread).
     two_core_seconds: f64,
     two_core_speedup: f64,
+    /// CPU seconds of all threads in the two-worker runs (reader + workers): the parallel mode's
+    /// total work, comparable with `tandem_cpu_seconds`.
+    two_core_cpu_seconds: f64,
+    /// CPU seconds of the reading thread alone in those runs.
+    two_core_reader_cpu_seconds: f64,
+    /// The speedup two idle cores would give for that work (an estimate from CPU times, not a
+    /// measurement): `tandem_cpu_seconds / max(reader CPU, all threads' CPU / 2)`.
+    two_core_speedup_cpu_bound: f64,
     tshark_seconds: Option<f64>,
     /// tshark_seconds / tandem_seconds.
     tshark_ratio: Option<f64>,
     sip_only_concurrent_calls: usize,
     bytes_per_sip_call: f64,
+    /// SIP-only calls (INVITE, 100, 180, 200, ACK, BYE, 200) analysed per CPU second.
+    sip_calls_per_sec_per_core: f64,
     peak_rss_bytes: u64,
     streams_found: usize,
     streams_expected: usize,
@@ -83,18 +93,34 @@ impl BenchReport for CaptureBench {
         t.row(["RTP packets".to_string(), self.rtp_packets.to_string()]);
         t.row(["capture bytes".to_string(), self.capture_bytes.to_string()]);
         t.row([
-            "tandem seconds (1 shard)".to_string(),
+            "tandem seconds (1 thread, wall)".to_string(),
             f(self.tandem_seconds),
         ]);
         t.row([
-            "RTP packets/s per core".to_string(),
+            "tandem CPU seconds (1 thread)".to_string(),
+            f(self.tandem_cpu_seconds),
+        ]);
+        t.row([
+            "RTP packets/s per core (CPU)".to_string(),
             format!("{:.0}", self.rtp_packets_per_sec_per_core),
         ]);
         t.row([
-            "seconds with 2 shards".to_string(),
+            "RTP packets/s (wall, 1 thread)".to_string(),
+            format!("{:.0}", self.rtp_packets_per_sec_wall),
+        ]);
+        t.row([
+            "seconds with 2 workers (wall)".to_string(),
             f(self.two_core_seconds),
         ]);
         t.row(["2-core speedup".to_string(), f(self.two_core_speedup)]);
+        t.row([
+            "CPU seconds with 2 workers".to_string(),
+            f(self.two_core_cpu_seconds),
+        ]);
+        t.row([
+            "2-core speedup bound by CPU work".to_string(),
+            f(self.two_core_speedup_cpu_bound),
+        ]);
         t.row([
             "tshark seconds".to_string(),
             self.tshark_seconds.map(f).unwrap_or_else(|| "-".into()),
@@ -108,6 +134,10 @@ impl BenchReport for CaptureBench {
         t.row([
             "SIP-only concurrent calls".to_string(),
             self.sip_only_concurrent_calls.to_string(),
+        ]);
+        t.row([
+            "SIP-only calls/s per core".to_string(),
+            format!("{:.0}", self.sip_calls_per_sec_per_core),
         ]);
         t.row([
             "bytes per SIP call".to_string(),
@@ -166,6 +196,22 @@ fn thread_cpu_seconds() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// CPU time of the whole process (all threads), seconds: utime + stime from /proc/self/stat,
+/// in clock ticks of 1/100 s (Linux's USER_HZ).
+fn process_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name, which is in parentheses and may contain spaces.
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = f.get(11)?.parse().ok()?;
+            let stime: u64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) as f64 / 100.0)
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// Analyses `path`: (wall seconds, CPU seconds of this thread, streams found).
 fn time_analysis(path: &Path, shards: usize) -> anyhow::Result<(f64, f64, usize)> {
     let cpu = thread_cpu_seconds();
@@ -214,14 +260,22 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     let mut one = Vec::new();
     let mut one_cpu = Vec::new();
     let mut two = Vec::new();
+    let mut two_cpu = Vec::new();
+    let mut two_reader_cpu = Vec::new();
     for _ in 0..args.runs {
         let (wall, cpu, _) = time_analysis(&rtp_path, 1)?;
         one.push(wall);
         one_cpu.push(cpu);
-        two.push(time_analysis(&rtp_path, 2)?.0);
+        let cpu = process_cpu_seconds();
+        let (wall, reader_cpu, _) = time_analysis(&rtp_path, 2)?;
+        two.push(wall);
+        two_cpu.push(process_cpu_seconds() - cpu);
+        two_reader_cpu.push(reader_cpu);
     }
     let tandem_seconds = report::median(&one);
     let tandem_cpu_seconds = report::median(&one_cpu);
+    let two_core_cpu_seconds = report::median(&two_cpu);
+    let two_core_reader_cpu_seconds = report::median(&two_reader_cpu);
     let mut run_ns: Vec<u64> = one.iter().map(|s| (s * 1e9) as u64).collect();
     let one_shard_runs = Percentiles::from_nanos(&mut run_ns);
     let two_core_seconds = report::median(&two);
@@ -275,6 +329,12 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     }
     let after = rss_bytes();
     drop(m);
+    // Whole SIP-only capture on one thread: calls set up and torn down per CPU second.
+    let mut sip_cpu = Vec::new();
+    for _ in 0..args.runs {
+        sip_cpu.push(time_analysis(&sip_path, 1)?.1);
+    }
+    let sip_calls_per_sec_per_core = args.sip_calls as f64 / report::median(&sip_cpu);
     let bytes_per_sip_call = if held > 0 {
         after.saturating_sub(before) as f64 / held as f64
     } else {
@@ -292,10 +352,15 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         one_shard_runs,
         two_core_seconds,
         two_core_speedup: tandem_seconds / two_core_seconds,
+        two_core_cpu_seconds,
+        two_core_reader_cpu_seconds,
+        two_core_speedup_cpu_bound: tandem_cpu_seconds
+            / two_core_reader_cpu_seconds.max(two_core_cpu_seconds / 2.0),
         tshark_seconds,
         tshark_ratio: tshark_seconds.map(|t| t / tandem_seconds),
         sip_only_concurrent_calls: held,
         bytes_per_sip_call,
+        sip_calls_per_sec_per_core,
         peak_rss_bytes: peak_rss_bytes(),
         streams_found,
         streams_expected,
