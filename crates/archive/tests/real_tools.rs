@@ -802,3 +802,85 @@ fn real_capture_round_trips_through_the_archive() {
     assert_eq!(got, want, "the same RTP packets, byte for byte");
     assert_eq!(rtp.packets as usize, rtp_frames.len());
 }
+
+/// The reason for the format: 10,000 calls starting in one minute create two files, each opened
+/// once, not 20,000.
+#[test]
+fn ten_thousand_calls_in_one_minute_create_two_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut a = Archive::new(ArchiveConfig::new(tmp.path())).unwrap();
+    let (sip, _) = udp_frame(
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        5060,
+        5060,
+        &sip_message("INVITE", "x", 1),
+    );
+    let (rtp, at) = udp_frame(
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        40_000,
+        40_002,
+        &rtp_packet(1, 0, false),
+    );
+    let mut handles = Vec::new();
+    for i in 0..10_000 {
+        handles.push(
+            a.start_call(
+                format!("call-{i}@host").as_bytes(),
+                T0 + i % 60,
+                LinkType::ETHERNET,
+            )
+            .unwrap(),
+        );
+    }
+    for &h in &handles {
+        for _ in 0..2 {
+            a.add_sip(
+                h,
+                &Packet {
+                    ts_sec: T0 as u32,
+                    ts_usec: 0,
+                    data: &sip,
+                    orig_len: sip.len() as u32,
+                },
+            )
+            .unwrap();
+            a.add_rtp(
+                h,
+                &Packet {
+                    ts_sec: T0 as u32,
+                    ts_usec: 0,
+                    data: &rtp,
+                    orig_len: rtp.len() as u32,
+                },
+                at,
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(a.stats().calls_in_progress, 10_000);
+    for h in handles {
+        a.end_call(h).unwrap();
+    }
+    let stats = a.stats();
+    assert_eq!(
+        (
+            stats.tars_opened,
+            stats.members_written,
+            stats.packets_written
+        ),
+        (2, 20_000, 40_000)
+    );
+    let files = all_files(tmp.path());
+    assert_eq!(
+        files,
+        [
+            tmp.path().join("2026-11-21/08/09/rtp.tar"),
+            tmp.path().join("2026-11-21/08/09/sip.tar")
+        ]
+    );
+    if have("tar") {
+        assert_eq!(tar_list(&files[1]).len(), 10_000);
+    }
+}
