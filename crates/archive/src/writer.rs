@@ -405,13 +405,20 @@ impl Archive {
         block.extend_from_slice(&header);
         block.extend_from_slice(data);
         block.resize(block.len() + pad + TRAILER_BYTES, 0);
-        t.file
-            .write_all_at(&block, t.end)
-            .map_err(|source| ArchiveError::Io {
-                path: path.clone(),
+        if let Err(source) = t.file.write_all_at(&block, t.end) {
+            // A partial member (disk full): cut it off and restore the trailer, so the file stays
+            // a valid tar of the members before it; the next append reopens the file.
+            let _ = t
+                .file
+                .set_len(t.end)
+                .and_then(|()| t.file.write_all_at(&[0u8; TRAILER_BYTES], t.end));
+            self.tars.remove(&path);
+            return Err(ArchiveError::Io {
+                path,
                 op: "write member",
                 source,
-            })?;
+            });
+        }
         let data_offset = t.end + BLOCK_BYTES as u64;
         t.end += (BLOCK_BYTES + data.len() + pad) as u64;
         self.stats.members_written += 1;
