@@ -12,6 +12,8 @@
 //! - [`decode`]: one packet from `&[u8]`, checked against [`DecodeLimits`], with a [`DecodeError`]
 //!   that names the byte offset and what was wrong.
 //! - [`HepPacket::encode`]: the inverse, appending the packet's bytes to a `Vec<u8>`.
+//! - [`HepPacket::to_udp_datagram`]: the captured message rebuilt as a raw IP/UDP packet, for
+//!   code written for captured packets.
 //! - [`chunk`]: the generic chunk type numbers; [`ProtocolType`]: what the payload is.
 //!
 //! # Wire format
@@ -710,6 +712,115 @@ impl HepPacket<'_> {
         self.encode(&mut out)?;
         Ok(out)
     }
+}
+
+/// Why a packet cannot be rebuilt as an IP datagram.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// Source and destination are of different IP versions.
+    #[error("source {src} and destination {dst} are of different IP versions")]
+    MixedFamilies {
+        /// Source address.
+        src: IpAddr,
+        /// Destination address.
+        dst: IpAddr,
+    },
+    /// The payload does not fit in one UDP datagram.
+    #[error("payload of {bytes} bytes does not fit in one UDP datagram")]
+    TooLarge {
+        /// Payload bytes.
+        bytes: usize,
+    },
+}
+
+impl HepPacket<'_> {
+    /// Rebuilds the captured message as a raw IPv4 or IPv6 packet carrying UDP (pcap link type
+    /// 101, `LINKTYPE_RAW`), so that code written for captured packets (decoders, the archive)
+    /// can take HEP input. The payload is one whole message, as a UDP datagram carries, whatever
+    /// transport the sender saw (`ip_protocol` keeps that); header checksums are computed.
+    /// A compressed payload is wrapped as it is.
+    pub fn to_udp_datagram(&self, out: &mut Vec<u8>) -> Result<(), DatagramError> {
+        let payload = self.payload.bytes();
+        let udp_len = 8 + payload.len();
+        match (self.src_ip, self.dst_ip) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let total = 20 + udp_len;
+                if total > usize::from(u16::MAX) {
+                    return Err(DatagramError::TooLarge {
+                        bytes: payload.len(),
+                    });
+                }
+                let start = out.len();
+                out.extend_from_slice(&[0x45, 0]);
+                out.extend_from_slice(&(total as u16).to_be_bytes());
+                out.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]); // id, DF, TTL 64, UDP
+                out.extend_from_slice(&s.octets());
+                out.extend_from_slice(&d.octets());
+                let sum = !fold(sum16(&out[start..start + 20], 0));
+                out[start + 10..start + 12].copy_from_slice(&sum.to_be_bytes());
+                let mut pseudo = sum16(&s.octets(), 0);
+                pseudo = sum16(&d.octets(), pseudo);
+                pseudo += 17 + udp_len as u32;
+                self.put_udp(out, payload, pseudo);
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                if udp_len > usize::from(u16::MAX) {
+                    return Err(DatagramError::TooLarge {
+                        bytes: payload.len(),
+                    });
+                }
+                out.extend_from_slice(&[0x60, 0, 0, 0]);
+                out.extend_from_slice(&(udp_len as u16).to_be_bytes());
+                out.extend_from_slice(&[17, 64]); // next header UDP, hop limit 64
+                out.extend_from_slice(&s.octets());
+                out.extend_from_slice(&d.octets());
+                let mut pseudo = sum16(&s.octets(), 0);
+                pseudo = sum16(&d.octets(), pseudo);
+                pseudo += 17 + udp_len as u32;
+                self.put_udp(out, payload, pseudo);
+            }
+            (src, dst) => return Err(DatagramError::MixedFamilies { src, dst }),
+        }
+        Ok(())
+    }
+
+    fn put_udp(&self, out: &mut Vec<u8>, payload: &[u8], pseudo_sum: u32) {
+        let start = out.len();
+        out.extend_from_slice(&self.src_port.to_be_bytes());
+        out.extend_from_slice(&self.dst_port.to_be_bytes());
+        out.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(payload);
+        let mut sum = !fold(sum16(&out[start..], pseudo_sum));
+        if sum == 0 {
+            sum = 0xffff; // zero means "no checksum" in UDP
+        }
+        out[start + 6..start + 8].copy_from_slice(&sum.to_be_bytes());
+    }
+}
+
+/// Adds `bytes` as big-endian 16-bit words (odd length padded with a zero byte) to `acc`.
+fn sum16(bytes: &[u8], acc: u32) -> u32 {
+    let mut acc = u64::from(acc);
+    let mut words = bytes.chunks_exact(2);
+    for w in &mut words {
+        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        acc += u64::from(*last) << 8;
+    }
+    while acc > u64::from(u32::MAX) {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u32
+}
+
+/// Folds a 32-bit one's-complement sum to 16 bits.
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
 }
 
 /// Appends one generic chunk. The caller has checked that the whole packet fits in a u16.
