@@ -388,13 +388,16 @@ pub fn decode<'a>(buf: &'a [u8], limits: &DecodeLimits) -> Result<HepPacket<'a>,
 }
 
 /// For a stream transport (TCP): how many bytes the packet at the start of `buf` occupies, once
-/// its 6-byte header is in `buf`. `Ok(None)` means fewer than 6 bytes are buffered yet.
+/// its 6-byte header is in `buf`. `Ok(None)` means fewer than 6 bytes are buffered yet (and
+/// those that are match the start of `HEP3`); bytes that cannot start a packet are an error at
+/// once, so a stream of garbage is refused after its first byte.
 pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
     if buf.len() < PACKET_HEADER_BYTES {
-        if buf.len() >= 4 && &buf[..4] != MAGIC {
-            return Err(DecodeError::BadMagic {
-                found: [buf[0], buf[1], buf[2], buf[3]],
-            });
+        let n = buf.len().min(4);
+        if buf[..n] != MAGIC[..n] {
+            let mut found = [0u8; 4];
+            found[..n].copy_from_slice(&buf[..n]);
+            return Err(DecodeError::BadMagic { found });
         }
         return Ok(None);
     }

@@ -385,6 +385,13 @@ fn encoder_errors() {
 fn stream_framing() {
     let bytes = packet(&v4_chunks());
     assert_eq!(frame_len(&bytes[..3]), Ok(None));
+    assert_eq!(frame_len(b""), Ok(None));
+    assert_eq!(
+        frame_len(b"G"),
+        Err(DecodeError::BadMagic {
+            found: [b'G', 0, 0, 0]
+        })
+    );
     assert_eq!(frame_len(&bytes[..6]), Ok(Some(bytes.len())));
     assert_eq!(
         frame_len(b"GET / HTTP/1.1"),
