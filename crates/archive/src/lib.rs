@@ -15,10 +15,12 @@
 //! bound (per call [`ArchiveConfig::max_call_bytes`], in total
 //! [`ArchiveConfig::max_buffered_bytes`], [`ArchiveConfig::max_calls`] calls and
 //! [`ArchiveConfig::max_open_tars`] open files; packets over a limit are dropped and counted,
-//! and the member is marked truncated); appends to a tar file it did not write (one that does not
-//! end in the end-of-archive blocks is refused); deletes anything but whole minute directories
-//! named `YYYY-MM-DD/HH/MM`, or the minute being written. Files are written but not fsynced: the
-//! archive is evidence, not acknowledged data.
+//! and the member is marked truncated); appends to an existing file that does not end in the
+//! tar end-of-archive blocks (it is refused and left alone); deletes anything but whole minute
+//! directories named `YYYY-MM-DD/HH/MM`, or the minute being written. Files are written but not
+//! fsynced per member: the archive is evidence, not acknowledged data
+//! ([`Archive::sync_and_close_tars`] at shutdown). Two calls with the same Call-ID starting in
+//! the same minute get members of the same name; their records' offsets tell them apart.
 //!
 //! Start reading at [`Archive`] ([`Archive::start_call`], [`Archive::add_sip`],
 //! [`Archive::add_rtp`], [`Archive::end_call`]), then [`extract`] and [`Archive::prune`]
