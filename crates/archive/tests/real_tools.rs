@@ -167,9 +167,26 @@ fn tshark_lines(file: &Path, args: &[&str]) -> Vec<String> {
 }
 
 fn tar_list(tar: &Path) -> Vec<String> {
-    run(Command::new("tar").arg("-tf").arg(tar))
+    let out = Command::new("tar").arg("-tvf").arg(tar).output().unwrap();
+    assert!(
+        out.status.success(),
+        "tar -tvf {}: {}",
+        tar.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "tar warns: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `-rw-r--r-- tandem/tandem SIZE DATE TIME NAME`: the name is the sixth field on.
+    String::from_utf8(out.stdout)
+        .unwrap()
         .lines()
-        .map(str::to_string)
+        .map(|l| {
+            assert!(l.starts_with("-rw-r--r-- tandem/tandem "), "{l}");
+            l.split_whitespace().skip(5).collect::<Vec<_>>().join(" ")
+        })
         .collect()
 }
 
