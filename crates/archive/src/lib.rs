@@ -22,6 +22,24 @@
 //! ([`Archive::sync_and_close_tars`] at shutdown). Two calls with the same Call-ID starting in
 //! the same minute get members of the same name; their records' offsets tell them apart.
 //!
+//! ```
+//! use archive::{Archive, ArchiveConfig, LinkType, Packet, extract};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let mut archive = Archive::new(ArchiveConfig::new(dir.path()))?;
+//! // 2026-11-21T08:09:00Z: the call's members go to DIR/2026-11-21/08/09/{sip,rtp}.tar.
+//! let call = archive.start_call(b"a84b4c76e66710@pc33.atlanta.com", 1_795_248_540, LinkType::RAW)?;
+//! let ip_packet = [0x45u8; 40]; // a raw IP packet as captured
+//! archive.add_sip(call, &Packet { ts_sec: 1_795_248_540, ts_usec: 0, data: &ip_packet, orig_len: 40 })?;
+//! let records = archive.end_call(call)?;
+//! let sip = records.sip.expect("the call had SIP packets");
+//! assert!(sip.tar_path.ends_with("2026-11-21/08/09/sip.tar"));
+//! assert_eq!(sip.member_name, "a84b4c76e66710@pc33.atlanta.com.pcap.zst");
+//! let pcap = extract(&sip)?; // one positioned read, then zstd
+//! assert_eq!(pcap.len(), 24 + 16 + 40);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Start reading at [`Archive`] ([`Archive::start_call`], [`Archive::add_sip`],
 //! [`Archive::add_rtp`], [`Archive::end_call`]), then [`extract`] and [`Archive::prune`]
 //! (retention by age and total size, [`Retention`]). [`pcap`] and [`tar`] are the two file formats,

@@ -280,7 +280,8 @@ impl Archive {
 
     /// Ends the call: appends its SIP and RTP streams (those with packets) to the tar files of
     /// its start minute and returns where they are. The call's buffers are released whatever
-    /// the outcome.
+    /// the outcome. The SIP member is written first: if it is written and the RTP member then
+    /// fails, the error is returned and the SIP member stays in its tar without a record.
     pub fn end_call(&mut self, call: CallHandle) -> Result<CallArchive, ArchiveError> {
         let c = self
             .calls

@@ -16,6 +16,32 @@
 //!   code written for captured packets.
 //! - [`chunk`]: the generic chunk type numbers; [`ProtocolType`]: what the payload is.
 //!
+//! ```
+//! use std::net::{IpAddr, Ipv4Addr};
+//! use hep::{DecodeLimits, HepPacket, Payload, ProtocolType};
+//!
+//! let sent = HepPacket {
+//!     ip_protocol: 17,
+//!     src_ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+//!     dst_ip: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)),
+//!     src_port: 5060,
+//!     dst_port: 5060,
+//!     ts_sec: 1_795_248_540,
+//!     ts_usec: 0,
+//!     protocol_type: ProtocolType::SIP,
+//!     capture_id: 2001,
+//!     keep_alive_timer: None,
+//!     auth_key: None,
+//!     payload: Payload::Raw(b"OPTIONS sip:ping@192.0.2.2 SIP/2.0\r\n\r\n"),
+//!     correlation_id: None,
+//! };
+//! let bytes = sent.to_bytes()?;
+//! assert_eq!(&bytes[..4], b"HEP3");
+//! let received = hep::decode(&bytes, &DecodeLimits::default())?;
+//! assert_eq!(received, sent);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Wire format
 //!
 //! A packet is `HEP3`, a big-endian u16 total length (of the whole packet, these 6 bytes
