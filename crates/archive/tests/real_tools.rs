@@ -901,3 +901,114 @@ fn ten_thousand_calls_in_one_minute_create_two_files() {
         assert_eq!(tar_list(&files[1]).len(), 10_000);
     }
 }
+
+/// A full disk (a 192 KiB tmpfs, mounted for the test; skipped without the right to mount):
+/// the member that does not fit is refused, the tar keeps the members before it and stays valid,
+/// and the next call that fits is written.
+#[test]
+fn a_full_disk_leaves_the_tar_valid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=192k", "tandem-archive-test"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("skipping: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+
+    let mut cfg = ArchiveConfig::new(&mnt);
+    cfg.store = StoreMode::FullRtp;
+    let mut a = Archive::new(cfg).unwrap();
+    let mut written = Vec::new();
+    let mut failed = None;
+    for i in 0..20 {
+        let id: &'static str = Box::leak(format!("fill{i}").into_boxed_str());
+        // About 50 KB of RTP per call.
+        let h = a.start_call(id.as_bytes(), T0, LinkType::ETHERNET).unwrap();
+        let (f, at) = udp_frame(
+            [10, 0, 0, 1],
+            [10, 0, 0, 2],
+            40_000,
+            40_002,
+            &rtp_packet(1, 0, false),
+        );
+        for _ in 0..230 {
+            a.add_rtp(
+                h,
+                &Packet {
+                    ts_sec: T0 as u32,
+                    ts_usec: 0,
+                    data: &f,
+                    orig_len: f.len() as u32,
+                },
+                at,
+            )
+            .unwrap();
+        }
+        match a.end_call(h) {
+            Ok(rec) => written.push(rec.rtp.unwrap()),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let err = failed.expect("the disk filled up");
+    assert!(
+        matches!(
+            err,
+            ArchiveError::Io {
+                op: "write member",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!written.is_empty());
+    let tar = mnt.join("2026-11-21/08/09/rtp.tar");
+    let names: Vec<String> = written.iter().map(|r| r.member_name.clone()).collect();
+    if have("tar") {
+        assert_eq!(tar_list(&tar), names);
+    }
+    for r in &written {
+        assert_eq!(pcap::records(&extract(r).unwrap()).unwrap().1.len(), 230);
+    }
+    // A small call still fits after the refused one was cut off.
+    let h = a.start_call(b"small", T0, LinkType::ETHERNET).unwrap();
+    let (f, at) = udp_frame(
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        40_000,
+        40_002,
+        &rtp_packet(1, 0, false),
+    );
+    a.add_rtp(
+        h,
+        &Packet {
+            ts_sec: T0 as u32,
+            ts_usec: 0,
+            data: &f,
+            orig_len: f.len() as u32,
+        },
+        at,
+    )
+    .unwrap();
+    let small = a.end_call(h).unwrap().rtp.unwrap();
+    assert_eq!(pcap::records(&extract(&small).unwrap()).unwrap().1.len(), 1);
+    if have("tar") {
+        let mut all = names;
+        all.push("small.pcap".into());
+        assert_eq!(tar_list(&tar), all);
+    }
+}
