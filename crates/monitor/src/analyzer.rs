@@ -142,6 +142,8 @@ impl Default for MonitorConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SipStats {
     pub messages: u64,
+    /// Retransmissions over UDP, by Wireshark's rule (see [`Resends`]).
+    pub resent: u64,
     pub requests: BTreeMap<String, u64>,
     pub responses: BTreeMap<u16, u64>,
 }
@@ -198,6 +200,7 @@ impl Counters {
 impl SipStats {
     fn merge(&mut self, o: &SipStats) {
         self.messages += o.messages;
+        self.resent += o.resent;
         for (k, v) in &o.requests {
             *self.requests.entry(k.clone()).or_insert(0) += v;
         }
@@ -588,6 +591,92 @@ impl CallShard {
     }
 }
 
+/// Most (Call-ID, source, destination) keys tracked for resends; past it the table starts over
+/// (a retransmission across the restart is then counted as a first transmission).
+const RESEND_KEYS_MAX: usize = 200_000;
+
+/// Wireshark's reading of a resent SIP message, so that `resent` equals `tshark -z sip,stat`'s:
+/// over UDP only, per (Call-ID, source address and port, destination address and port), the
+/// last CSeq number and method, the state of that transaction and its last final response. A
+/// new CSeq number starts over. A request is resent when its CSeq number and method match and
+/// the request was already seen (ACK and CANCEL never count); a final response is resent when
+/// its CSeq number, method and code match a final response already seen.
+#[derive(Default)]
+struct Resends {
+    keys: HashMap<(String, SocketAddr, SocketAddr), Transaction>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TransactionState {
+    Nothing,
+    Request,
+    Provisional,
+    Final,
+}
+
+struct Transaction {
+    cseq: u32,
+    method: String,
+    state: TransactionState,
+    final_code: u16,
+}
+
+impl Resends {
+    fn is_resend(
+        &mut self,
+        call_id: &str,
+        src: SocketAddr,
+        dst: SocketAddr,
+        cseq: u32,
+        method: &str,
+        code: Option<u16>,
+    ) -> bool {
+        let key = (call_id.to_string(), src, dst);
+        if !self.keys.contains_key(&key) && self.keys.len() >= RESEND_KEYS_MAX {
+            self.keys.clear();
+        }
+        let mut compare_to = 0;
+        let t = match self.keys.get_mut(&key) {
+            Some(t) => {
+                compare_to = t.cseq;
+                if t.cseq != cseq {
+                    *t = Transaction {
+                        cseq,
+                        method: method.to_string(),
+                        state: TransactionState::Nothing,
+                        final_code: t.final_code,
+                    };
+                }
+                t
+            }
+            None => self.keys.entry(key).or_insert(Transaction {
+                cseq,
+                method: method.to_string(),
+                state: TransactionState::Nothing,
+                final_code: 0,
+            }),
+        };
+        let same = cseq == compare_to && method == t.method;
+        let resend = match code {
+            None => {
+                same && t.state == TransactionState::Request
+                    && method != "ACK"
+                    && method != "CANCEL"
+            }
+            Some(c) => same && t.state == TransactionState::Final && c >= 200 && c == t.final_code,
+        };
+        match code {
+            None => t.state = TransactionState::Request,
+            Some(c) if c >= 200 => {
+                t.final_code = c;
+                t.state = TransactionState::Final;
+            }
+            Some(_) => t.state = TransactionState::Provisional,
+        }
+        resend
+    }
+}
+
 /// The front stage's state.
 struct Front {
     cfg: MonitorConfig,
@@ -605,6 +694,7 @@ struct Front {
     last_tick_ns: i64,
     last_endpoint_sweep_ns: i64,
     sip: SipStats,
+    resends: Resends,
     counters: Counters,
     rtcp_blocks: Vec<ReportBlock>,
     tcp_messages: Vec<Vec<u8>>,
@@ -631,6 +721,7 @@ impl Front {
             last_tick_ns: i64::MIN,
             last_endpoint_sweep_ns: i64::MIN,
             sip: SipStats::default(),
+            resends: Resends::default(),
             counters: Counters::default(),
             rtcp_blocks: Vec::new(),
             tcp_messages: Vec::new(),
@@ -698,7 +789,7 @@ impl Front {
                 if sip::looks_like_sip(payload) {
                     // `payload` may borrow the fragment buffer: SIP is copied out first.
                     let data = payload.to_vec();
-                    self.sip_message(ts_ns, src, dst, &data, emit);
+                    self.sip_message(ts_ns, src, dst, &data, true, emit);
                 } else if let Some(h) = RtpHeader::parse(payload) {
                     self.rtp(ts_ns, src, dst, h, emit);
                 } else if crate::rtp::looks_like_rtcp(payload) {
@@ -732,7 +823,7 @@ impl Front {
                     msgs.push(m.to_vec())
                 });
                 for m in msgs.drain(..) {
-                    self.sip_message(ts_ns, src, dst, &m, emit);
+                    self.sip_message(ts_ns, src, dst, &m, false, emit);
                 }
                 self.tcp_messages = msgs;
             }
@@ -745,6 +836,7 @@ impl Front {
         src: SocketAddr,
         dst: SocketAddr,
         data: &[u8],
+        udp: bool,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         let m = match Message::parse(data) {
@@ -769,6 +861,14 @@ impl Front {
             }
         }
         let Some(call_id) = m.call_id() else { return };
+        if udp
+            && let Some((cseq, method)) = m.cseq()
+            && self
+                .resends
+                .is_resend(call_id, src, dst, cseq, method, m.status())
+        {
+            self.sip.resent += 1;
+        }
         let shard = self.shard_of(&call_id);
         if m.has_sdp() {
             match Sdp::parse(m.body) {

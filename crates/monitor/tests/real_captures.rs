@@ -73,10 +73,11 @@ fn sip_counts_equal_tshark() {
     for f in FILES {
         let path = shared.join("captures").join(f);
         let a = analyse(&path);
-        let (messages, requests, responses) = common::tshark_sip_stat(&path, decode_as(f));
+        let (messages, requests, responses, resent) = common::tshark_sip_stat(&path, decode_as(f));
         assert_eq!(a.sip.messages, messages, "{f}: SIP messages");
         assert_eq!(a.sip.requests, requests, "{f}: requests");
         assert_eq!(a.sip.responses, responses, "{f}: responses");
+        assert_eq!(a.sip.resent, resent, "{f}: resent messages");
     }
 }
 

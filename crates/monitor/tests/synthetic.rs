@@ -142,10 +142,11 @@ fn synthetic_streams_equal_tshark() {
     let ours: Vec<_> = a.all_streams().collect();
     let theirs = common::tshark_rtp_streams(&path, &[]);
     common::assert_streams_match("synthetic", &ours, &theirs);
-    let (messages, requests, responses) = common::tshark_sip_stat(&path, &[]);
+    let (messages, requests, responses, resent) = common::tshark_sip_stat(&path, &[]);
     assert_eq!(a.sip.messages, messages);
     assert_eq!(a.sip.requests, requests);
     assert_eq!(a.sip.responses, responses);
+    assert_eq!(a.sip.resent, resent);
 }
 
 #[test]

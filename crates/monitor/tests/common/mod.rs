@@ -100,7 +100,7 @@ pub fn tshark_rtp_streams(file: &Path, extra: &[&str]) -> Vec<TsharkStream> {
 pub fn tshark_sip_stat(
     file: &Path,
     extra: &[&str],
-) -> (u64, BTreeMap<String, u64>, BTreeMap<u16, u64>) {
+) -> (u64, BTreeMap<String, u64>, BTreeMap<u16, u64>, u64) {
     let out = Command::new("tshark")
         .args(["-n", "-q"])
         .args(extra)
@@ -111,11 +111,14 @@ pub fn tshark_sip_stat(
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let mut messages = 0;
+    let mut resent = 0;
     let mut req = BTreeMap::new();
     let mut resp = BTreeMap::new();
     for line in text.lines() {
         if let Some(n) = line.strip_prefix("Number of SIP messages: ") {
             messages = n.trim().parse().unwrap();
+        } else if let Some(n) = line.strip_prefix("Number of resent SIP messages: ") {
+            resent = n.trim().parse().unwrap();
         } else if let Some((name, count)) = line.rsplit_once(':')
             && let Some(count) = count.trim().strip_suffix(" Packets")
         {
@@ -129,7 +132,7 @@ pub fn tshark_sip_stat(
             }
         }
     }
-    (messages, req, resp)
+    (messages, req, resp, resent)
 }
 
 /// Our figures differ from tshark's printed (3-decimal) ones by at most this, in ms.
