@@ -647,25 +647,41 @@ fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool) {
     }
 }
 
-fn phase_astdb(cx: &mut Ctx, db: &AstdbReplica, hog: bool) {
+/// The registration workload against a baseline store: writers rewriting bindings at the sync
+/// rate while two readers look them up, both open loop. Returns the puts' and gets' samples.
+fn baseline_load(
+    cx: &Ctx,
+    put: impl Fn(&str, &str) + Sync,
+    get: impl Fn(usize, &str) + Sync,
+) -> (Samples, Samples) {
     let a = cx.args;
     let dur = Duration::from_secs(a.phase_secs);
     let bindings = a.bindings;
-    let (puts, gets) = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let w = s.spawn(|| {
             open_loop(a.sync_writers, a.sync_rate, dur, false, |t, i| {
                 let mut r = Rng::new((t as u64) << 32 | i);
                 let ext = binding_key(r.next(), bindings);
-                db.put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
+                put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
             })
         });
         let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
             let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
             let ext = binding_key(r.next(), bindings);
-            std::hint::black_box(db.get(&format!("/registrar/{ext}")));
+            get(t, &format!("/registrar/{ext}"));
         });
         (w.join().unwrap(), g)
-    });
+    })
+}
+
+fn phase_astdb(cx: &mut Ctx, db: &AstdbReplica, hog: bool) {
+    let (puts, gets) = baseline_load(
+        cx,
+        |k, v| db.put(k, v),
+        |_, k| {
+            std::hint::black_box(db.get(k));
+        },
+    );
     let pp = cx.record("astdb replica", hog, "put", puts.open_ns);
     let gp = cx.record("astdb replica", hog, "get", gets.open_ns);
     if hog {
@@ -678,24 +694,13 @@ fn phase_astdb(cx: &mut Ctx, db: &AstdbReplica, hog: bool) {
 }
 
 fn phase_per_write(cx: &mut Ctx, db: &PerWriteTx, hog: bool) {
-    let a = cx.args;
-    let dur = Duration::from_secs(a.phase_secs);
-    let bindings = a.bindings;
-    let (puts, gets) = std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            open_loop(a.sync_writers, a.sync_rate, dur, false, |t, i| {
-                let mut r = Rng::new((t as u64) << 32 | i);
-                let ext = binding_key(r.next(), bindings);
-                db.put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
-            })
-        });
-        let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
-            let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
-            let ext = binding_key(r.next(), bindings);
-            std::hint::black_box(db.get(t, &format!("/registrar/{ext}")));
-        });
-        (w.join().unwrap(), g)
-    });
+    let (puts, gets) = baseline_load(
+        cx,
+        |k, v| db.put(k, v),
+        |t, k| {
+            std::hint::black_box(db.get(t, k));
+        },
+    );
     let pp = cx.record("sqlite per-write tx", hog, "sync put", puts.open_ns);
     cx.record("sqlite per-write tx", hog, "get", gets.open_ns);
     if hog {
