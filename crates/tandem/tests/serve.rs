@@ -10,6 +10,8 @@ struct Served {
     child: Child,
     agi: SocketAddr,
     http: SocketAddr,
+    /// The server's store; fields drop after `Drop::drop` has stopped the server.
+    _data: tempfile::TempDir,
 }
 
 impl Drop for Served {
@@ -28,6 +30,8 @@ fn free_addr() -> SocketAddr {
 
 fn serve(extra: &[&str]) -> Served {
     let (agi, http) = (free_addr(), free_addr());
+    // Each server its own key-value store (two may not share one), removed with the server.
+    let data = tempfile::tempdir().unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "serve",
@@ -37,20 +41,17 @@ fn serve(extra: &[&str]) -> Served {
             &http.to_string(),
         ])
         .args(extra)
-        // Each server its own key-value store: two may not share one.
-        .env(
-            "TANDEM_DATA_DIR",
-            std::env::temp_dir().join(format!(
-                "tandem-serve-test-{}-{}",
-                std::process::id(),
-                agi.port()
-            )),
-        )
+        .env("TANDEM_DATA_DIR", data.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let served = Served { child, agi, http };
+    let served = Served {
+        child,
+        agi,
+        http,
+        _data: data,
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(agi).is_err() || TcpStream::connect(http).is_err() {
         assert!(
@@ -173,6 +174,7 @@ fn a_bad_configuration_file_is_a_clear_error() {
 fn a_taken_port_is_a_clear_error() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
+    let data = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "serve",
@@ -181,10 +183,7 @@ fn a_taken_port_is_a_clear_error() {
             "--metrics-listen",
             "127.0.0.1:0",
         ])
-        .env(
-            "TANDEM_DATA_DIR",
-            std::env::temp_dir().join(format!("tandem-serve-test-{}-taken", std::process::id())),
-        )
+        .env("TANDEM_DATA_DIR", data.path())
         .output()
         .unwrap();
     assert!(!out.status.success());
