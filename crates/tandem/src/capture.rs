@@ -1,4 +1,6 @@
 //! `tandem capture --read FILE...`: analyses capture files into calls, RTP streams and CDRs.
+//! `tandem capture --hep-listen ADDR`: the same from HEP v3 packets that Kamailio, OpenSIPS,
+//! FreeSWITCH, Asterisk's res_hep or heplify send over UDP.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -20,8 +22,16 @@ const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Capture files (pcap or pcapng, optionally gzip-compressed), read in the order given.
-    #[arg(long = "read", short = 'r', required = true, num_args = 1..)]
+    #[arg(long = "read", short = 'r', num_args = 1.., required_unless_present = "hep_listen")]
     pub read: Vec<PathBuf>,
+    /// Receive HEP v3 over UDP on this address (the HEP port is 9060; keep it on loopback or a
+    /// trusted network: HEP carries no authentication). Runs until SIGTERM or ctrl-c; finished
+    /// calls are printed and stored every second.
+    #[arg(long, value_name = "ADDR", conflicts_with = "read")]
+    pub hep_listen: Option<std::net::SocketAddr>,
+    /// With --hep-listen: stop after this many datagrams (for tests and trials).
+    #[arg(long, value_name = "N", requires = "hep_listen")]
+    pub hep_max_packets: Option<u64>,
     /// One JSON object per line on stdout: each call (`"kind":"call"`), each RTP stream
     /// (`"kind":"rtp_stream"`) and each REGISTER chain (`"kind":"registration"`).
     #[arg(long)]
@@ -83,42 +93,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Ok(())
     };
-    let mut done_bytes = 0u64;
     let mut packets = 0u64;
     let mut read_error = None;
-    'files: for path in &args.read {
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let mut reader = match CaptureReader::open(path) {
-            Ok(r) => r,
-            Err(e) => {
-                read_error = Some(e);
-                break;
-            }
-        };
-        loop {
-            let next = reader.next_packet();
-            match next {
-                Ok(Some(p)) => {
-                    let (ts, lt) = (p.ts_ns, p.link_type);
-                    mon.packet(ts, lt, p.data);
-                    packets += 1;
-                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
-                        if let Some(b) = &bar {
-                            b.set_position(done_bytes + reader.offset().min(size));
-                        }
-                        let part = mon.take_finished();
-                        flush(part, &mut totals)?;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    // Keep every call decoded so far: report after the output below.
-                    read_error = Some(e);
-                    break 'files;
-                }
-            }
+    match args.hep_listen {
+        Some(addr) => {
+            hep_source(addr, args.hep_max_packets, &mut mon, &mut packets, |part| {
+                flush(part, &mut totals)
+            })?;
         }
-        done_bytes += size;
+        None => {
+            read_error = read_files(&args.read, &mut mon, &mut packets, bar.as_ref(), |part| {
+                flush(part, &mut totals)
+            })?;
+        }
     }
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -137,6 +124,127 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(e) = read_error {
         return Err(anyhow::Error::new(e)
             .context("capture stopped early; the calls above were decoded before the error"));
+    }
+    Ok(())
+}
+
+/// Feeds the files' packets to the monitor, flushing closed records as it goes. A read error
+/// ends the reading and is returned, so that everything decoded before it is still reported.
+fn read_files(
+    paths: &[PathBuf],
+    mon: &mut Monitor,
+    packets: &mut u64,
+    bar: Option<&indicatif::ProgressBar>,
+    mut flush: impl FnMut(Analysis) -> anyhow::Result<()>,
+) -> anyhow::Result<Option<monitor::pcap::CaptureError>> {
+    let mut done_bytes = 0u64;
+    for path in paths {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let mut reader = match CaptureReader::open(path) {
+            Ok(r) => r,
+            Err(e) => return Ok(Some(e)),
+        };
+        loop {
+            match reader.next_packet() {
+                Ok(Some(p)) => {
+                    let (ts, lt) = (p.ts_ns, p.link_type);
+                    mon.packet(ts, lt, p.data);
+                    *packets += 1;
+                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
+                        if let Some(b) = bar {
+                            b.set_position(done_bytes + reader.offset().min(size));
+                        }
+                        flush(mon.take_finished())?;
+                    }
+                }
+                Ok(None) => break,
+                // Keep every call decoded so far: the caller reports after the output.
+                Err(e) => return Ok(Some(e)),
+            }
+        }
+        done_bytes += size;
+    }
+    Ok(None)
+}
+
+/// Set by SIGTERM or SIGINT while a HEP source runs.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn request_stop(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Receives HEP v3 datagrams on `addr` and analyses the packets they carry, as raw IP.
+/// Datagrams that are not valid HEP are counted and skipped, never fatal.
+fn hep_source(
+    addr: std::net::SocketAddr,
+    max_packets: Option<u64>,
+    mon: &mut Monitor,
+    packets: &mut u64,
+    mut flush: impl FnMut(Analysis) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    /// Link type of the packets rebuilt from HEP: raw IP.
+    const LINKTYPE_RAW: u32 = 101;
+    let socket = std::net::UdpSocket::bind(addr)
+        .with_context(|| format!("cannot listen for HEP on {addr}"))?;
+    // Wake up at least once a second to flush finished calls and look at the stop flag.
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            request_stop as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            request_stop as *const () as libc::sighandler_t,
+        );
+    }
+    eprintln!("listening for HEP v3 on udp://{}", socket.local_addr()?);
+    let limits = hep::DecodeLimits::default();
+    let mut buf = vec![0u8; 65_536];
+    let mut datagram = Vec::with_capacity(2048);
+    let (mut invalid, mut last_flush) = (0u64, Instant::now());
+    while !STOP.load(std::sync::atomic::Ordering::Relaxed)
+        && max_packets.is_none_or(|m| *packets + invalid < m)
+    {
+        match socket.recv_from(&mut buf) {
+            Ok((n, from)) => match hep::decode(&buf[..n], &limits) {
+                Ok(p) => {
+                    datagram.clear();
+                    if p.to_udp_datagram(&mut datagram).is_ok() {
+                        let ts_ns =
+                            i64::from(p.ts_sec) * 1_000_000_000 + i64::from(p.ts_usec) * 1_000;
+                        mon.packet(ts_ns, LINKTYPE_RAW, &datagram);
+                        *packets += 1;
+                    } else {
+                        invalid += 1;
+                    }
+                }
+                Err(e) => {
+                    invalid += 1;
+                    if invalid.is_power_of_two() {
+                        tracing::warn!(%from, error = %e, invalid, "datagram is not HEP v3; skipped");
+                    }
+                }
+            },
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e).context("receiving HEP"),
+        }
+        if last_flush.elapsed() >= std::time::Duration::from_secs(1) {
+            flush(mon.take_finished())?;
+            last_flush = Instant::now();
+        }
+    }
+    if invalid > 0 {
+        eprintln!("{invalid} datagrams were not HEP v3 and were skipped");
     }
     Ok(())
 }
