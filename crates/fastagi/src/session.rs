@@ -147,15 +147,9 @@ impl Session {
         }
         self.conn.write_all(&self.out).await?;
         self.metrics.commands_sent.inc();
-        let response = match self.command_timeout {
-            None => self.read_response().await?,
-            Some(limit) => tokio::time::timeout(limit, self.read_response())
-                .await
-                .map_err(|_| AgiError::Timeout {
-                    command: name.to_string(),
-                    timeout_ms: limit.as_millis() as u64,
-                })??,
-        };
+        let limit = self.command_timeout;
+        let response =
+            within_command_timeout(limit, || name.to_string(), self.read_response()).await?;
         let command = || name.to_string();
         match response {
             Response::Success(reply) => Ok(reply),
@@ -207,17 +201,8 @@ impl Session {
                 }
             }
         };
-        match self.command_timeout {
-            None => read.await,
-            Some(limit) => {
-                tokio::time::timeout(limit, read)
-                    .await
-                    .map_err(|_| AgiError::Timeout {
-                        command: String::from_utf8_lossy(line).into_owned(),
-                        timeout_ms: limit.as_millis() as u64,
-                    })?
-            }
-        }
+        let limit = self.command_timeout;
+        within_command_timeout(limit, || String::from_utf8_lossy(line).into_owned(), read).await
     }
 
     /// Consumes `HANGUP` lines that have already arrived (none is waited for). True if the
@@ -449,5 +434,23 @@ impl Session {
                 result: reply.result,
             })
         }
+    }
+}
+
+/// Bounds a command's reply by `command_timeout_ms`, when one is configured (off by default:
+/// a `Dial` through `EXEC` may last hours).
+async fn within_command_timeout<T>(
+    limit: Option<Duration>,
+    command: impl FnOnce() -> String,
+    read: impl std::future::Future<Output = Result<T, AgiError>>,
+) -> Result<T, AgiError> {
+    match limit {
+        None => read.await,
+        Some(limit) => tokio::time::timeout(limit, read)
+            .await
+            .map_err(|_| AgiError::Timeout {
+                command: command(),
+                timeout_ms: limit.as_millis() as u64,
+            })?,
     }
 }
