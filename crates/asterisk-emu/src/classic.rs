@@ -73,7 +73,7 @@ pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome
             break;
         }
         let command = line.trim_end_matches('\n');
-        if command.len() >= 7 && command[..7].eq_ignore_ascii_case("failure") {
+        if crate::session::is_failure_line(command) {
             out.failure_line = true;
             out.status = AgiStatus::Failure;
             break;

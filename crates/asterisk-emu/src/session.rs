@@ -120,6 +120,14 @@ pub enum EmuError {
     Io(#[from] std::io::Error),
 }
 
+/// A line that begins with `failure` (any case): res_agi ends the AGI with AGISTATUS=FAILURE.
+/// Compared as bytes, so a multi-byte character near the start cannot split a slice.
+pub(crate) fn is_failure_line(line: &str) -> bool {
+    line.as_bytes()
+        .get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"failure"))
+}
+
 /// Builds the header Asterisk 22.10.1 sends, in its order.
 pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> String {
     let mut h = String::with_capacity(640);
@@ -236,7 +244,7 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
             stalled = false;
         }
         for line in lines.into_iter().take(take) {
-            if line.len() >= 7 && line[..7].eq_ignore_ascii_case("failure") {
+            if is_failure_line(&line) {
                 out.failure_line = true;
                 out.status = AgiStatus::Failure;
                 break 'session;
@@ -292,4 +300,21 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
     let _ = stream.shutdown().await;
     out.duration = started.elapsed();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_failure_line;
+
+    #[test]
+    fn failure_lines_and_multibyte_text_near_the_start() {
+        assert!(is_failure_line("failure"));
+        assert!(is_failure_line("FAILURE: could not run"));
+        assert!(!is_failure_line("fail"));
+        assert!(
+            !is_failure_line("fail€ure"),
+            "must not panic on a split character"
+        );
+        assert!(!is_failure_line("NOOP"));
+    }
 }
