@@ -1,0 +1,265 @@
+//! HEP v3 from a real SIP proxy: Kamailio (Debian's `kamailio` package) relays calls that SIPp
+//! (Debian's `sip-tester` package) places and answers, and mirrors every SIP message it receives or
+//! sends to `tandem capture --hep-listen` with its `siptrace` module. Tandem must see every call,
+//! answered and hung up by the caller. Skips with a message when either program is missing.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Calls SIPp places, and their rate (calls per second): enough to interleave dialogs.
+const CALLS: u32 = 20;
+const CALLS_PER_SEC: u32 = 20;
+
+/// A child process stopped with SIGTERM (then SIGKILL) and reaped when dropped, so a failing
+/// assertion leaves no Kamailio or SIPp behind.
+struct Running(Child, &'static str);
+
+impl Running {
+    fn terminate(&mut self) {
+        // SAFETY: kill(2) on a pid we spawned and have not reaped yet.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    fn wait_for(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.0.try_wait() {
+            return;
+        }
+        self.terminate();
+        if self.wait_for(Duration::from_secs(5)).is_none() {
+            eprintln!("{} ignored SIGTERM; killing it", self.1);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// True once some process has bound `port` on loopback: binding it ourselves then fails.
+fn udp_port_taken(port: u16) -> bool {
+    UdpSocket::bind(("127.0.0.1", port)).is_err()
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Kamailio as a stateful proxy that relays every request to SIPp's answering side and mirrors
+/// all SIP traffic, both legs, as HEP v3 (`trace_mode` 1: no `sip_trace()` call needed).
+fn kamailio_config(modules: &str, sip_port: u16, uas_port: u16, hep_port: u16) -> String {
+    format!(
+        "#!KAMAILIO\n\
+         debug=2\nlog_stderror=yes\nchildren=2\nauto_aliases=no\n\
+         listen=udp:127.0.0.1:{sip_port}\n\
+         mpath=\"{modules}/\"\n\
+         loadmodule \"tm.so\"\nloadmodule \"sl.so\"\nloadmodule \"siptrace.so\"\n\
+         modparam(\"siptrace\", \"duplicate_uri\", \"sip:127.0.0.1:{hep_port}\")\n\
+         modparam(\"siptrace\", \"hep_mode_on\", 1)\n\
+         modparam(\"siptrace\", \"hep_version\", 3)\n\
+         modparam(\"siptrace\", \"hep_capture_id\", 4242)\n\
+         modparam(\"siptrace\", \"trace_to_database\", 0)\n\
+         modparam(\"siptrace\", \"trace_on\", 1)\n\
+         modparam(\"siptrace\", \"trace_mode\", 1)\n\
+         request_route {{\n    t_relay_to_udp(\"127.0.0.1\", \"{uas_port}\");\n    exit;\n}}\n"
+    )
+}
+
+#[test]
+fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
+    let Some(modules) = [
+        "/usr/lib/x86_64-linux-gnu/kamailio/modules",
+        "/usr/lib/kamailio/modules",
+    ]
+    .into_iter()
+    .find(|d| Path::new(d).join("siptrace.so").exists()) else {
+        eprintln!(
+            "skipping: Kamailio's siptrace module is not installed (Debian package `kamailio`)"
+        );
+        return;
+    };
+    if !on_path("sipp") {
+        eprintln!("skipping: `sipp` is not installed (Debian package `sip-tester`)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sip_port, uas_port, uac_port, hep_port) = (
+        free_udp_port(),
+        free_udp_port(),
+        free_udp_port(),
+        free_udp_port(),
+    );
+
+    // Tandem first, so no HEP packet is sent before it listens.
+    let mut tandem = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["capture", "--json", "--no-store", "--hep-listen"])
+        .arg(format!("127.0.0.1:{hep_port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut tandem_err = BufReader::new(tandem.stderr.take().unwrap());
+    let mut tandem_out = tandem.stdout.take().unwrap();
+    let mut tandem = Running(tandem, "tandem");
+    let mut line = String::new();
+    tandem_err.read_line(&mut line).unwrap();
+    assert!(line.contains("listening for HEP v3"), "{line}");
+
+    let cfg_path = tmp.path().join("kamailio.cfg");
+    std::fs::write(
+        &cfg_path,
+        kamailio_config(modules, sip_port, uas_port, hep_port),
+    )
+    .unwrap();
+    let Ok(kamailio) = Command::new("kamailio")
+        .arg("-f")
+        .arg(&cfg_path)
+        .args(["-DD", "-E", "-Y"])
+        .arg(tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        eprintln!("skipping: `kamailio` could not be started");
+        return;
+    };
+    let _kamailio = Running(kamailio, "kamailio");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !udp_port_taken(sip_port) {
+        assert!(
+            Instant::now() < deadline,
+            "Kamailio did not listen on {sip_port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let sipp = |args: &[String]| {
+        Command::new("sipp")
+            .args(["-i", "127.0.0.1", "-nostdin", "-m"])
+            .arg(CALLS.to_string())
+            .args(args)
+            .current_dir(tmp.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut uas = Running(
+        sipp(&[
+            "-sn".into(),
+            "uas".into(),
+            "-p".into(),
+            uas_port.to_string(),
+        ]),
+        "sipp (uas)",
+    );
+    while !udp_port_taken(uas_port) {
+        assert!(
+            Instant::now() < deadline,
+            "SIPp did not listen on {uas_port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Each call: INVITE, 100, 180, 200, ACK, a 200 ms pause, BYE, 200.
+    let mut uac = Running(
+        sipp(&[
+            "-sn".into(),
+            "uac".into(),
+            format!("127.0.0.1:{sip_port}"),
+            "-p".into(),
+            uac_port.to_string(),
+            "-r".into(),
+            CALLS_PER_SEC.to_string(),
+            "-d".into(),
+            "200".into(),
+        ]),
+        "sipp (uac)",
+    );
+    let uac_status = uac.wait_for(Duration::from_secs(60));
+    let mut uac_err = String::new();
+    uac.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut uac_err)
+        .ok();
+    assert_eq!(
+        uac_status.map(|s| s.code()),
+        Some(Some(0)),
+        "SIPp did not complete its {CALLS} calls: {uac_err}"
+    );
+    assert!(
+        uas.wait_for(Duration::from_secs(10)).is_some(),
+        "SIPp's answering side did not see {CALLS} calls"
+    );
+
+    // The last BYE's 200 was mirrored before SIPp exited; give the datagram time to arrive,
+    // then stop Tandem, which reports every call it holds on SIGTERM.
+    std::thread::sleep(Duration::from_millis(500));
+    tandem.terminate();
+    let mut stdout = String::new();
+    tandem_out.read_to_string(&mut stdout).unwrap();
+    let status = tandem.wait_for(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| s.success()), "tandem: {status:?}");
+
+    let calls: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "call")
+        .collect();
+    assert_eq!(calls.len(), CALLS as usize, "{stdout}");
+    let mut call_ids: Vec<&str> = calls
+        .iter()
+        .map(|c| c["call_id"].as_str().unwrap())
+        .collect();
+    call_ids.sort_unstable();
+    call_ids.dedup();
+    assert_eq!(call_ids.len(), CALLS as usize, "{call_ids:?}");
+    for call in &calls {
+        assert_eq!(call["state"], "ended", "{call}");
+        assert_eq!(call["last_response"], 200, "{call}");
+        assert_eq!(call["hangup_by"], "caller", "{call}");
+        assert_eq!(call["caller"], "sipp", "{call}");
+        assert_eq!(call["called"], "service", "{call}");
+        assert_eq!(
+            call["caller_addr"],
+            format!("127.0.0.1:{uac_port}"),
+            "{call}"
+        );
+        assert!(!call["answer"].is_null(), "{call}");
+        // Both legs are mirrored, so each message of the seven SIPp exchanges appears at
+        // least once.
+        assert!(call["sip_messages"].as_u64().unwrap() >= 7, "{call}");
+    }
+    let mut rest = String::new();
+    tandem_err.read_to_string(&mut rest).unwrap();
+    assert!(
+        !rest.contains("were not HEP v3"),
+        "Kamailio sent datagrams Tandem could not read: {rest}"
+    );
+}
