@@ -391,6 +391,10 @@ impl WriterThread {
     fn run(mut self) {
         self.connect();
         loop {
+            // A journal left by an earlier run, or records journaled while the store was down.
+            if self.store.is_some() && self.journal_pending() {
+                self.replay();
+            }
             let journal_waiting = self.journal_pending();
             let retry = (self.store.is_none() && journal_waiting).then_some(self.retry_at);
             let (batch, closing) = self.take_batch(retry);
