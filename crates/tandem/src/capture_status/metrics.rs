@@ -17,7 +17,12 @@ fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fm
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn ratio(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
@@ -25,7 +30,7 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
 /// Writes a sample's figures; parts absent from it are left out.
 fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
     if let Some(c) = s.calls {
-        gauge(e, "calls_active", "Calls tracked now", c.active as f64)?;
+        gauge(e, "calls_active", "Calls tracked now", c.active)?;
         counter(e, "calls", "Calls seen since the start", c.total)?;
     }
     if let Some(p) = s.packets {
@@ -40,7 +45,7 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             "Packets the kernel dropped because the capture ring was full",
             c.kernel_drops,
         )?;
-        gauge(
+        ratio(
             e,
             "buffer_used_ratio",
             "Share of the capture ring in use",
@@ -52,13 +57,13 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             e,
             "cdr_queue_records",
             "CDRs queued for the database",
-            c.queue_records as f64,
+            c.queue_records as u64,
         )?;
         gauge(
             e,
             "cdr_queue_records_max",
             "Bound of the CDR queue",
-            c.queue_records_max as f64,
+            c.queue_records_max as u64,
         )?;
         counter(
             e,
@@ -83,19 +88,19 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             e,
             "cdr_journal_records",
             "CDRs in the journal now",
-            c.journal_records as f64,
+            c.journal_records,
         )?;
         gauge(
             e,
             "cdr_journal_bytes",
             "Bytes of the journal now",
-            c.journal_bytes as f64,
+            c.journal_bytes,
         )?;
         gauge(
             e,
             "cdr_journal_bytes_max",
             "Bound of the journal",
-            c.journal_bytes_max as f64,
+            c.journal_bytes_max,
         )?;
         counter(
             e,
@@ -113,7 +118,7 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             e,
             "cdr_store_up",
             "1 while the CDR database takes writes",
-            f64::from(u8::from(c.store_up)),
+            u64::from(c.store_up),
         )?;
     }
     if let Some(a) = s.archive {
@@ -121,13 +126,13 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             e,
             "archive_queue",
             "Calls queued for the archive writer",
-            a.depth as f64,
+            a.depth,
         )?;
         gauge(
             e,
             "archive_queue_max",
             "Bound of the archive queue",
-            a.bound as f64,
+            a.bound,
         )?;
         counter(
             e,
@@ -159,7 +164,7 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             e,
             "resident_memory_bytes",
             "Resident set size of the process",
-            rss as f64,
+            rss,
         )?;
     }
     Ok(())
