@@ -25,7 +25,11 @@
 //!   repeats records a crash left in the journal after they were stored adds nothing.
 //! - A journal left by an earlier run is replayed once the store is reachable.
 //! - [`CdrWriter::close`] stores or journals everything queued, makes one last attempt to
-//!   reach the store and replay the journal, and returns the final counters.
+//!   reach the store and replay the journal, and returns the final counters. If the thread is
+//!   still busy after `close_timeout_ms` (a database that hangs in the middle of an insert),
+//!   the caller journals what is still queued and leaves the thread behind; the one batch it
+//!   is inserting (at most `batch_records_max` records) is then lost if the process exits before
+//!   the database answers. A connect or statement timeout in the connection string bounds that.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -50,6 +54,8 @@ pub const DEFAULT_JOURNAL_BYTES_MAX: u64 = 1 << 30;
 pub const DEFAULT_RECONNECT_MIN_MS: u64 = 250;
 /// Longest wait between attempts to open the store.
 pub const DEFAULT_RECONNECT_MAX_MS: u64 = 10_000;
+/// How long [`CdrWriter::close`] waits for the thread before journaling the queue itself.
+pub const DEFAULT_CLOSE_TIMEOUT_MS: u64 = 30_000;
 
 /// How a [`CdrWriter`] queues, batches and journals.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +68,7 @@ pub struct CdrWriterConfig {
     pub journal_bytes_max: u64,
     pub reconnect_min_ms: u64,
     pub reconnect_max_ms: u64,
+    pub close_timeout_ms: u64,
 }
 
 impl CdrWriterConfig {
@@ -75,6 +82,7 @@ impl CdrWriterConfig {
             journal_bytes_max: DEFAULT_JOURNAL_BYTES_MAX,
             reconnect_min_ms: DEFAULT_RECONNECT_MIN_MS,
             reconnect_max_ms: DEFAULT_RECONNECT_MAX_MS,
+            close_timeout_ms: DEFAULT_CLOSE_TIMEOUT_MS,
         }
     }
 }
@@ -141,6 +149,8 @@ struct Queue {
     /// Each record with the time it was queued, for `batch_delay_ms`.
     records: VecDeque<(Instant, CdrRecord)>,
     closing: bool,
+    /// Set by the thread as it ends (or unwinds).
+    finished: bool,
 }
 
 struct Shared {
@@ -202,6 +212,7 @@ impl CdrWriter {
             queue: Mutex::new(Queue {
                 records: VecDeque::new(),
                 closing: false,
+                finished: false,
             }),
             wake: Condvar::new(),
             journal: Mutex::new(journal),
@@ -214,7 +225,10 @@ impl CdrWriter {
         let open: StoreOpener = Box::new(open);
         let thread = std::thread::Builder::new()
             .name("cdr-writer".into())
-            .spawn(move || WriterThread::new(thread_shared, open).run())
+            .spawn(move || {
+                let _finished = Finished(thread_shared.clone());
+                WriterThread::new(thread_shared, open).run()
+            })
             .map_err(|source| JournalError::Io {
                 path: "cdr-writer thread".into(),
                 source,
@@ -271,10 +285,40 @@ impl CdrWriter {
         let Some(thread) = self.thread.take() else {
             return;
         };
-        self.shared.lock_queue().closing = true;
-        self.shared.wake.notify_one();
-        if thread.join().is_err() {
-            tracing::error!("the CDR writer thread panicked; queued records may be lost");
+        let s = &self.shared;
+        let deadline = Instant::now() + Duration::from_millis(s.cfg.close_timeout_ms);
+        let mut q = s.lock_queue();
+        q.closing = true;
+        s.wake.notify_all();
+        while !q.finished {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            q = s
+                .wake
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        if q.finished {
+            drop(q);
+            if thread.join().is_err() {
+                tracing::error!("the CDR writer thread panicked; queued records may be lost");
+            }
+            return;
+        }
+        // The thread is stuck (a database that does not answer): keep the queue safe from here.
+        let left: Vec<CdrRecord> = q.records.drain(..).map(|(_, r)| r).collect();
+        s.counters.queue_records.store(0, Relaxed);
+        drop(q);
+        tracing::warn!(
+            close_timeout_ms = s.cfg.close_timeout_ms,
+            queued = left.len(),
+            "the CDR database did not finish in time; queued CDRs go to the journal"
+        );
+        if !left.is_empty() {
+            s.journal_append(&left, true);
         }
     }
 }
@@ -359,6 +403,16 @@ impl Shared {
                 "CDRs dropped: the database cannot take them and the journal cannot keep them"
             );
         }
+    }
+}
+
+/// Tells [`CdrWriter::close`] that the thread has ended, also when it unwinds.
+struct Finished(Arc<Shared>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.0.lock_queue().finished = true;
+        self.0.wake.notify_all();
     }
 }
 

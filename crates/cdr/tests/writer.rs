@@ -541,3 +541,63 @@ fn a_journal_left_by_a_killed_process_is_replayed_at_startup() {
     let uids: std::collections::HashSet<_> = left.iter().map(|r| r.uid.clone()).collect();
     assert_eq!(uids.len(), left.len(), "every record has its own uid");
 }
+
+#[test]
+fn a_hung_database_never_blocks_submit_and_close_journals_the_queue() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    drop(PgStore::connect(&server.conninfo()).unwrap());
+    // Another session holds the table: every write (and schema check) waits for it.
+    let mut blocker = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    let mut tx = blocker.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE cdr IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let conninfo = server.conninfo();
+    let writer = CdrWriter::start(
+        CdrWriterConfig {
+            queue_records_max: 20,
+            batch_records_max: 10,
+            close_timeout_ms: 500,
+            ..fast_config(&dir.path().join("cdr.journal"))
+        },
+        move || Ok(Box::new(PgStore::connect(&conninfo)?) as Box<dyn CdrStore>),
+    )
+    .unwrap();
+    let outcomes: Vec<cdr::Submitted> = (0..100).map(|i| writer.submit(record(i))).collect();
+    assert!(!outcomes.contains(&cdr::Submitted::Dropped));
+    assert!(
+        outcomes.contains(&cdr::Submitted::Journaled),
+        "a full queue spills to the journal"
+    );
+    let watch = writer.watch();
+    let closed = writer.close();
+    assert!(closed.spilled_records > 0, "{closed:?}");
+    assert_eq!(
+        closed.queue_records, 0,
+        "the queue was journaled: {closed:?}"
+    );
+
+    // The database answers again: the writer's thread, left behind, finishes what it held and
+    // replays the journal before it ends.
+    tx.commit().unwrap();
+    wait_for(
+        "every record stored",
+        || watch.stats(),
+        |s| s.written_records == 100 && s.journal_records == 0,
+    );
+    drop(watch);
+    let (calls, streams) = rows_of(100);
+    for (table, rows) in [("cdr", calls), ("cdr_rtp", streams)] {
+        let row = blocker
+            .query_one(
+                &format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+                &[],
+            )
+            .unwrap();
+        let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
+    }
+}
