@@ -6,14 +6,29 @@
 //! without signalling). Times are microseconds since the Unix epoch (UTC). Inserts are batched:
 //! one transaction per [`CdrStore::insert`] call.
 //!
+//! Every row written through [`CdrStore::insert_records`] carries the stable unique id of its
+//! [`CdrRecord`] in a `uid` column with a UNIQUE index, and inserts skip rows whose `uid` is
+//! already stored (`ON CONFLICT DO NOTHING`): a record written again after a crash is stored
+//! once. Databases created before the `uid` column get it when they are opened.
+//!
+//! [`CdrWriter`] puts a store on a thread of its own behind a bounded queue, so that capture
+//! never waits for the database; records it cannot store go to a local [`journal`] and are
+//! replayed when the database is back.
+//!
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
 
+pub mod journal;
 pub mod pg;
+mod record;
+pub mod writer;
 
 use std::path::Path;
 
+pub use journal::{Journal, JournalError};
 pub use pg::PgStore;
+pub use record::CdrRecord;
+pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -33,8 +48,10 @@ pub enum CdrError {
     },
 }
 
-/// One call.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// One call. `serde(default)`: a journal written by an older Tandem, whose calls lack newer
+/// fields, still reads back.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CdrCall {
     pub call_id: String,
     pub caller: String,
@@ -59,7 +76,8 @@ pub struct CdrCall {
 }
 
 /// One RTP stream.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CdrStream {
     pub call_id: Option<String>,
     pub src: String,
@@ -101,9 +119,15 @@ pub struct CdrFilter {
 
 /// Where CDRs are kept.
 pub trait CdrStore {
-    /// Stores calls and streams in one transaction. Streams are linked to the call with the same
-    /// Call-ID in `calls` (or stored unlinked).
-    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError>;
+    /// Stores records in one transaction: each call with its streams linked to it, and streams
+    /// without a call unlinked. Rows whose record `uid` is already stored are skipped, so
+    /// inserting the same records twice stores them once (an empty `uid` is never skipped).
+    fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError>;
+    /// Stores calls and streams in one transaction, without unique ids. Streams are linked to
+    /// the call with the same Call-ID in `calls` (or stored unlinked).
+    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {
+        self.insert_records(&record::records_of(calls, streams))
+    }
     fn list(&mut self, filter: &CdrFilter) -> Result<Vec<CdrCall>, CdrError>;
     /// The most recent call with this Call-ID and its streams.
     fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
@@ -129,12 +153,14 @@ CREATE TABLE IF NOT EXISTS cdr (
     q850_cause     INTEGER,
     sip_messages   INTEGER NOT NULL,
     reinvites      INTEGER NOT NULL,
-    mos_min        REAL
+    mos_min        REAL,
+    uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
 CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
 CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
 CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_uid ON cdr(uid);
 CREATE TABLE IF NOT EXISTS cdr_rtp (
     id                      INTEGER PRIMARY KEY,
     cdr_id                  INTEGER REFERENCES cdr(id),
@@ -157,11 +183,29 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     mos                     REAL,
     rtcp_reports            INTEGER NOT NULL,
     rtcp_fraction_lost_pct  REAL,
-    rtcp_jitter_ms          REAL
+    rtcp_jitter_ms          REAL,
+    uid                     TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
 CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
 ";
+
+/// Adds the `uid` column to the tables of a database created before it existed; [`SCHEMA`]
+/// then creates its unique index.
+fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
+    for table in ["cdr", "cdr_rtp"] {
+        let (exists, has_uid): (i64, i64) = conn.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(name = 'uid'), 0) FROM pragma_table_info(?1)",
+            [table],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if exists > 0 && has_uid == 0 {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN uid TEXT"))?;
+        }
+    }
+    Ok(())
+}
 
 /// CDRs in one SQLite file (WAL journal).
 pub struct SqliteStore {
@@ -182,6 +226,7 @@ impl SqliteStore {
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(wrap)?;
+        upgrade_sqlite(&conn).map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
         Ok(SqliteStore { path: name, conn })
     }
@@ -220,19 +265,27 @@ const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, s
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min";
 
 impl CdrStore for SqliteStore {
-    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {
+    fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
         let tx = self.conn.transaction().map_err(|e| CdrError::Sqlite {
             path: self.path.clone(),
             source: e,
         })?;
         let r = (|| -> rusqlite::Result<()> {
-            let mut ids = std::collections::HashMap::new();
-            {
-                let mut ins = tx.prepare_cached(&format!(
-                    "INSERT INTO cdr ({CALL_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
-                ))?;
-                for c in calls {
-                    ins.execute(params![
+            let mut ins_call = tx.prepare_cached(&format!(
+                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+                 ON CONFLICT DO NOTHING"
+            ))?;
+            let mut ins_stream = tx.prepare_cached(
+                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
+                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
+                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, uid) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
+                 ON CONFLICT DO NOTHING",
+            )?;
+            for rec in records {
+                let mut cdr_id = None;
+                if let Some(c) = &rec.call {
+                    let inserted = ins_call.execute(params![
                         c.call_id,
                         c.caller,
                         c.called,
@@ -249,42 +302,41 @@ impl CdrStore for SqliteStore {
                         c.q850_cause,
                         c.sip_messages,
                         c.reinvites,
-                        c.mos_min
+                        c.mos_min,
+                        rec.call_uid()
                     ])?;
-                    ids.insert(c.call_id.as_str(), tx.last_insert_rowid());
+                    if inserted == 0 {
+                        // Stored before, with its streams, in one transaction.
+                        continue;
+                    }
+                    cdr_id = Some(tx.last_insert_rowid());
                 }
-            }
-            let mut ins = tx.prepare_cached(
-                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
-                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
-            )?;
-            for s in streams {
-                let cdr_id = s.call_id.as_deref().and_then(|c| ids.get(c).copied());
-                ins.execute(params![
-                    cdr_id,
-                    s.call_id,
-                    s.src,
-                    s.dst,
-                    s.ssrc,
-                    s.payload,
-                    s.start_us,
-                    s.end_us,
-                    s.packets as i64,
-                    s.lost,
-                    s.duplicates as i64,
-                    s.out_of_order as i64,
-                    s.min_delta_ms,
-                    s.mean_delta_ms,
-                    s.max_delta_ms,
-                    s.mean_jitter_ms,
-                    s.max_jitter_ms,
-                    s.mos,
-                    s.rtcp_reports,
-                    s.rtcp_fraction_lost_pct,
-                    s.rtcp_jitter_ms
-                ])?;
+                for (i, s) in rec.streams.iter().enumerate() {
+                    ins_stream.execute(params![
+                        cdr_id,
+                        s.call_id,
+                        s.src,
+                        s.dst,
+                        s.ssrc,
+                        s.payload,
+                        s.start_us,
+                        s.end_us,
+                        s.packets as i64,
+                        s.lost,
+                        s.duplicates as i64,
+                        s.out_of_order as i64,
+                        s.min_delta_ms,
+                        s.mean_delta_ms,
+                        s.max_delta_ms,
+                        s.mean_jitter_ms,
+                        s.max_jitter_ms,
+                        s.mos,
+                        s.rtcp_reports,
+                        s.rtcp_fraction_lost_pct,
+                        s.rtcp_jitter_ms,
+                        rec.stream_uid(i)
+                    ])?;
+                }
             }
             Ok(())
         })();

@@ -1,10 +1,11 @@
 //! The PostgreSQL backend: the same tables as SQLite ([`PG_SCHEMA`]), one transaction per
-//! batch, prepared statements.
+//! batch, prepared statements. Databases created before the `uid` column get it on connect
+//! ([`PG_UPGRADE`]).
 
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 
-use crate::{CdrCall, CdrError, CdrFilter, CdrStore, CdrStream};
+use crate::{CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream};
 
 /// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
 pub const PG_SCHEMA: &str = "
@@ -26,12 +27,14 @@ CREATE TABLE IF NOT EXISTS cdr (
     q850_cause     INTEGER,
     sip_messages   BIGINT  NOT NULL,
     reinvites      BIGINT  NOT NULL,
-    mos_min        DOUBLE PRECISION
+    mos_min        DOUBLE PRECISION,
+    uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
 CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
 CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
 CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_uid ON cdr(uid);
 CREATE TABLE IF NOT EXISTS cdr_rtp (
     id                      BIGSERIAL PRIMARY KEY,
     cdr_id                  BIGINT REFERENCES cdr(id),
@@ -54,10 +57,18 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     mos                     DOUBLE PRECISION,
     rtcp_reports            BIGINT  NOT NULL,
     rtcp_fraction_lost_pct  DOUBLE PRECISION,
-    rtcp_jitter_ms          DOUBLE PRECISION
+    rtcp_jitter_ms          DOUBLE PRECISION,
+    uid                     TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
 CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
+";
+
+/// Run before [`PG_SCHEMA`]: adds the `uid` column to tables created before it existed.
+pub const PG_UPGRADE: &str = "
+ALTER TABLE IF EXISTS cdr ADD COLUMN IF NOT EXISTS uid TEXT;
+ALTER TABLE IF EXISTS cdr_rtp ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
 const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
@@ -116,6 +127,7 @@ impl PgStore {
             source,
         };
         let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
+        client.batch_execute(PG_UPGRADE).map_err(wrap)?;
         client.batch_execute(PG_SCHEMA).map_err(wrap)?;
         Ok(PgStore { name, client })
     }
@@ -129,7 +141,7 @@ impl PgStore {
 }
 
 impl CdrStore for PgStore {
-    fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {
+    fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
         let name = self.name.clone();
         let wrap = |source| CdrError::Postgres {
             target: name.clone(),
@@ -138,74 +150,81 @@ impl CdrStore for PgStore {
         let mut tx = self.client.transaction().map_err(wrap)?;
         let ins_call = tx
             .prepare(&format!(
-                "INSERT INTO cdr ({CALL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id"
+                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+                 ON CONFLICT DO NOTHING RETURNING id"
             ))
             .map_err(wrap)?;
-        let mut ids = std::collections::HashMap::new();
-        for c in calls {
-            let row = tx
-                .query_one(
-                    &ins_call,
-                    &[
-                        &c.call_id,
-                        &c.caller,
-                        &c.called,
-                        &c.caller_addr,
-                        &c.callee_addr,
-                        &c.start_us,
-                        &c.ringing_us,
-                        &c.answer_us,
-                        &c.end_us,
-                        &c.state,
-                        &c.last_response.map(i32::from),
-                        &c.last_reason,
-                        &c.hangup_by,
-                        &c.q850_cause.map(i32::from),
-                        &(c.sip_messages as i64),
-                        &(c.reinvites as i64),
-                        &c.mos_min,
-                    ],
-                )
-                .map_err(wrap)?;
-            ids.insert(c.call_id.as_str(), row.get::<_, i64>(0));
-        }
         let ins_stream = tx
             .prepare(
                 "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
                  duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, uid) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
+                 ON CONFLICT DO NOTHING",
             )
             .map_err(wrap)?;
-        for s in streams {
-            let cdr_id = s.call_id.as_deref().and_then(|c| ids.get(c).copied());
-            tx.execute(
-                &ins_stream,
-                &[
-                    &cdr_id,
-                    &s.call_id,
-                    &s.src,
-                    &s.dst,
-                    &(s.ssrc as i64),
-                    &s.payload,
-                    &s.start_us,
-                    &s.end_us,
-                    &(s.packets as i64),
-                    &s.lost,
-                    &(s.duplicates as i64),
-                    &(s.out_of_order as i64),
-                    &s.min_delta_ms,
-                    &s.mean_delta_ms,
-                    &s.max_delta_ms,
-                    &s.mean_jitter_ms,
-                    &s.max_jitter_ms,
-                    &s.mos,
-                    &(s.rtcp_reports as i64),
-                    &s.rtcp_fraction_lost_pct,
-                    &s.rtcp_jitter_ms,
-                ],
-            )
-            .map_err(wrap)?;
+        for rec in records {
+            let mut cdr_id: Option<i64> = None;
+            if let Some(c) = &rec.call {
+                let row = tx
+                    .query_opt(
+                        &ins_call,
+                        &[
+                            &c.call_id,
+                            &c.caller,
+                            &c.called,
+                            &c.caller_addr,
+                            &c.callee_addr,
+                            &c.start_us,
+                            &c.ringing_us,
+                            &c.answer_us,
+                            &c.end_us,
+                            &c.state,
+                            &c.last_response.map(i32::from),
+                            &c.last_reason,
+                            &c.hangup_by,
+                            &c.q850_cause.map(i32::from),
+                            &(c.sip_messages as i64),
+                            &(c.reinvites as i64),
+                            &c.mos_min,
+                            &rec.call_uid(),
+                        ],
+                    )
+                    .map_err(wrap)?;
+                // No row: stored before, with its streams, in one transaction.
+                let Some(row) = row else { continue };
+                cdr_id = Some(row.get(0));
+            }
+            for (i, s) in rec.streams.iter().enumerate() {
+                tx.execute(
+                    &ins_stream,
+                    &[
+                        &cdr_id,
+                        &s.call_id,
+                        &s.src,
+                        &s.dst,
+                        &(s.ssrc as i64),
+                        &s.payload,
+                        &s.start_us,
+                        &s.end_us,
+                        &(s.packets as i64),
+                        &s.lost,
+                        &(s.duplicates as i64),
+                        &(s.out_of_order as i64),
+                        &s.min_delta_ms,
+                        &s.mean_delta_ms,
+                        &s.max_delta_ms,
+                        &s.mean_jitter_ms,
+                        &s.max_jitter_ms,
+                        &s.mos,
+                        &(s.rtcp_reports as i64),
+                        &s.rtcp_fraction_lost_pct,
+                        &s.rtcp_jitter_ms,
+                        &rec.stream_uid(i),
+                    ],
+                )
+                .map_err(wrap)?;
+            }
         }
         tx.commit().map_err(wrap)
     }

@@ -1,9 +1,11 @@
 //! Both backends against real databases: a SQLite file, and a throwaway PostgreSQL server
 //! started from Debian's package (initdb + pg_ctl in a temporary directory).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
+
+use common::PgServer;
 
 use cdr::{CdrCall, CdrFilter, CdrStore, CdrStream, PgStore, SqliteStore};
 
@@ -108,128 +110,6 @@ fn sqlite_store_in_a_real_file() {
         .output();
     if let Ok(out) = out {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
-    }
-}
-
-fn pg_bin_dir() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|p| p.join("initdb").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-}
-
-/// A PostgreSQL server in a temporary directory, stopped on drop. As root it runs as the
-/// `postgres` user (PostgreSQL refuses to run as root).
-struct PgServer {
-    bin: PathBuf,
-    data: PathBuf,
-    as_user: Option<&'static str>,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-fn run(as_user: Option<&str>, program: &Path, args: &[&str]) -> std::process::Output {
-    let mut cmd = match as_user {
-        Some(u) => {
-            let mut c = Command::new("runuser");
-            c.args(["-u", u, "--"]).arg(program);
-            c
-        }
-        None => Command::new(program),
-    };
-    let out = cmd.args(args).output().expect("run a PostgreSQL tool");
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed: {}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-impl PgServer {
-    fn start() -> Option<PgServer> {
-        let Some(bin) = pg_bin_dir() else {
-            println!("skipping: PostgreSQL is not installed (CI installs Debian's postgresql)");
-            return None;
-        };
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        let as_user = root.then_some("postgres");
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        if let Some(u) = as_user {
-            let ok = Command::new("chown")
-                .args([u])
-                .arg(dir.path())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "chown {} to {u}", dir.path().display());
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let data_s = data.to_str().unwrap().to_string();
-        run(
-            as_user,
-            &bin.join("initdb"),
-            &["-D", &data_s, "-A", "trust", "-U", "tandem", "--no-sync"],
-        );
-        let opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            dir.path().display()
-        );
-        let log = dir.path().join("server.log");
-        run(
-            as_user,
-            &bin.join("pg_ctl"),
-            &[
-                "-D",
-                &data_s,
-                "-o",
-                &opts,
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
-        Some(PgServer {
-            bin,
-            data,
-            as_user,
-            port,
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            run(
-                self.as_user,
-                &self.bin.join("pg_ctl"),
-                &[
-                    "-D",
-                    self.data.to_str().unwrap(),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                ],
-            )
-        });
     }
 }
 

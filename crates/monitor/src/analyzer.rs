@@ -71,8 +71,11 @@ use std::thread::JoinHandle;
 use sip::Message;
 use sip::sdp::Sdp;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
 use crate::dialog::{CallState, Dialog, Registration};
+use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
 use crate::tcp::{SipTcp, TcpLimits};
@@ -342,6 +345,8 @@ pub(crate) struct CallShard {
     /// The call each flow belongs to, as the front told it.
     flow_calls: FastMap<PackedKey, Arc<str>>,
     out: Analysis,
+    /// Calls tracked since the start, for [`LiveCounters`].
+    calls_started: u64,
 }
 
 impl CallShard {
@@ -356,6 +361,7 @@ impl CallShard {
             by_ssrc: FastMap::default(),
             flow_calls: FastMap::default(),
             out: Analysis::default(),
+            calls_started: 0,
         }
     }
 
@@ -428,6 +434,7 @@ impl CallShard {
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, m);
             self.dialogs.insert(Arc::from(call_id), d);
+            self.calls_started += 1;
         }
     }
 
@@ -588,6 +595,16 @@ impl CallShard {
     /// Active calls.
     fn active_calls(&self) -> usize {
         self.dialogs.len()
+    }
+
+    /// This shard's figures for [`LiveCounters`], with the SIP and RTP counts of `front`.
+    fn live(&self, front: &Counters) -> Published {
+        Published {
+            sip_messages: front.sip_messages,
+            rtp_packets: front.rtp_packets,
+            calls_active: self.dialogs.len() as i64,
+            calls_started: self.calls_started,
+        }
     }
 }
 
@@ -1119,6 +1136,9 @@ pub struct Monitor {
     cfg: MonitorConfig,
     front: Front,
     backend: Backend,
+    live: Arc<LiveCounters>,
+    /// What the inline shard published last.
+    published: Published,
 }
 
 impl Monitor {
@@ -1128,6 +1148,7 @@ impl Monitor {
         let workers = workers.clamp(1, 256);
         let hasher = foldhash::quality::RandomState::default();
         let front = Front::new(&cfg, 1, None, hasher.clone());
+        let live = Arc::new(LiveCounters::default());
         let backend = if workers == 1 {
             Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
         } else {
@@ -1143,9 +1164,11 @@ impl Monitor {
                 let mut shard = CallShard::new(&cfg, workers);
                 let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
                 let me = i as u16;
+                let live = live.clone();
                 let h = std::thread::Builder::new()
                     .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
+                        let mut published = Published::default();
                         while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
                             for &(ts, lt, start, len, counted) in &batch.packets {
@@ -1166,6 +1189,7 @@ impl Monitor {
                                     front.sip = sip;
                                 }
                             }
+                            published.publish(shard.live(&front.counters), &live);
                             batch.data.clear();
                             batch.packets.clear();
                             // The reader may have stopped taking them back: then drop it.
@@ -1189,6 +1213,24 @@ impl Monitor {
             cfg,
             front,
             backend,
+            live,
+            published: Published::default(),
+        }
+    }
+
+    /// Counters this monitor publishes as it runs, for other threads to read.
+    pub fn live(&self) -> Arc<LiveCounters> {
+        self.live.clone()
+    }
+
+    /// Copies the reading thread's counts (and the inline shard's) to [`LiveCounters`].
+    fn publish(&mut self) {
+        self.live
+            .packets
+            .store(self.front.counters.packets, Relaxed);
+        if let Backend::Inline(shard) = &self.backend {
+            self.published
+                .publish(shard.live(&self.front.counters), &self.live);
         }
     }
 
@@ -1212,6 +1254,14 @@ impl Monitor {
                         }
                         other => shard.handle(other),
                     });
+                if self
+                    .front
+                    .counters
+                    .packets
+                    .is_multiple_of(PUBLISH_EVERY_PACKETS)
+                {
+                    self.publish();
+                }
             }
             Backend::Workers {
                 senders,
@@ -1222,6 +1272,16 @@ impl Monitor {
             } => {
                 let first_ns = *self.front.first_ns.get_or_insert(ts_ns);
                 self.front.counters.packets += 1;
+                if self
+                    .front
+                    .counters
+                    .packets
+                    .is_multiple_of(PUBLISH_EVERY_PACKETS)
+                {
+                    self.live
+                        .packets
+                        .store(self.front.counters.packets, Relaxed);
+                }
                 self.front.counters.bytes += frame.len() as u64;
                 self.front.last_ns = self.front.last_ns.max(ts_ns);
                 let n = batches.len();
@@ -1296,6 +1356,7 @@ impl Monitor {
     /// call's streams may live in another worker, and records are joined in [`Monitor::finish`];
     /// this then returns an empty analysis.
     pub fn take_finished(&mut self) -> Analysis {
+        self.publish();
         match &mut self.backend {
             Backend::Inline(s) => {
                 let mut out = Analysis::default();
@@ -1322,11 +1383,14 @@ impl Monitor {
 
     /// Closes everything still open and returns the whole analysis. Streams whose call was
     /// kept by another worker are joined to their call here.
-    pub fn finish(self) -> Analysis {
+    pub fn finish(mut self) -> Analysis {
+        self.publish();
         let Monitor {
             front,
             backend,
             cfg,
+            live,
+            ..
         } = self;
         let (parts, totals): (Vec<Analysis>, FrontTotals) = match backend {
             Backend::Inline(shard) => (vec![shard.finish()], front.totals()),
@@ -1355,6 +1419,9 @@ impl Monitor {
                 (parts, totals)
             }
         };
+        // The shards have closed every call still open (and the workers published their last
+        // batches).
+        live.calls_active.store(0, Relaxed);
         let mut out = Analysis {
             sip: totals.sip,
             counters: totals.counters,

@@ -12,6 +12,7 @@
 pub mod analyzer;
 pub mod decode;
 pub mod dialog;
+pub mod live;
 pub mod mos;
 pub mod pcap;
 pub mod rtp;
@@ -19,3 +20,4 @@ pub mod synth;
 pub mod tcp;
 
 pub use analyzer::{Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord};
+pub use live::{LiveCounters, LiveSnapshot};

@@ -14,8 +14,6 @@ use serde_json::json;
 
 /// Closed records are printed and stored every this many packets.
 const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
-/// Calls per CDR transaction.
-const CDR_BATCH_CALLS: usize = 1000;
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -51,6 +49,10 @@ pub struct Args {
     /// Most calls tracked at once.
     #[arg(long, default_value_t = MonitorConfig::default().max_calls)]
     pub max_calls: usize,
+    #[command(flatten)]
+    pub cdr_writer: crate::capture_cdr::CdrWriterArgs,
+    #[command(flatten)]
+    pub status: crate::capture_status::StatusArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -75,21 +77,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         b
     });
     let started = Instant::now();
-    let mut store = if args.no_store {
-        None
-    } else {
-        Some(open_store(&args.cdr_db, args.cdr_postgres.as_deref())?)
-    };
+    // CDRs are stored on a thread of their own: capture never waits for the database.
+    let cdr = (!args.no_store)
+        .then(|| {
+            crate::capture_cdr::CdrSink::start(
+                &args.cdr_db,
+                args.cdr_postgres.as_deref(),
+                &args.cdr_writer,
+            )
+        })
+        .transpose()?;
+    let status = crate::capture_status::CaptureStatus::start(
+        &args.status,
+        mon.live(),
+        cdr.as_ref().map(|c| c.watch()),
+    )?;
     let mut totals = Totals::default();
     // Records closed so far are printed and stored as the capture goes, so memory stays
     // bounded by the calls in progress, not by the length of the capture.
-    let mut flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
+    let flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
         totals.add(&part);
         if args.json {
             print_json(&part)?;
         }
-        if let Some(st) = store.as_mut() {
-            self::store(st.as_mut(), &part)?;
+        if let Some(c) = &cdr {
+            c.submit(&part);
         }
         Ok(())
     };
@@ -114,6 +126,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let counters = last.counters;
     let sip_messages = last.sip.messages;
     flush(last, &mut totals)?;
+    drop(status);
+    if let Some(c) = cdr {
+        c.close();
+    }
     let elapsed = started.elapsed();
     let analysis = Summary {
         totals,
@@ -429,22 +445,6 @@ pub fn open_store(
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     Ok(Box::new(SqliteStore::open(path)?))
-}
-
-fn store(st: &mut dyn CdrStore, a: &Analysis) -> anyhow::Result<()> {
-    for chunk in a.calls.chunks(CDR_BATCH_CALLS) {
-        let calls: Vec<CdrCall> = chunk.iter().map(cdr_call).collect();
-        let streams: Vec<CdrStream> = chunk
-            .iter()
-            .flat_map(|c| c.streams.iter().map(cdr_stream))
-            .collect();
-        st.insert(&calls, &streams)?;
-    }
-    for chunk in a.streams.chunks(CDR_BATCH_CALLS) {
-        let streams: Vec<CdrStream> = chunk.iter().map(cdr_stream).collect();
-        st.insert(&[], &streams)?;
-    }
-    Ok(())
 }
 
 /// What was printed and stored, for the summary.

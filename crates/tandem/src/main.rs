@@ -6,6 +6,8 @@
 
 mod bench;
 mod capture;
+mod capture_cdr;
+mod capture_status;
 mod cdr;
 mod config;
 mod db;

@@ -1,0 +1,603 @@
+//! The CDR writer and its journal against real parts: SQLite files, a throwaway PostgreSQL
+//! server stopped and started mid-run, a journal with a torn tail, and a writer process killed
+//! with SIGKILL whose journal the next run replays.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cdr::journal::{HEADER_BYTES, Journal};
+use cdr::{
+    CdrCall, CdrRecord, CdrStore, CdrStream, CdrWriter, CdrWriterConfig, CdrWriterStats, PgStore,
+    SqliteStore,
+};
+use common::PgServer;
+
+fn call(i: u64) -> CdrCall {
+    CdrCall {
+        call_id: format!("call-{i}@tandem.test"),
+        caller: "1001".into(),
+        called: "2002".into(),
+        caller_addr: "192.0.2.1:5060".into(),
+        callee_addr: "192.0.2.2:5060".into(),
+        start_us: 1_700_000_000_000_000 + i as i64 * 1_000_000,
+        end_us: Some(1_700_000_000_000_000 + i as i64 * 1_000_000 + 30_000_000),
+        state: "ended".into(),
+        last_response: Some(200),
+        last_reason: "OK".into(),
+        sip_messages: 7,
+        mos_min: Some(4.2),
+        ..CdrCall::default()
+    }
+}
+
+fn stream(call_id: Option<String>, ssrc: u32) -> CdrStream {
+    CdrStream {
+        call_id,
+        src: "192.0.2.1:4000".into(),
+        dst: "192.0.2.2:4000".into(),
+        ssrc,
+        payload: "g711U".into(),
+        packets: 1500,
+        mean_delta_ms: 20.0,
+        mos: Some(4.2),
+        ..CdrStream::default()
+    }
+}
+
+/// Record `i`: a call with two streams, except every tenth, a stream without signalling.
+fn record(i: u64) -> CdrRecord {
+    if i % 10 == 9 {
+        return CdrRecord::lone_stream(stream(None, i as u32));
+    }
+    let c = call(i);
+    let id = Some(c.call_id.clone());
+    CdrRecord::call(c, vec![stream(id.clone(), 1), stream(id, 2)])
+}
+
+/// Rows records `0..n` make: (calls, streams).
+fn rows_of(n: u64) -> (u64, u64) {
+    let lone = (0..n).filter(|i| i % 10 == 9).count() as u64;
+    (n - lone, 2 * (n - lone) + lone)
+}
+
+fn fast_config(journal: &Path) -> CdrWriterConfig {
+    CdrWriterConfig {
+        batch_records_max: 50,
+        batch_delay_ms: 5,
+        reconnect_min_ms: 20,
+        reconnect_max_ms: 200,
+        ..CdrWriterConfig::new(journal)
+    }
+}
+
+/// Waits (at most a minute: a bound on a broken test, not a timing assertion) until the
+/// writer's counters satisfy `done`.
+fn wait_for(
+    what: &str,
+    stats: impl Fn() -> CdrWriterStats,
+    done: impl Fn(&CdrWriterStats) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = stats();
+        if done(&s) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what}: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// (rows, distinct uids) of a table in a SQLite file, read by a connection of its own.
+fn sqlite_counts(db: &Path, table: &str) -> (u64, u64) {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row(
+        &format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+        [],
+        |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+    )
+    .unwrap()
+}
+
+#[test]
+fn records_inserted_twice_are_stored_once_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let mut st = SqliteStore::open(&db).unwrap();
+    let mut records: Vec<CdrRecord> = (0..20).map(record).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.uid = format!("run-{i}");
+    }
+    st.insert_records(&records[..12]).unwrap();
+    // A replay after a crash repeats what was stored, then goes on.
+    st.insert_records(&records).unwrap();
+    let (calls, streams) = rows_of(20);
+    assert_eq!(sqlite_counts(&db, "cdr"), (calls, calls));
+    assert_eq!(sqlite_counts(&db, "cdr_rtp"), (streams, streams));
+    // Streams stay linked to their call.
+    let (c, s) = st.show("call-3@tandem.test").unwrap().unwrap();
+    assert_eq!((c, s.len()), (call(3), 2));
+}
+
+/// The SQLite schema as it was before the `uid` column.
+fn schema_without_uid(schema: &str) -> String {
+    schema
+        .lines()
+        .filter(|l| !l.contains("uid"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("mos_min        REAL,\n);", "mos_min        REAL\n);")
+        .replace(
+            "mos_min        DOUBLE PRECISION,\n);",
+            "mos_min        DOUBLE PRECISION\n);",
+        )
+        .replace(
+            "rtcp_jitter_ms          REAL,\n);",
+            "rtcp_jitter_ms          REAL\n);",
+        )
+        .replace(
+            "rtcp_jitter_ms          DOUBLE PRECISION,\n);",
+            "rtcp_jitter_ms          DOUBLE PRECISION\n);",
+        )
+}
+
+#[test]
+fn a_sqlite_database_from_before_uids_is_upgraded_when_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(&schema_without_uid(cdr::SCHEMA))
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO cdr (call_id, caller, called, caller_addr, callee_addr, start_us, state, \
+             last_reason, sip_messages, reinvites) VALUES ('old@x', '1', '2', 'a', 'b', 1, 'ended', '', 3, 0)",
+        )
+        .unwrap();
+    }
+    let mut st = SqliteStore::open(&db).unwrap();
+    let mut r = record(0);
+    r.uid = "new".into();
+    st.insert_records(&[r.clone(), r]).unwrap();
+    assert_eq!(sqlite_counts(&db, "cdr"), (2, 1), "the old row has no uid");
+    assert_eq!(sqlite_counts(&db, "cdr_rtp"), (2, 2));
+}
+
+#[test]
+fn a_journal_with_a_torn_tail_is_read_up_to_the_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.journal");
+    let records: Vec<CdrRecord> = (0..3).map(record).collect();
+    let entry_ends = {
+        let (mut j, opened) = Journal::open(&path, 1 << 20).unwrap();
+        assert_eq!(opened.records, 0);
+        let mut ends = Vec::new();
+        for r in &records {
+            j.append(std::slice::from_ref(r)).unwrap();
+            ends.push(HEADER_BYTES + j.bytes());
+        }
+        ends
+    };
+    let whole = std::fs::read(&path).unwrap();
+
+    // A crash in the middle of the third entry's write: its payload runs past the end.
+    std::fs::write(&path, &whole[..whole.len() - 10]).unwrap();
+    let (read, damage) = Journal::inspect(&path).unwrap();
+    assert_eq!(read, records[..2]);
+    let damage = damage.unwrap();
+    assert_eq!(damage.offset, entry_ends[1]);
+    assert!(
+        damage.reason.contains("runs 10 bytes past the end"),
+        "{damage:?}"
+    );
+
+    // A crash in the middle of a frame header.
+    std::fs::write(&path, &whole[..entry_ends[1] as usize + 3]).unwrap();
+    let (read, damage) = Journal::inspect(&path).unwrap();
+    assert_eq!(read, records[..2]);
+    assert!(
+        damage
+            .unwrap()
+            .reason
+            .contains("3 bytes where an entry header")
+    );
+
+    // A flipped bit in the second entry: reading stops before it.
+    let mut flipped = whole.clone();
+    flipped[entry_ends[0] as usize + 20] ^= 0x04;
+    std::fs::write(&path, &flipped).unwrap();
+    let (read, damage) = Journal::inspect(&path).unwrap();
+    assert_eq!(read, records[..1]);
+    assert!(damage.unwrap().reason.contains("checksum mismatch"));
+
+    // Opening cuts the damage off, so what is appended next can be read back.
+    let (mut j, opened) = Journal::open(&path, 1 << 20).unwrap();
+    assert_eq!(opened.records, 1);
+    assert_eq!(opened.damage.unwrap().offset, entry_ends[0]);
+    j.append(&records[2..]).unwrap();
+    drop(j);
+    let (read, damage) = Journal::inspect(&path).unwrap();
+    assert_eq!(
+        (read, damage),
+        (vec![records[0].clone(), records[2].clone()], None)
+    );
+
+    // Something that is not a journal is refused, by name.
+    std::fs::write(&path, b"SQLite format 3\0").unwrap();
+    let err = Journal::open(&path, 1 << 20).err().unwrap().to_string();
+    assert!(
+        err.contains("cdr.journal is not a Tandem CDR journal"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_full_journal_counts_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("cdr.journal");
+    // No database at all: a directory where the file should be.
+    let not_a_db = dir.path().join("db-is-a-directory");
+    std::fs::create_dir(&not_a_db).unwrap();
+    let cfg = CdrWriterConfig {
+        queue_records_max: 4,
+        journal_bytes_max: 4096,
+        ..fast_config(&journal)
+    };
+    let writer = CdrWriter::start(cfg, move || {
+        Ok(Box::new(SqliteStore::open(&not_a_db)?) as Box<dyn CdrStore>)
+    })
+    .unwrap();
+    for i in 0..100 {
+        writer.submit(record(i));
+    }
+    let s = writer.close();
+    assert!(s.store_errors > 0 && !s.store_up, "{s:?}");
+    assert!(s.journaled_records > 0 && s.dropped_records > 0, "{s:?}");
+    assert_eq!(s.journaled_records + s.dropped_records, 100, "{s:?}");
+    assert!(s.journal_bytes <= 4096, "{s:?}");
+    let (kept, _) = Journal::inspect(&journal).unwrap();
+    assert_eq!(kept.len() as u64, s.journaled_records);
+}
+
+/// Makes a file unwritable even for root (the immutable attribute) or, for other users,
+/// removes its write permission. False if neither works here.
+fn set_read_only(path: &Path, read_only: bool) -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if root {
+        Command::new("chattr")
+            .arg(if read_only { "+i" } else { "-i" })
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success())
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if read_only { 0o444 } else { 0o644 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).is_ok()
+    }
+}
+
+#[test]
+fn a_read_only_sqlite_file_sends_records_to_the_journal_until_it_is_writable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let journal = dir.path().join("cdr.journal");
+    let open = {
+        let db = db.clone();
+        move || Ok(Box::new(SqliteStore::open(&db)?) as Box<dyn CdrStore>)
+    };
+    let writer = CdrWriter::start(fast_config(&journal), open.clone()).unwrap();
+    for i in 0..100 {
+        writer.submit(record(i));
+    }
+    let first = writer.close();
+    assert_eq!((first.written_records, first.journaled_records), (100, 0));
+
+    if !set_read_only(&db, true) {
+        println!(
+            "skipping: cannot make {} read-only here (chattr)",
+            db.display()
+        );
+        return;
+    }
+    let writer = CdrWriter::start(fast_config(&journal), open).unwrap();
+    for i in 100..200 {
+        writer.submit(record(i));
+    }
+    wait_for(
+        "records journaled",
+        || writer.stats(),
+        |s| s.journaled_records == 100,
+    );
+    let while_read_only = writer.stats();
+    assert!(while_read_only.store_errors > 0 && !while_read_only.store_up);
+    assert!(set_read_only(&db, false));
+    // The writer opens the file again after its backoff and replays the journal.
+    wait_for(
+        "the journal replayed",
+        || writer.stats(),
+        |s| s.replayed_records == 100 && s.journal_records == 0,
+    );
+    for i in 200..250 {
+        writer.submit(record(i));
+    }
+    let s = writer.close();
+    assert_eq!((s.written_records, s.dropped_records), (150, 0), "{s:?}");
+    assert_eq!(
+        s.journal_bytes, 0,
+        "the journal is truncated after the replay"
+    );
+    let (calls, streams) = rows_of(250);
+    assert_eq!(sqlite_counts(&db, "cdr"), (calls, calls));
+    assert_eq!(sqlite_counts(&db, "cdr_rtp"), (streams, streams));
+}
+
+#[test]
+fn postgres_stopped_mid_run_loses_no_cdr_and_stores_none_twice() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("cdr.journal");
+    let conninfo = server.conninfo();
+    let writer = Arc::new(
+        CdrWriter::start(fast_config(&journal), move || {
+            Ok(Box::new(PgStore::connect(&conninfo)?) as Box<dyn CdrStore>)
+        })
+        .unwrap(),
+    );
+    // A capture that never stops: a record every millisecond until told to stop.
+    let submitted = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (writer, submitted, stop) = (writer.clone(), submitted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let i = submitted.load(Ordering::Relaxed);
+                writer.submit(record(i));
+                submitted.store(i + 1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    wait_for(
+        "records stored",
+        || writer.stats(),
+        |s| s.written_records >= 200,
+    );
+    server.stop_fast();
+    wait_for(
+        "records journaled",
+        || writer.stats(),
+        |s| s.journaled_records >= 200,
+    );
+    let while_down = writer.stats();
+    assert!(while_down.store_errors > 0, "{while_down:?}");
+    server.start_again();
+    wait_for(
+        "the journal replayed",
+        || writer.stats(),
+        |s| s.replayed_records >= 200,
+    );
+    let resumed_at = submitted.load(Ordering::Relaxed);
+    wait_for(
+        "more records stored",
+        || writer.stats(),
+        |s| s.written_records >= resumed_at + 100,
+    );
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    let writer = Arc::into_inner(writer).unwrap();
+    let s = writer.close();
+    let n = submitted.load(Ordering::Relaxed);
+    assert_eq!(s.dropped_records, 0, "{s:?}");
+    assert_eq!(s.written_records, n, "{s:?}");
+    assert!(
+        s.journaled_records >= 200 && s.replayed_records == s.journaled_records,
+        "{s:?}"
+    );
+    assert_eq!((s.journal_records, s.journal_bytes), (0, 0), "{s:?}");
+
+    let mut pg = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    let (calls, streams) = rows_of(n);
+    for (table, rows) in [("cdr", calls), ("cdr_rtp", streams)] {
+        let row = pg
+            .query_one(
+                &format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+                &[],
+            )
+            .unwrap();
+        let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
+    }
+    // Every call is linked to its two streams.
+    let unlinked: i64 = pg
+        .query_one(
+            "SELECT COUNT(*) FROM cdr c WHERE (SELECT COUNT(*) FROM cdr_rtp r WHERE r.cdr_id = c.id) <> 2",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(unlinked, 0);
+}
+
+#[test]
+fn a_postgres_database_from_before_uids_is_upgraded_and_inserts_are_idempotent() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let mut pg = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    pg.batch_execute(&schema_without_uid(cdr::pg::PG_SCHEMA))
+        .unwrap();
+    let mut st = PgStore::connect(&server.conninfo()).unwrap();
+    let mut records: Vec<CdrRecord> = (0..20).map(record).collect();
+    for (i, r) in records.iter_mut().enumerate() {
+        r.uid = format!("run-{i}");
+    }
+    st.insert_records(&records[..7]).unwrap();
+    st.insert_records(&records).unwrap();
+    let (calls, streams) = rows_of(20);
+    for (table, rows) in [("cdr", calls), ("cdr_rtp", streams)] {
+        let row = pg
+            .query_one(
+                &format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+                &[],
+            )
+            .unwrap();
+        let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
+    }
+}
+
+/// The child side of the SIGKILL test: journals records (its database cannot be opened) and
+/// prints how many are safe on disk, until it is killed. Does nothing in a normal test run.
+#[test]
+fn journaling_child_process() {
+    let Ok(dir) = std::env::var("TANDEM_CDR_JOURNAL_CHILD") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    let not_a_db = dir.join("db-is-a-directory");
+    let writer = CdrWriter::start(
+        CdrWriterConfig {
+            batch_records_max: 7,
+            ..fast_config(&dir.join("cdr.journal"))
+        },
+        move || Ok(Box::new(SqliteStore::open(&not_a_db)?) as Box<dyn CdrStore>),
+    )
+    .unwrap();
+    let mut out = std::io::stdout();
+    for i in 0.. {
+        writer.submit(record(i));
+        writeln!(out, "journaled {}", writer.stats().journaled_records).unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn a_journal_left_by_a_killed_process_is_replayed_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("db-is-a-directory")).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "journaling_child_process", "--nocapture"])
+        .env("TANDEM_CDR_JOURNAL_CHILD", dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut safe = 0u64;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("journaled ") {
+            safe = n.parse().unwrap();
+            if safe >= 300 {
+                break;
+            }
+        }
+    }
+    // SIGKILL, in the middle of its run: no shutdown, no flush.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(safe >= 300, "the child stopped early");
+
+    let journal = dir.path().join("cdr.journal");
+    let (left, _damage) = Journal::inspect(&journal).unwrap();
+    assert!(
+        left.len() as u64 >= safe,
+        "{} records in the journal, {safe} reported safe",
+        left.len()
+    );
+    let db = dir.path().join("cdr.sqlite3");
+    let open = {
+        let db = db.clone();
+        move || Ok(Box::new(SqliteStore::open(&db)?) as Box<dyn CdrStore>)
+    };
+    // The next run replays it without being asked, then truncates it.
+    let writer = CdrWriter::start(fast_config(&journal), open).unwrap();
+    wait_for(
+        "the journal replayed",
+        || writer.stats(),
+        |s| s.journal_records == 0,
+    );
+    let s = writer.close();
+    assert_eq!(s.replayed_records, left.len() as u64, "{s:?}");
+    assert_eq!(
+        std::fs::metadata(&journal).unwrap().len(),
+        HEADER_BYTES,
+        "truncated to its header"
+    );
+    let calls = left.iter().filter(|r| r.call.is_some()).count() as u64;
+    assert_eq!(sqlite_counts(&db, "cdr"), (calls, calls));
+    let uids: std::collections::HashSet<_> = left.iter().map(|r| r.uid.clone()).collect();
+    assert_eq!(uids.len(), left.len(), "every record has its own uid");
+}
+
+#[test]
+fn a_hung_database_never_blocks_submit_and_close_journals_the_queue() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    drop(PgStore::connect(&server.conninfo()).unwrap());
+    // Another session holds the table: every write (and schema check) waits for it.
+    let mut blocker = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    let mut tx = blocker.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE cdr IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let conninfo = server.conninfo();
+    let writer = CdrWriter::start(
+        CdrWriterConfig {
+            queue_records_max: 20,
+            batch_records_max: 10,
+            close_timeout_ms: 500,
+            ..fast_config(&dir.path().join("cdr.journal"))
+        },
+        move || Ok(Box::new(PgStore::connect(&conninfo)?) as Box<dyn CdrStore>),
+    )
+    .unwrap();
+    let outcomes: Vec<cdr::Submitted> = (0..100).map(|i| writer.submit(record(i))).collect();
+    assert!(!outcomes.contains(&cdr::Submitted::Dropped));
+    assert!(
+        outcomes.contains(&cdr::Submitted::Journaled),
+        "a full queue spills to the journal"
+    );
+    let watch = writer.watch();
+    let closed = writer.close();
+    assert!(closed.spilled_records > 0, "{closed:?}");
+    assert_eq!(
+        closed.queue_records, 0,
+        "the queue was journaled: {closed:?}"
+    );
+
+    // The database answers again: the writer's thread, left behind, finishes what it held and
+    // replays the journal before it ends.
+    tx.commit().unwrap();
+    wait_for(
+        "every record stored",
+        || watch.stats(),
+        |s| s.written_records == 100 && s.journal_records == 0,
+    );
+    drop(watch);
+    let (calls, streams) = rows_of(100);
+    for (table, rows) in [("cdr", calls), ("cdr_rtp", streams)] {
+        let row = blocker
+            .query_one(
+                &format!("SELECT COUNT(*), COUNT(DISTINCT uid) FROM {table}"),
+                &[],
+            )
+            .unwrap();
+        let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
+        assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
+    }
+}

@@ -1,0 +1,115 @@
+//! CPU time per thread and resident memory of this process, from `/proc/self`.
+//!
+//! A thread's line in `/proc/self/task/TID/stat` is `TID (NAME) STATE ...` with `utime` and
+//! `stime` (clock ticks) as fields 14 and 15 (proc(5)). NAME is the thread's name (at most 15
+//! bytes, set by `std::thread::Builder::name`) and may itself hold spaces or parentheses, so
+//! the fields are counted from the last `)`.
+
+/// One thread's CPU time so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadCpu {
+    pub tid: u32,
+    pub name: String,
+    /// User plus system time, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// Parses one `stat` line into (name, utime + stime). `None` if it is not one.
+pub fn parse_stat(line: &str) -> Option<(String, u64)> {
+    let open = line.find('(')?;
+    let close = line.rfind(')')?;
+    let name = line.get(open + 1..close)?;
+    // Fields after the name start at field 3 (state): utime is field 14, stime field 15.
+    let mut rest = line.get(close + 1..)?.split_ascii_whitespace().skip(11);
+    let utime: u64 = rest.next()?.parse().ok()?;
+    let stime: u64 = rest.next()?.parse().ok()?;
+    Some((name.to_string(), utime + stime))
+}
+
+/// Every thread of this process. Threads that end while they are read are left out.
+pub fn threads() -> Vec<ThreadCpu> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out: Vec<ThreadCpu> = dir
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let tid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let text = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (name, cpu_ticks) = parse_stat(&text)?;
+            Some(ThreadCpu {
+                tid,
+                name,
+                cpu_ticks,
+            })
+        })
+        .collect();
+    out.sort_by_key(|t| t.tid);
+    out
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+pub fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 { v as u64 } else { 100 }
+}
+
+/// Resident set size: the second field of `/proc/self/statm` (pages) times the page size.
+pub fn rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_stat_line_whose_name_holds_spaces_and_parentheses() {
+        let line =
+            "4242 (odd ) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 731 42 0 0 20 0 3 0 12 0 0";
+        assert_eq!(parse_stat(line), Some(("odd ) name".into(), 773)));
+        assert_eq!(parse_stat("4242 (cut"), None);
+        assert_eq!(parse_stat("4242 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_tests_own_threads_are_found_by_name_with_their_cpu_time() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinner = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("status-spinner".into())
+                .spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                })
+                .unwrap()
+        };
+        // Wait until it has been given CPU time (one tick), however busy the machine is.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let found = loop {
+            let found = threads().into_iter().find(|t| t.name == "status-spinner");
+            if found.as_ref().is_some_and(|t| t.cpu_ticks > 0) || Instant::now() > deadline {
+                break found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        let found = found.expect("the spinning thread is listed under its name");
+        assert!(found.cpu_ticks > 0, "{found:?}");
+        // The test's own thread is there too (the harness names it after the test).
+        let me = threads();
+        assert!(me.len() >= 2, "{me:?}");
+        assert!(rss_bytes().unwrap() > 0);
+        assert!(ticks_per_second() > 0);
+    }
+}

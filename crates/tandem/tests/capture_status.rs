@@ -1,0 +1,180 @@
+//! A running `tandem capture --hep-listen` reports its status: `/metrics` over real HTTP, and
+//! the status line in its log.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The six HEP packets of one answered and ended call.
+fn one_call_as_hep() -> Vec<Vec<u8>> {
+    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
+    let call_id = "status-call@192.0.2.10";
+    let messages = [
+        ("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
+        ("SIP/2.0 100 Trying", false, "1 INVITE"),
+        ("SIP/2.0 200 OK", false, "1 INVITE"),
+        ("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
+        ("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
+        ("SIP/2.0 200 OK", false, "2 BYE"),
+    ];
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, (first, from_a, cseq))| {
+            let to_tag = if first.starts_with("INVITE") {
+                ""
+            } else {
+                ";tag=b2"
+            };
+            let text = format!(
+                "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{i}\r\n\
+                 From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>{to_tag}\r\n\
+                 Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+            );
+            let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
+            hep::HepPacket {
+                ip_protocol: 17,
+                src_ip,
+                dst_ip,
+                src_port: 5060,
+                dst_port: 5060,
+                ts_sec: 1_795_239_000 + i as u32,
+                ts_usec: 0,
+                protocol_type: hep::ProtocolType::SIP,
+                capture_id: 2001,
+                keep_alive_timer: None,
+                auth_key: None,
+                payload: hep::Payload::Raw(text.as_bytes()),
+                correlation_id: None,
+            }
+            .to_bytes()
+            .unwrap()
+        })
+        .collect()
+}
+
+/// `GET path` over a plain TCP connection; the whole response, headers included.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The next log line containing `what` (at most a minute: a bound on a broken test).
+fn line_with(lines: &mpsc::Receiver<String>, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) if l.contains(what) => return l,
+            Ok(_) => {}
+            Err(e) => panic!("no log line with {what:?}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_hep_capture_serves_metrics_and_logs_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let hep_port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .env("TANDEM_LOG", "info")
+        .args(["capture", "--hep-listen", &format!("127.0.0.1:{hep_port}")])
+        .args([
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--status-interval-s",
+            "1",
+        ])
+        .arg("--cdr-db")
+        .arg(&db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for l in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+
+    // "metrics on http://127.0.0.1:PORT/metrics": the port the system chose.
+    let l = line_with(&lines, "metrics on http://");
+    let at = l.find("http://").unwrap() + "http://".len();
+    let metrics: SocketAddr = l[at..].split('/').next().unwrap().parse().unwrap();
+    line_with(&lines, "listening for HEP v3");
+
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for p in one_call_as_hep() {
+        sender.send_to(&p, ("127.0.0.1", hep_port)).unwrap();
+    }
+    // The monitor publishes its counters every second in HEP mode: ask until they show.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let r = http_get(metrics, "/metrics");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        if r.contains("tandem_capture_packets_total 6\n") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "packets never counted: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for expected in [
+        "tandem_capture_calls_total 1\n",
+        "tandem_capture_sip_messages_total 6\n",
+        "tandem_capture_rtp_packets_total 0\n",
+        "tandem_capture_cdr_queue_records_max 10000\n",
+        "tandem_capture_cdr_dropped_records_total 0\n",
+        "tandem_capture_cdr_store_up 1\n",
+        "tandem_capture_thread_cpu_seconds_total{thread=\"cdr-writer\"}",
+        "tandem_capture_thread_cpu_seconds_total{thread=\"capture-metrics\"}",
+        "tandem_capture_resident_memory_bytes ",
+    ] {
+        assert!(body.contains(expected), "no {expected:?} in {body}");
+    }
+    // No live capture ring and no archive in this run: their figures are absent, not zero.
+    assert!(
+        !body.contains("kernel_drops") && !body.contains("archive"),
+        "{body}"
+    );
+
+    let status = line_with(&lines, "active, 1 total");
+    for part in [
+        "packets/s",
+        "CDR queue 0/10000",
+        "CPU ",
+        "cdr-writer",
+        "RSS ",
+    ] {
+        assert!(status.contains(part), "no {part:?} in {status}");
+    }
+    assert!(!status.contains("kernel drops"), "{status}");
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    // The call was stored on the way out.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["cdr", "list", "--json", "--cdr-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("status-call@192.0.2.10"), "{text}");
+}
