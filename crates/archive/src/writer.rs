@@ -81,6 +81,8 @@ pub struct ArchiveStats {
     pub open_tars: usize,
     /// Tar files opened since the archive was created (each is one file created or reopened).
     pub tars_opened: u64,
+    /// Of those, files that were new (empty when opened): files created in the file system.
+    pub tars_created: u64,
     /// Members appended.
     pub members_written: u64,
     /// Bytes written to tar files (headers, data, padding, trailers).
@@ -479,6 +481,7 @@ impl Archive {
             })?
             .len();
         let end = if len == 0 {
+            self.stats.tars_created += 1;
             0
         } else {
             let trailer = TRAILER_BYTES as u64;

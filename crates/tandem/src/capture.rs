@@ -51,6 +51,8 @@ pub struct Args {
     /// Most calls tracked at once.
     #[arg(long, default_value_t = MonitorConfig::default().max_calls)]
     pub max_calls: usize,
+    #[command(flatten)]
+    pub archive: crate::capture_archive::ArchiveArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -58,7 +60,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_calls: args.max_calls,
         ..MonitorConfig::default()
     };
-    let mut mon = Monitor::new(cfg, args.shards);
+    // Every source feeds this monitor; with --archive its taps archive each call's packets.
+    let (mut mon, mut archive) = crate::capture_archive::monitor(cfg, args.shards, &args.archive)?;
     let total: u64 = args
         .read
         .iter()
@@ -83,13 +86,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut totals = Totals::default();
     // Records closed so far are printed and stored as the capture goes, so memory stays
     // bounded by the calls in progress, not by the length of the capture.
-    let mut flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
+    // `finished`: the monitor is done; wait for the archive to write everything.
+    let mut flush = |part: Analysis, totals: &mut Totals, finished: bool| -> anyhow::Result<()> {
+        // Calls whose archive location is not known yet are held back for a later flush.
+        let part = match archive.as_mut() {
+            Some(a) => a.release(part, finished),
+            None => part,
+        };
         totals.add(&part);
         if args.json {
             print_json(&part)?;
         }
         if let Some(st) = store.as_mut() {
-            self::store(st.as_mut(), &part)?;
+            self::store(st.as_mut(), &part, archive.as_ref())?;
         }
         Ok(())
     };
@@ -98,12 +107,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.hep_listen {
         Some(addr) => {
             hep_source(addr, args.hep_max_packets, &mut mon, &mut packets, |part| {
-                flush(part, &mut totals)
+                flush(part, &mut totals, false)
             })?;
         }
         None => {
             read_error = read_files(&args.read, &mut mon, &mut packets, bar.as_ref(), |part| {
-                flush(part, &mut totals)
+                flush(part, &mut totals, false)
             })?;
         }
     }
@@ -113,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let last = mon.finish();
     let counters = last.counters;
     let sip_messages = last.sip.messages;
-    flush(last, &mut totals)?;
+    flush(last, &mut totals, true)?;
     let elapsed = started.elapsed();
     let analysis = Summary {
         totals,
@@ -121,6 +130,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sip_messages,
     };
     print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
+    if let Some(a) = &archive {
+        eprintln!("{}", a.summary());
+    }
     if let Some(e) = read_error {
         return Err(anyhow::Error::new(e)
             .context("capture stopped early; the calls above were decoded before the error"));
@@ -383,6 +395,7 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
             .iter()
             .filter_map(|s| s.stream.mos())
             .min_by(|a, b| a.total_cmp(b)),
+        ..CdrCall::default()
     }
 }
 
@@ -431,9 +444,22 @@ pub fn open_store(
     Ok(Box::new(SqliteStore::open(path)?))
 }
 
-fn store(st: &mut dyn CdrStore, a: &Analysis) -> anyhow::Result<()> {
+fn store(
+    st: &mut dyn CdrStore,
+    a: &Analysis,
+    archive: Option<&crate::capture_archive::CaptureArchive>,
+) -> anyhow::Result<()> {
     for chunk in a.calls.chunks(CDR_BATCH_CALLS) {
-        let calls: Vec<CdrCall> = chunk.iter().map(cdr_call).collect();
+        let calls: Vec<CdrCall> = chunk
+            .iter()
+            .map(|c| {
+                let mut row = cdr_call(c);
+                if let Some(archive) = archive {
+                    archive.fill(c, &mut row);
+                }
+                row
+            })
+            .collect();
         let streams: Vec<CdrStream> = chunk
             .iter()
             .flat_map(|c| c.streams.iter().map(cdr_stream))

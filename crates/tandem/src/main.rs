@@ -6,6 +6,7 @@
 
 mod bench;
 mod capture;
+mod capture_archive;
 mod cdr;
 mod config;
 mod db;
