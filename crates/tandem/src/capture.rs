@@ -60,8 +60,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_calls: args.max_calls,
         ..MonitorConfig::default()
     };
-    // Every source feeds this monitor; with --archive its taps archive each call's packets.
-    let (mut mon, mut archive) = crate::capture_archive::monitor(cfg, args.shards, &args.archive)?;
+    // Every source feeds this monitor; with --archive its taps archive each call's packets
+    // (waiting for the archive only when reading files: live sources never wait).
+    let from_files = !args.read.is_empty();
+    let (mut mon, mut archive) =
+        crate::capture_archive::monitor(cfg, args.shards, &args.archive, from_files)?;
     let total: u64 = args
         .read
         .iter()

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ::cdr::CdrCall;
 use anyhow::Context;
@@ -41,6 +42,8 @@ pub const QUEUE_BATCHES_MAX: usize = 64;
 pub const BATCH_PACKETS_MAX: usize = 1024;
 /// ...or this many bytes of frames.
 pub const BATCH_BYTES_MAX: usize = 256 * 1024;
+/// A partial batch is handed over at most this often (wall time), on the monitor's progress.
+const HANDOVER_INTERVAL: Duration = Duration::from_millis(100);
 /// Call-IDs of recently closed calls remembered, so that media arriving after its call closed
 /// is counted as late instead of starting a call that never ends.
 const RECENT_ENDS_MAX: usize = 65_536;
@@ -216,6 +219,13 @@ pub struct ArchiveTap {
     batch: Batch,
     store: StoreMode,
     gauges: Arc<ArchiveGauges>,
+    /// Wait for room in the queue instead of dropping (capture files: nothing is lost by
+    /// waiting). Live sources never wait.
+    wait_when_full: bool,
+    /// With several shards, the others' ends wait for this one's progress, so progress is
+    /// handed over even without packets.
+    shards: usize,
+    last_handover: Instant,
 }
 
 impl ArchiveTap {
@@ -223,6 +233,8 @@ impl ArchiveTap {
     /// and counted, and its ends stay for the next batch. `wait` (only when the capture has
     /// ended) waits for room instead.
     fn hand_over(&mut self, wait: bool) {
+        let wait = wait || self.wait_when_full;
+        self.last_handover = Instant::now();
         let fresh = Batch::new(self.batch.source, self.batch.watermark_ns);
         let batch = std::mem::replace(&mut self.batch, fresh);
         let bytes = batch.data.len() as u64;
@@ -296,7 +308,18 @@ impl CallTap for ArchiveTap {
 
     fn progress(&mut self, ts_ns: i64) {
         self.batch.watermark_ns = self.batch.watermark_ns.max(ts_ns);
-        self.hand_over(ts_ns == i64::MAX);
+        if ts_ns == i64::MAX {
+            // The capture has ended: hand everything over, waiting for room.
+            self.hand_over(true);
+            return;
+        }
+        // Progress comes once a second of capture time, which a file replays in a burst:
+        // partial batches go at most every HANDOVER_INTERVAL of wall time, so that the queue
+        // is not flooded with nearly empty ones.
+        let something = !self.batch.items.is_empty() || !self.batch.ends.is_empty();
+        if (something || self.shards > 1) && self.last_handover.elapsed() >= HANDOVER_INTERVAL {
+            self.hand_over(false);
+        }
     }
 }
 
@@ -328,10 +351,13 @@ fn key_of(c: &CallRecord) -> (Arc<str>, i64) {
 }
 
 /// The monitor every capture source feeds, with the archive behind it when `--archive` is given.
+/// `from_files`: the packets come from capture files, so the taps wait for room in the queue
+/// rather than drop (a file loses nothing by waiting); live sources never wait.
 pub fn monitor(
     cfg: MonitorConfig,
     shards: usize,
     args: &ArchiveArgs,
+    from_files: bool,
 ) -> anyhow::Result<(Monitor, Option<CaptureArchive>)> {
     let Some(dir) = &args.archive else {
         return Ok((Monitor::new(cfg, shards), None));
@@ -383,6 +409,9 @@ pub fn monitor(
             batch: Batch::new(i, i64::MIN),
             store,
             gauges: gauges.clone(),
+            wait_when_full: from_files,
+            shards,
+            last_handover: Instant::now(),
         })
     });
     Ok((

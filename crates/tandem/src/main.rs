@@ -8,6 +8,7 @@ mod bench;
 mod capture;
 mod capture_archive;
 mod cdr;
+mod cdr_pcap;
 mod config;
 mod db;
 mod http;
