@@ -81,6 +81,8 @@ pub struct ArchiveStats {
     pub open_tars: usize,
     /// Tar files opened since the archive was created (each is one file created or reopened).
     pub tars_opened: u64,
+    /// Of those, files that were new (empty when opened): files created in the file system.
+    pub tars_created: u64,
     /// Members appended.
     pub members_written: u64,
     /// Bytes written to tar files (headers, data, padding, trailers).
@@ -332,6 +334,18 @@ impl Archive {
         Ok(out)
     }
 
+    /// Forgets a call in progress without writing it, releasing its buffers; returns the packets
+    /// that were buffered. For calls that will never be ended (their packets were attributed to
+    /// a call the capture has already closed).
+    pub fn discard_call(&mut self, call: CallHandle) -> Result<u64, ArchiveError> {
+        let c = self
+            .calls
+            .remove(&call.0)
+            .ok_or(ArchiveError::UnknownCall(call.0))?;
+        self.stats.buffered_bytes -= c.sip.pcap.len() + c.rtp.pcap.len();
+        Ok(c.sip.packets + c.rtp.packets)
+    }
+
     /// Ends every call in progress (at shutdown), returning their records in no order.
     pub fn end_all(&mut self) -> Vec<(CallHandle, Result<CallArchive, ArchiveError>)> {
         let handles: Vec<u64> = self.calls.keys().copied().collect();
@@ -467,6 +481,7 @@ impl Archive {
             })?
             .len();
         let end = if len == 0 {
+            self.stats.tars_created += 1;
             0
         } else {
             let trailer = TRAILER_BYTES as u64;

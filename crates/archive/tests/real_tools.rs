@@ -1012,3 +1012,36 @@ fn a_full_disk_leaves_the_tar_valid() {
         assert_eq!(tar_list(&tar), all);
     }
 }
+
+#[test]
+fn a_discarded_call_writes_nothing_and_frees_its_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut archive = Archive::new(ArchiveConfig::new(dir.path())).unwrap();
+    let call = archive
+        .start_call(b"late-rtp", T0, LinkType::ETHERNET)
+        .unwrap();
+    let (f, at) = udp_frame(
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        40_000,
+        40_002,
+        &rtp_packet(1, 0, false),
+    );
+    let p = Packet {
+        ts_sec: T0 as u32,
+        ts_usec: 0,
+        data: &f,
+        orig_len: f.len() as u32,
+    };
+    archive.add_rtp(call, &p, at).unwrap();
+    assert!(archive.stats().buffered_bytes > 0);
+    assert_eq!(archive.discard_call(call).unwrap(), 1);
+    let stats = archive.stats();
+    assert_eq!((stats.buffered_bytes, stats.calls_in_progress), (0, 0));
+    assert_eq!(stats.tars_opened, 0);
+    assert!(all_files(dir.path()).is_empty(), "nothing written");
+    assert!(matches!(
+        archive.end_call(call),
+        Err(ArchiveError::UnknownCall(_))
+    ));
+}

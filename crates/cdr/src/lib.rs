@@ -2,7 +2,7 @@
 //! SQLite backend ([`SqliteStore`], the default) and its PostgreSQL backend ([`PgStore`]).
 //!
 //! Schema (see [`SCHEMA`]): a `cdr` table with one row per call (who, when, how it ended, worst
-//! MOS) and a `cdr_rtp` table with one row per RTP stream, linked by `cdr_id` (NULL for streams
+//! MOS, where its packets are archived) and a `cdr_rtp` table with one row per RTP stream, linked by `cdr_id` (NULL for streams
 //! without signalling). Times are microseconds since the Unix epoch (UTC). Inserts are batched:
 //! one transaction per [`CdrStore::insert`] call.
 //!
@@ -14,6 +14,12 @@
 //! [`CdrWriter`] puts a store on a thread of its own behind a bounded queue, so that capture
 //! never waits for the database; records it cannot store go to a local [`journal`] and are
 //! replayed when the database is back.
+//!
+//! Archive columns: when the capture archives packets, each call row says where its SIP and its
+//! RTP are: `sip_tar` / `rtp_tar` (the tar file), `*_member` (the member's name), `*_offset` (byte
+//! offset of the member's data in the tar), `*_len` (bytes of member data) and
+//! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
+//! before these columns existed get them added when opened ([`ARCHIVE_COLUMNS`]).
 //!
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
@@ -73,7 +79,52 @@ pub struct CdrCall {
     pub reinvites: u32,
     /// Lowest MOS among the call's streams.
     pub mos_min: Option<f64>,
+    /// The tar file holding the call's SIP packets (a pcap member), if archived.
+    #[serde(default)]
+    pub sip_tar: Option<String>,
+    /// The SIP member's name in `sip_tar`.
+    #[serde(default)]
+    pub sip_member: Option<String>,
+    /// Byte offset of the SIP member's data in `sip_tar`.
+    #[serde(default)]
+    pub sip_offset: Option<u64>,
+    /// Bytes of SIP member data (compressed).
+    #[serde(default)]
+    pub sip_len: Option<u64>,
+    /// How the SIP member is stored: `zstd` or `none`.
+    #[serde(default)]
+    pub sip_compression: Option<String>,
+    /// The tar file holding the call's RTP and RTCP packets, if archived.
+    #[serde(default)]
+    pub rtp_tar: Option<String>,
+    /// The RTP member's name in `rtp_tar`.
+    #[serde(default)]
+    pub rtp_member: Option<String>,
+    /// Byte offset of the RTP member's data in `rtp_tar`.
+    #[serde(default)]
+    pub rtp_offset: Option<u64>,
+    /// Bytes of RTP member data.
+    #[serde(default)]
+    pub rtp_len: Option<u64>,
+    /// How the RTP member is stored: `zstd` or `none`.
+    #[serde(default)]
+    pub rtp_compression: Option<String>,
 }
+
+/// The archive columns of `cdr`, in order, with their SQLite and PostgreSQL types. Opening a
+/// database adds those it lacks.
+pub const ARCHIVE_COLUMNS: [(&str, &str, &str); 10] = [
+    ("sip_tar", "TEXT", "TEXT"),
+    ("sip_member", "TEXT", "TEXT"),
+    ("sip_offset", "INTEGER", "BIGINT"),
+    ("sip_len", "INTEGER", "BIGINT"),
+    ("sip_compression", "TEXT", "TEXT"),
+    ("rtp_tar", "TEXT", "TEXT"),
+    ("rtp_member", "TEXT", "TEXT"),
+    ("rtp_offset", "INTEGER", "BIGINT"),
+    ("rtp_len", "INTEGER", "BIGINT"),
+    ("rtp_compression", "TEXT", "TEXT"),
+];
 
 /// One RTP stream.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -154,6 +205,16 @@ CREATE TABLE IF NOT EXISTS cdr (
     sip_messages   INTEGER NOT NULL,
     reinvites      INTEGER NOT NULL,
     mos_min        REAL,
+    sip_tar        TEXT,
+    sip_member     TEXT,
+    sip_offset     INTEGER,
+    sip_len        INTEGER,
+    sip_compression TEXT,
+    rtp_tar        TEXT,
+    rtp_member     TEXT,
+    rtp_offset     INTEGER,
+    rtp_len        INTEGER,
+    rtp_compression TEXT,
     uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
@@ -228,6 +289,7 @@ impl SqliteStore {
             .map_err(wrap)?;
         upgrade_sqlite(&conn).map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
+        add_missing_columns(&conn).map_err(wrap)?;
         Ok(SqliteStore { path: name, conn })
     }
 
@@ -239,30 +301,66 @@ impl SqliteStore {
     }
 }
 
-fn call_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CdrCall> {
+/// Adds the archive columns to a `cdr` table created before they existed.
+fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('cdr')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, ty, _) in ARCHIVE_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE cdr ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// An optional byte count or offset as SQLite stores it (a signed 64-bit integer).
+fn opt_i64(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// A call from the row of `SELECT {CALL_COLUMNS}`, starting at column `o`.
+fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
+    let u = |i: usize| -> rusqlite::Result<Option<u64>> {
+        Ok(r.get::<_, Option<i64>>(o + i)?.map(|v| v.max(0) as u64))
+    };
     Ok(CdrCall {
-        call_id: r.get(0)?,
-        caller: r.get(1)?,
-        called: r.get(2)?,
-        caller_addr: r.get(3)?,
-        callee_addr: r.get(4)?,
-        start_us: r.get(5)?,
-        ringing_us: r.get(6)?,
-        answer_us: r.get(7)?,
-        end_us: r.get(8)?,
-        state: r.get(9)?,
-        last_response: r.get(10)?,
-        last_reason: r.get(11)?,
-        hangup_by: r.get(12)?,
-        q850_cause: r.get(13)?,
-        sip_messages: r.get(14)?,
-        reinvites: r.get(15)?,
-        mos_min: r.get(16)?,
+        call_id: r.get(o)?,
+        caller: r.get(o + 1)?,
+        called: r.get(o + 2)?,
+        caller_addr: r.get(o + 3)?,
+        callee_addr: r.get(o + 4)?,
+        start_us: r.get(o + 5)?,
+        ringing_us: r.get(o + 6)?,
+        answer_us: r.get(o + 7)?,
+        end_us: r.get(o + 8)?,
+        state: r.get(o + 9)?,
+        last_response: r.get(o + 10)?,
+        last_reason: r.get(o + 11)?,
+        hangup_by: r.get(o + 12)?,
+        q850_cause: r.get(o + 13)?,
+        sip_messages: r.get(o + 14)?,
+        reinvites: r.get(o + 15)?,
+        mos_min: r.get(o + 16)?,
+        sip_tar: r.get(o + 17)?,
+        sip_member: r.get(o + 18)?,
+        sip_offset: u(19)?,
+        sip_len: u(20)?,
+        sip_compression: r.get(o + 21)?,
+        rtp_tar: r.get(o + 22)?,
+        rtp_member: r.get(o + 23)?,
+        rtp_offset: u(24)?,
+        rtp_len: u(25)?,
+        rtp_compression: r.get(o + 26)?,
     })
 }
 
+/// The columns of a call, in [`CdrCall`]'s order.
 const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
-     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min";
+     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
+     sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
 
 impl CdrStore for SqliteStore {
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
@@ -272,7 +370,8 @@ impl CdrStore for SqliteStore {
         })?;
         let r = (|| -> rusqlite::Result<()> {
             let mut ins_call = tx.prepare_cached(&format!(
-                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
+                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) \
                  ON CONFLICT DO NOTHING"
             ))?;
             let mut ins_stream = tx.prepare_cached(
@@ -303,6 +402,16 @@ impl CdrStore for SqliteStore {
                         c.sip_messages,
                         c.reinvites,
                         c.mos_min,
+                        c.sip_tar,
+                        c.sip_member,
+                        opt_i64(c.sip_offset),
+                        opt_i64(c.sip_len),
+                        c.sip_compression,
+                        c.rtp_tar,
+                        c.rtp_member,
+                        opt_i64(c.rtp_offset),
+                        opt_i64(c.rtp_len),
+                        c.rtp_compression,
                         rec.call_uid()
                     ])?;
                     if inserted == 0 {
@@ -383,7 +492,7 @@ impl CdrStore for SqliteStore {
         sql += &format!(" ORDER BY start_us DESC, id DESC LIMIT ?{}", args.len());
         let mut st = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
         let rows = st
-            .query_map(rusqlite::params_from_iter(args), call_from_row)
+            .query_map(rusqlite::params_from_iter(args), |r| call_from_row(r, 0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
@@ -396,30 +505,7 @@ impl CdrStore for SqliteStore {
                     "SELECT id, {CALL_COLUMNS} FROM cdr WHERE call_id = ?1 ORDER BY id DESC LIMIT 1"
                 ),
                 [call_id],
-                |r| {
-                    let id: i64 = r.get(0)?;
-                    // Shift the row by one column for call_from_row.
-                    let c = CdrCall {
-                        call_id: r.get(1)?,
-                        caller: r.get(2)?,
-                        called: r.get(3)?,
-                        caller_addr: r.get(4)?,
-                        callee_addr: r.get(5)?,
-                        start_us: r.get(6)?,
-                        ringing_us: r.get(7)?,
-                        answer_us: r.get(8)?,
-                        end_us: r.get(9)?,
-                        state: r.get(10)?,
-                        last_response: r.get(11)?,
-                        last_reason: r.get(12)?,
-                        hangup_by: r.get(13)?,
-                        q850_cause: r.get(14)?,
-                        sip_messages: r.get(15)?,
-                        reinvites: r.get(16)?,
-                        mos_min: r.get(17)?,
-                    };
-                    Ok((id, c))
-                },
+                |r| Ok((r.get(0)?, call_from_row(r, 1)?)),
             )
             .optional()
             .map_err(|e| self.err(e))?;

@@ -5,7 +5,7 @@
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 
-use crate::{CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream};
+use crate::{ARCHIVE_COLUMNS, CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream};
 
 /// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
 pub const PG_SCHEMA: &str = "
@@ -28,6 +28,16 @@ CREATE TABLE IF NOT EXISTS cdr (
     sip_messages   BIGINT  NOT NULL,
     reinvites      BIGINT  NOT NULL,
     mos_min        DOUBLE PRECISION,
+    sip_tar        TEXT,
+    sip_member     TEXT,
+    sip_offset     BIGINT,
+    sip_len        BIGINT,
+    sip_compression TEXT,
+    rtp_tar        TEXT,
+    rtp_member     TEXT,
+    rtp_offset     BIGINT,
+    rtp_len        BIGINT,
+    rtp_compression TEXT,
     uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
@@ -72,7 +82,14 @@ ALTER TABLE IF EXISTS cdr_rtp ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
 const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
-     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min";
+     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
+     sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
+
+/// A byte count or offset as PostgreSQL stores it (BIGINT).
+fn opt_i64(v: Option<u64>) -> Option<i64> {
+    v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
 
 /// CDRs in a PostgreSQL database.
 pub struct PgStore {
@@ -114,6 +131,16 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
         sip_messages: r.get::<_, i64>(o + 14) as u32,
         reinvites: r.get::<_, i64>(o + 15) as u32,
         mos_min: r.get(o + 16),
+        sip_tar: r.get(o + 17),
+        sip_member: r.get(o + 18),
+        sip_offset: r.get::<_, Option<i64>>(o + 19).map(|v| v.max(0) as u64),
+        sip_len: r.get::<_, Option<i64>>(o + 20).map(|v| v.max(0) as u64),
+        sip_compression: r.get(o + 21),
+        rtp_tar: r.get(o + 22),
+        rtp_member: r.get(o + 23),
+        rtp_offset: r.get::<_, Option<i64>>(o + 24).map(|v| v.max(0) as u64),
+        rtp_len: r.get::<_, Option<i64>>(o + 25).map(|v| v.max(0) as u64),
+        rtp_compression: r.get(o + 26),
     }
 }
 
@@ -129,6 +156,12 @@ impl PgStore {
         let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
         client.batch_execute(PG_UPGRADE).map_err(wrap)?;
         client.batch_execute(PG_SCHEMA).map_err(wrap)?;
+        // Databases created before the archive columns existed get them.
+        let upgrade: String = ARCHIVE_COLUMNS
+            .iter()
+            .map(|(col, _, ty)| format!("ALTER TABLE cdr ADD COLUMN IF NOT EXISTS {col} {ty};"))
+            .collect();
+        client.batch_execute(&upgrade).map_err(wrap)?;
         Ok(PgStore { name, client })
     }
 
@@ -150,7 +183,8 @@ impl CdrStore for PgStore {
         let mut tx = self.client.transaction().map_err(wrap)?;
         let ins_call = tx
             .prepare(&format!(
-                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+                 $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28) \
                  ON CONFLICT DO NOTHING RETURNING id"
             ))
             .map_err(wrap)?;
@@ -187,6 +221,16 @@ impl CdrStore for PgStore {
                             &(c.sip_messages as i64),
                             &(c.reinvites as i64),
                             &c.mos_min,
+                            &c.sip_tar,
+                            &c.sip_member,
+                            &opt_i64(c.sip_offset),
+                            &opt_i64(c.sip_len),
+                            &c.sip_compression,
+                            &c.rtp_tar,
+                            &c.rtp_member,
+                            &opt_i64(c.rtp_offset),
+                            &opt_i64(c.rtp_len),
+                            &c.rtp_compression,
                             &rec.call_uid(),
                         ],
                     )

@@ -28,7 +28,51 @@ fn call(id: &str, start_us: i64, code: u16, mos: Option<f64>) -> CdrCall {
         sip_messages: 5,
         reinvites: 0,
         mos_min: mos,
+        ..CdrCall::default()
     }
+}
+
+/// A call whose packets were archived, with where they are.
+fn archived_call(id: &str) -> CdrCall {
+    CdrCall {
+        sip_tar: Some("/var/lib/tandem/archive/2026-11-21/08/09/sip.tar".into()),
+        sip_member: Some(format!("{id}.pcap.zst")),
+        sip_offset: Some(512),
+        sip_len: Some(1234),
+        sip_compression: Some("zstd".into()),
+        rtp_tar: Some("/var/lib/tandem/archive/2026-11-21/08/09/rtp.tar".into()),
+        rtp_member: Some(format!("{id}.pcap")),
+        rtp_offset: Some(5_000_000_000),
+        rtp_len: Some(99_000),
+        rtp_compression: Some("none".into()),
+        ..call(id, 4_000, 200, Some(4.1))
+    }
+}
+
+/// The `cdr` table as it was before the archive columns, with one row; `ID` is the key's type.
+const OLD_CDR_TABLE: &str = "
+CREATE TABLE cdr (
+    id ID PRIMARY KEY, call_id TEXT NOT NULL, caller TEXT NOT NULL, called TEXT NOT NULL,
+    caller_addr TEXT NOT NULL, callee_addr TEXT NOT NULL, start_us BIGINT NOT NULL,
+    ringing_us BIGINT, answer_us BIGINT, end_us BIGINT, state TEXT NOT NULL, last_response INTEGER,
+    last_reason TEXT NOT NULL, hangup_by TEXT, q850_cause INTEGER, sip_messages BIGINT NOT NULL,
+    reinvites BIGINT NOT NULL, mos_min DOUBLE PRECISION
+);
+INSERT INTO cdr (call_id, caller, called, caller_addr, callee_addr, start_us, state, last_reason,
+    sip_messages, reinvites) VALUES ('old', '1001', '1002', 'a', 'b', 1, 'ended', 'OK', 7, 0);
+";
+
+/// A database from before the archive columns: opening adds them, old rows read as not
+/// archived, and new rows keep their archive location.
+fn check_upgraded(st: &mut dyn CdrStore) {
+    let (old, _) = st.show("old").unwrap().unwrap();
+    assert_eq!(
+        (old.sip_messages, old.sip_tar, old.rtp_offset),
+        (7, None, None)
+    );
+    let new = archived_call("new");
+    st.insert(std::slice::from_ref(&new), &[]).unwrap();
+    assert_eq!(st.show("new").unwrap().unwrap().0, new);
 }
 
 fn stream(call_id: Option<&str>) -> CdrStream {
@@ -92,6 +136,15 @@ fn exercise(st: &mut dyn CdrStore) {
     assert_eq!(c, calls[1]);
     assert_eq!(s, vec![stream(Some("b"))]);
     assert!(st.show("nope").unwrap().is_none());
+    // The archive location round-trips, in `show` and in `list`.
+    let d = archived_call("d");
+    st.insert(std::slice::from_ref(&d), &[]).unwrap();
+    assert_eq!(st.show("d").unwrap().unwrap().0, d);
+    let f = CdrFilter {
+        since_us: Some(4_000),
+        ..Default::default()
+    };
+    assert_eq!(st.list(&f).unwrap(), vec![d]);
 }
 
 #[test]
@@ -103,7 +156,7 @@ fn sqlite_store_in_a_real_file() {
     drop(st);
     // Reopening keeps everything (the schema is created only once).
     let mut st = SqliteStore::open(&path).unwrap();
-    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 3);
+    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 4);
     let out = Command::new("sqlite3")
         .arg(&path)
         .arg("SELECT COUNT(*) FROM cdr_rtp WHERE cdr_id IS NULL")
@@ -111,6 +164,22 @@ fn sqlite_store_in_a_real_file() {
     if let Ok(out) = out {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
     }
+}
+
+#[test]
+fn sqlite_database_from_before_the_archive_columns_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(&OLD_CDR_TABLE.replace("ID", "INTEGER"))
+        .unwrap();
+    let mut st = SqliteStore::open(&path).unwrap();
+    check_upgraded(&mut st);
+    drop(st);
+    // Opening again finds every column and adds nothing.
+    let mut st = SqliteStore::open(&path).unwrap();
+    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 2);
 }
 
 #[test]
@@ -127,7 +196,20 @@ fn postgres_store_on_a_throwaway_server() {
     drop(st);
     // Connecting again finds the schema and rows in place.
     let mut st = PgStore::connect(&conninfo).unwrap();
-    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 3);
+    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 4);
+    drop(st);
+    // A database from before the archive columns is upgraded when connected to.
+    let mut client = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "DROP TABLE cdr_rtp, cdr; {}",
+            OLD_CDR_TABLE.replace("ID", "BIGSERIAL")
+        ))
+        .unwrap();
+    drop(client);
+    let mut st = PgStore::connect(&conninfo).unwrap();
+    check_upgraded(&mut st);
+    drop(st);
     // A wrong port names the target without a password.
     let Err(e) =
         PgStore::connect("host=127.0.0.1 port=1 user=tandem password=secret connect_timeout=2")

@@ -135,19 +135,8 @@ fn schema_without_uid(schema: &str) -> String {
         .filter(|l| !l.contains("uid"))
         .collect::<Vec<_>>()
         .join("\n")
-        .replace("mos_min        REAL,\n);", "mos_min        REAL\n);")
-        .replace(
-            "mos_min        DOUBLE PRECISION,\n);",
-            "mos_min        DOUBLE PRECISION\n);",
-        )
-        .replace(
-            "rtcp_jitter_ms          REAL,\n);",
-            "rtcp_jitter_ms          REAL\n);",
-        )
-        .replace(
-            "rtcp_jitter_ms          DOUBLE PRECISION,\n);",
-            "rtcp_jitter_ms          DOUBLE PRECISION\n);",
-        )
+        // The column before `uid` ended its table.
+        .replace(",\n);", "\n);")
 }
 
 #[test]
@@ -315,13 +304,13 @@ fn a_read_only_sqlite_file_sends_records_to_the_journal_until_it_is_writable() {
     for i in 100..200 {
         writer.submit(record(i));
     }
+    // Records may reach the journal from the submitting side (a full queue) before the writer
+    // meets the read-only file: wait for both.
     wait_for(
-        "records journaled",
+        "records journaled and the store found read-only",
         || writer.stats(),
-        |s| s.journaled_records == 100,
+        |s| s.journaled_records == 100 && s.store_errors > 0 && !s.store_up,
     );
-    let while_read_only = writer.stats();
-    assert!(while_read_only.store_errors > 0 && !while_read_only.store_up);
     assert!(set_read_only(&db, false));
     // The writer opens the file again after its backoff and replays the journal.
     wait_for(

@@ -78,6 +78,7 @@ use crate::dialog::{CallState, Dialog, Registration};
 use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
+use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
 use crate::tcp::{SipTcp, TcpLimits};
 
 /// Limits and timeouts of the monitor. Every table is bounded; what does not fit is counted in
@@ -308,6 +309,8 @@ pub(crate) enum Event {
         header: RtpHeader,
         clock_rate: u32,
         call: CallRef,
+        /// Where the RTP header starts in the frame (`None`: reassembled from fragments).
+        rtp_offset: Option<usize>,
     },
     Rtcp {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
@@ -347,6 +350,16 @@ pub(crate) struct CallShard {
     out: Analysis,
     /// Calls tracked since the start, for [`LiveCounters`].
     calls_started: u64,
+    /// Told of every frame attributed to a call and of every call closed.
+    tap: Option<Box<dyn CallTap>>,
+    dedup: FrameDedup,
+}
+
+/// The frame being analysed, for the tap.
+pub(crate) struct Current<'a> {
+    /// Frame number (per shard), so that a frame is reported once per call.
+    seq: u64,
+    frame: TapFrame<'a>,
 }
 
 impl CallShard {
@@ -362,10 +375,21 @@ impl CallShard {
             flow_calls: FastMap::default(),
             out: Analysis::default(),
             calls_started: 0,
+            tap: None,
+            dedup: FrameDedup::default(),
         }
     }
 
-    fn handle(&mut self, ev: Event) {
+    /// Reports `cur` to the tap as `call`'s, once per frame and call.
+    fn report(&mut self, call: &Arc<str>, kind: TapKind, cur: &Current<'_>) {
+        if let Some(tap) = self.tap.as_mut()
+            && self.dedup.first(cur.seq, call)
+        {
+            tap.packet(call, kind, &cur.frame);
+        }
+    }
+
+    fn handle(&mut self, ev: Event, cur: &Current<'_>) {
         match ev {
             Event::Sip {
                 ts_ns,
@@ -374,7 +398,7 @@ impl CallShard {
                 data,
             } => {
                 if let Ok(m) = Message::parse(&data) {
-                    self.on_sip(ts_ns, src, dst, &m);
+                    self.on_sip(ts_ns, src, dst, &m, cur);
                 }
             }
             Event::Rtp {
@@ -385,13 +409,35 @@ impl CallShard {
                 header,
                 clock_rate,
                 call,
-            } => self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call),
-            Event::Rtcp { blocks } => self.on_rtcp(&blocks),
-            Event::Tick { ts_ns } => self.sweep(ts_ns, false),
+                rtp_offset,
+            } => {
+                let call = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call);
+                if let Some(c) = call {
+                    self.report(&c, TapKind::Rtp { rtp_offset }, cur);
+                }
+            }
+            Event::Rtcp { blocks } => {
+                if let Some(c) = self.on_rtcp(&blocks) {
+                    self.report(&c, TapKind::Rtcp, cur);
+                }
+            }
+            Event::Tick { ts_ns } => {
+                self.sweep(ts_ns, false);
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.progress(ts_ns);
+                }
+            }
         }
     }
 
-    fn on_sip(&mut self, ts_ns: i64, src: SocketAddr, dst: SocketAddr, m: &Message<'_>) {
+    fn on_sip(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        m: &Message<'_>,
+        cur: &Current<'_>,
+    ) {
         let Some(call_id) = m.call_id() else { return };
         let method = m.method().unwrap_or("");
         if method == "REGISTER" {
@@ -424,9 +470,7 @@ impl CallShard {
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, m);
-            return;
-        }
-        if m.is_request() && method == "INVITE" {
+        } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
                 self.out.counters.calls_dropped += 1;
                 return;
@@ -435,6 +479,14 @@ impl CallShard {
             d.on_message(ts_ns, src, m);
             self.dialogs.insert(Arc::from(call_id), d);
             self.calls_started += 1;
+        } else {
+            return;
+        }
+        if self.tap.is_some()
+            && let Some((key, _)) = self.dialogs.get_key_value(call_id)
+        {
+            let key = key.clone();
+            self.report(&key, TapKind::Sip, cur);
         }
     }
 
@@ -448,7 +500,7 @@ impl CallShard {
         h: &RtpHeader,
         clock_rate: u32,
         call: CallRef,
-    ) {
+    ) -> Option<Arc<str>> {
         let known = match call {
             CallRef::Unknown => None,
             CallRef::Known(c) => Some(c),
@@ -469,7 +521,7 @@ impl CallShard {
                 let call = known.or_else(|| self.flow_calls.get(&packed.flow()).cloned());
                 if self.streams.len() >= self.max_streams {
                     self.out.counters.streams_dropped += 1;
-                    return;
+                    return None;
                 }
                 if let Some(c) = &call
                     && let Some(d) = self.dialogs.get_mut(c)
@@ -485,16 +537,25 @@ impl CallShard {
             }
         };
         slot.stream.add(ts_ns, now_ms, h, clock_rate);
+        // The packet is its stream's call's (a clone only when someone listens).
+        slot.call.as_ref().filter(|_| self.tap.is_some()).cloned()
     }
 
-    fn on_rtcp(&mut self, blocks: &[ReportBlock]) {
+    /// Adds RTCP report blocks to their streams; returns the call of the first stream that has
+    /// one, for the tap.
+    fn on_rtcp(&mut self, blocks: &[ReportBlock]) -> Option<Arc<str>> {
+        let mut call = None;
         for b in blocks {
             if let Some(key) = self.by_ssrc.get(&b.ssrc)
                 && let Some(s) = self.streams.get_mut(&PackedKey::stream(key))
             {
                 s.stream.add_rtcp(b);
+                if call.is_none() && self.tap.is_some() {
+                    call = s.call.clone();
+                }
             }
         }
+        call
     }
 
     fn close_stream(&mut self, key: &StreamKey) -> Option<StreamRecord> {
@@ -555,6 +616,9 @@ impl CallShard {
                 .iter()
                 .filter_map(|s| self.close_stream(s))
                 .collect();
+            if let Some(tap) = self.tap.as_mut() {
+                tap.call_ended(&k, d.invite_ns, now_ns);
+            }
             self.out.calls.push(CallRecord { dialog: d, streams });
         }
         let stream_idle = self.cfg.stream_idle_timeout_ms as i64 * ms;
@@ -589,6 +653,9 @@ impl CallShard {
 
     fn finish(mut self) -> Analysis {
         self.sweep(i64::MAX, true);
+        if let Some(tap) = self.tap.as_mut() {
+            tap.progress(i64::MAX);
+        }
         self.out
     }
 
@@ -808,7 +875,11 @@ impl Front {
                     let data = payload.to_vec();
                     self.sip_message(ts_ns, src, dst, &data, true, emit);
                 } else if let Some(h) = RtpHeader::parse(payload) {
-                    self.rtp(ts_ns, src, dst, h, emit);
+                    // The payload lies in the frame unless it was reassembled from fragments.
+                    let at = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
+                    let rtp_offset =
+                        (at <= frame.len() && payload.len() <= frame.len() - at).then_some(at);
+                    self.rtp(ts_ns, src, dst, h, rtp_offset, emit);
                 } else if crate::rtp::looks_like_rtcp(payload) {
                     self.counters.rtcp_packets += 1;
                     let mut blocks = std::mem::take(&mut self.rtcp_blocks);
@@ -956,12 +1027,14 @@ impl Front {
             .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rtp(
         &mut self,
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
         h: RtpHeader,
+        rtp_offset: Option<usize>,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
@@ -1019,6 +1092,7 @@ impl Front {
                     header: h,
                     clock_rate,
                     call,
+                    rtp_offset,
                 },
             );
             return;
@@ -1071,6 +1145,7 @@ impl Front {
                 header: h,
                 clock_rate,
                 call,
+                rtp_offset,
             },
         );
     }
@@ -1139,18 +1214,44 @@ pub struct Monitor {
     live: Arc<LiveCounters>,
     /// What the inline shard published last.
     published: Published,
+    /// Frames fed so far (inline mode), numbering them for the tap.
+    seq: u64,
 }
 
 impl Monitor {
     /// A monitor with `workers` threads; 1 runs everything inline on the caller's thread.
     /// With more, the caller's thread only reads and copies packets into shared batches.
     pub fn new(cfg: MonitorConfig, workers: usize) -> Monitor {
+        Self::build(cfg, workers, None)
+    }
+
+    /// A monitor like [`Monitor::new`] whose shards report to taps: `make_tap(i)` is called once
+    /// for each shard `i` (one with one worker), and the tap is then called on that shard's
+    /// thread (see [`crate::tap`]).
+    pub fn with_tap(
+        cfg: MonitorConfig,
+        workers: usize,
+        mut make_tap: impl FnMut(usize) -> Box<dyn CallTap>,
+    ) -> Monitor {
+        Self::build(cfg, workers, Some(&mut make_tap))
+    }
+
+    fn build(
+        cfg: MonitorConfig,
+        workers: usize,
+        mut make_tap: Option<&mut dyn FnMut(usize) -> Box<dyn CallTap>>,
+    ) -> Monitor {
         let workers = workers.clamp(1, 256);
         let hasher = foldhash::quality::RandomState::default();
         let front = Front::new(&cfg, 1, None, hasher.clone());
         let live = Arc::new(LiveCounters::default());
+        let mut shard_with_tap = |i: usize| {
+            let mut shard = CallShard::new(&cfg, workers);
+            shard.tap = make_tap.as_mut().map(|f| f(i));
+            shard
+        };
         let backend = if workers == 1 {
-            Backend::Inline(Box::new(CallShard::new(&cfg, 1)))
+            Backend::Inline(Box::new(shard_with_tap(0)))
         } else {
             let mut senders = Vec::new();
             let mut returns = Vec::new();
@@ -1161,7 +1262,7 @@ impl Monitor {
                 let (back_tx, back_rx): (SyncSender<RawBatch>, Receiver<RawBatch>) =
                     sync_channel(cfg.queue_batches + 2);
                 returns.push(back_rx);
-                let mut shard = CallShard::new(&cfg, workers);
+                let mut shard = shard_with_tap(i);
                 let mut front = Front::new(&cfg, workers, Some(i as u16), hasher.clone());
                 let me = i as u16;
                 let live = live.clone();
@@ -1169,13 +1270,23 @@ impl Monitor {
                     .name(format!("monitor-worker-{i}"))
                     .spawn(move || {
                         let mut published = Published::default();
+                        let mut seq = 0u64;
                         while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
                             for &(ts, lt, start, len, counted) in &batch.packets {
                                 let frame = &batch.data[start..start + len];
+                                seq += 1;
+                                let cur = Current {
+                                    seq,
+                                    frame: TapFrame {
+                                        ts_ns: ts,
+                                        link_type: lt,
+                                        data: frame,
+                                    },
+                                };
                                 let mut emit = |s: u16, ev: Event| {
                                     if s == me {
-                                        shard.handle(ev);
+                                        shard.handle(ev, &cur);
                                     }
                                 };
                                 if counted {
@@ -1215,6 +1326,7 @@ impl Monitor {
             backend,
             live,
             published: Published::default(),
+            seq: 0,
         }
     }
 
@@ -1239,6 +1351,15 @@ impl Monitor {
         match &mut self.backend {
             Backend::Inline(shard) => {
                 let shard = &mut **shard;
+                self.seq += 1;
+                let cur = Current {
+                    seq: self.seq,
+                    frame: TapFrame {
+                        ts_ns,
+                        link_type,
+                        data: frame,
+                    },
+                };
                 self.front
                     .packet(ts_ns, link_type, frame, &mut |_, ev| match ev {
                         // Inline: hand SIP over without copying the message again.
@@ -1249,10 +1370,10 @@ impl Monitor {
                             data,
                         } => {
                             if let Ok(m) = Message::parse(&data) {
-                                shard.on_sip(ts_ns, src, dst, &m);
+                                shard.on_sip(ts_ns, src, dst, &m, &cur);
                             }
                         }
-                        other => shard.handle(other),
+                        other => shard.handle(other, &cur),
                     });
                 if self
                     .front

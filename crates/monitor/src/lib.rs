@@ -4,7 +4,9 @@
 //!
 //! Start reading at [`analyzer::Monitor`]: [`pcap`] → [`decode`] (+ [`tcp`]) → front stage
 //! (SIP framing, SDP endpoints, dispatch) → call shards ([`dialog`], [`rtp`], [`mos`]) →
-//! [`analyzer::Analysis`]. [`synth`] writes synthetic captures with known ground truth.
+//! [`analyzer::Analysis`]. A [`tap::CallTap`] given to [`Monitor::with_tap`] hears which call
+//! each frame belongs to and when each call closes (the packet archive listens there).
+//! [`synth`] writes synthetic captures with known ground truth.
 //!
 //! This crate does no network IO and keeps no files open beyond the capture being read; storing
 //! records is the `cdr` crate's job.
@@ -17,7 +19,9 @@ pub mod mos;
 pub mod pcap;
 pub mod rtp;
 pub mod synth;
+pub mod tap;
 pub mod tcp;
 
 pub use analyzer::{Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord};
 pub use live::{LiveCounters, LiveSnapshot};
+pub use tap::{CallTap, TapFrame, TapKind};

@@ -53,6 +53,8 @@ pub struct Args {
     pub cdr_writer: crate::capture_cdr::CdrWriterArgs,
     #[command(flatten)]
     pub status: crate::capture_status::StatusArgs,
+    #[command(flatten)]
+    pub archive: crate::capture_archive::ArchiveArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -60,7 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_calls: args.max_calls,
         ..MonitorConfig::default()
     };
-    let mut mon = Monitor::new(cfg, args.shards);
+    // Every source feeds this monitor; with --archive its taps archive each call's packets
+    // (waiting for the archive only when reading files: live sources never wait).
+    let from_files = !args.read.is_empty();
+    let (mut mon, mut archive) =
+        crate::capture_archive::monitor(cfg, args.shards, &args.archive, from_files)?;
     let total: u64 = args
         .read
         .iter()
@@ -92,16 +98,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         mon.live(),
         cdr.as_ref().map(|c| c.watch()),
     )?;
+    if let Some(a) = &archive {
+        status.board.add(a.gauges());
+    }
     let mut totals = Totals::default();
     // Records closed so far are printed and stored as the capture goes, so memory stays
     // bounded by the calls in progress, not by the length of the capture.
-    let flush = |part: Analysis, totals: &mut Totals| -> anyhow::Result<()> {
+    // `finished`: the monitor is done; wait for the archive to write everything.
+    let mut flush = |part: Analysis, totals: &mut Totals, finished: bool| -> anyhow::Result<()> {
+        // Calls whose archive location is not known yet are held back for a later flush.
+        let part = match archive.as_mut() {
+            Some(a) => a.release(part, finished),
+            None => part,
+        };
         totals.add(&part);
         if args.json {
             print_json(&part)?;
         }
         if let Some(c) = &cdr {
-            c.submit(&part);
+            c.submit(&part, archive.as_ref());
         }
         Ok(())
     };
@@ -110,12 +125,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.hep_listen {
         Some(addr) => {
             hep_source(addr, args.hep_max_packets, &mut mon, &mut packets, |part| {
-                flush(part, &mut totals)
+                flush(part, &mut totals, false)
             })?;
         }
         None => {
             read_error = read_files(&args.read, &mut mon, &mut packets, bar.as_ref(), |part| {
-                flush(part, &mut totals)
+                flush(part, &mut totals, false)
             })?;
         }
     }
@@ -125,7 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let last = mon.finish();
     let counters = last.counters;
     let sip_messages = last.sip.messages;
-    flush(last, &mut totals)?;
+    flush(last, &mut totals, true)?;
     drop(status);
     if let Some(c) = cdr {
         c.close();
@@ -137,6 +152,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sip_messages,
     };
     print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
+    if let Some(a) = &archive {
+        eprintln!("{}", a.summary());
+    }
     if let Some(e) = read_error {
         return Err(anyhow::Error::new(e)
             .context("capture stopped early; the calls above were decoded before the error"));
@@ -399,6 +417,7 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
             .iter()
             .filter_map(|s| s.stream.mos())
             .min_by(|a, b| a.total_cmp(b)),
+        ..CdrCall::default()
     }
 }
 

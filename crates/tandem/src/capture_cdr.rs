@@ -84,10 +84,15 @@ impl CdrSink {
     }
 
     /// Hands over the closed calls (each with its streams) and the streams without a call.
-    pub fn submit(&self, a: &Analysis) {
+    /// With an archive, each call's row says where its packets are.
+    pub fn submit(&self, a: &Analysis, archive: Option<&crate::capture_archive::CaptureArchive>) {
         for c in &a.calls {
             let streams = c.streams.iter().map(cdr_stream).collect();
-            self.writer.submit(CdrRecord::call(cdr_call(c), streams));
+            let mut row = cdr_call(c);
+            if let Some(archive) = archive {
+                archive.fill(c, &mut row);
+            }
+            self.writer.submit(CdrRecord::call(row, streams));
         }
         for s in &a.streams {
             self.writer.submit(CdrRecord::lone_stream(cdr_stream(s)));

@@ -326,7 +326,6 @@ impl Drop for StatusLine {
 pub struct CaptureStatus {
     /// Parts started after the status (the archive writer, the live capture ring) register
     /// their sources here; a part that never does is left out of the line and the metrics.
-    #[allow(dead_code)]
     pub board: StatusBoard,
     _line: Option<StatusLine>,
     _metrics: Option<metrics::MetricsServer>,

@@ -1,4 +1,5 @@
-//! `tandem cdr list|show`: queries the call records `tandem capture` stored.
+//! `tandem cdr list|show|pcap`: queries the call records `tandem capture` stored; `pcap` reads a
+//! call's archived packets back (`cdr_pcap.rs`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ pub struct Args {
     /// SQLite file with the CDRs.
     #[arg(
         long,
+        visible_alias = "db",
         global = true,
         default_value = "tandem-data/cdr.sqlite3",
         env = "TANDEM_CDR_DB"
@@ -55,6 +57,9 @@ pub enum CdrCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The call's archived packets (SIP and RTP merged in time order) as one pcap on stdout:
+    /// `tandem cdr pcap CALL-ID > call.pcap`. Needs a capture made with --archive.
+    Pcap { call_id: String },
 }
 
 fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
@@ -67,6 +72,9 @@ fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let CdrCommand::Pcap { .. } = &args.command {
+        crate::cdr_pcap::refuse_terminal()?;
+    }
     if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
         anyhow::bail!(
             "no CDR database at {} (run `tandem capture --read FILE` first, or pass --cdr-db)",
@@ -116,6 +124,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     )?;
                 }
             }
+        }
+        CdrCommand::Pcap { call_id } => {
+            let Some((c, _)) = store.show(&call_id)? else {
+                anyhow::bail!(
+                    "no call with Call-ID {call_id:?} in {}",
+                    args.cdr_db.display()
+                );
+            };
+            crate::cdr_pcap::write_call_pcap(&c, &mut out)?;
         }
         CdrCommand::Show { call_id, json } => {
             let Some((c, streams)) = store.show(&call_id)? else {

@@ -6,9 +6,11 @@
 
 mod bench;
 mod capture;
+mod capture_archive;
 mod capture_cdr;
 mod capture_status;
 mod cdr;
+mod cdr_pcap;
 mod config;
 mod db;
 mod http;

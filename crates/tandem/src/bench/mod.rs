@@ -3,6 +3,7 @@
 
 pub mod agi;
 mod agi_scripts;
+mod archive;
 pub mod capture;
 pub mod floor;
 pub mod kv;
@@ -25,6 +26,9 @@ pub enum BenchCommand {
     Kv(kv::Args),
     /// Call monitor: RTP analysis rate per core, 2-core speedup, memory per SIP-only call, tshark on the same capture.
     Capture(capture::Args),
+    /// Packet archive: files created and IO operations per minute, tar per minute against one
+    /// pcap file per call, for the same concurrent synthetic calls.
+    Archive(archive::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -34,5 +38,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Taskpool(args) => taskpool::run(args),
         BenchCommand::Kv(args) => kv::run(args),
         BenchCommand::Capture(args) => capture::run(args),
+        BenchCommand::Archive(args) => archive::run(args),
     }
 }

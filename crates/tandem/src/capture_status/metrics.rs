@@ -125,19 +125,19 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
         gauge(
             e,
             "archive_queue",
-            "Calls queued for the archive writer",
+            "Batches of packets queued for the archive writer",
             a.depth,
         )?;
         gauge(
             e,
             "archive_queue_max",
-            "Bound of the archive queue",
+            "Bound of the archive queue, in batches",
             a.bound,
         )?;
         counter(
             e,
             "archive_dropped",
-            "Calls the archive queue dropped",
+            "Packets dropped because the archive queue was full",
             a.dropped,
         )?;
     }

@@ -1,0 +1,90 @@
+//! The call tap: what the monitor tells an observer about each packet it attributes to a call,
+//! and about each call it closes, so that a packet archive (or anything else that follows calls)
+//! needs no knowledge of the monitor's insides and the monitor none of files.
+//!
+//! Attribution is the monitor's own: a frame is a call's SIP when its message joins that call's
+//! dialog (a REGISTER, OPTIONS or a message of an unknown dialog belongs to no call), and the
+//! call's media when its RTP stream is linked to the call (the stream's first packet came after
+//! an SDP that announced its address), or when it is RTCP reporting on such a stream. RTP packets
+//! that arrive before the SDP that announces them are not attributed: the stream they start has
+//! no call. A SIP message carried over several IP fragments or TCP segments is attributed as the
+//! frame that completes it.
+//!
+//! Each shard has its own tap ([`crate::Monitor::with_tap`] makes one per shard), called on the
+//! shard's thread in capture order. With several shards, a call's SIP and its media may be
+//! reported by different taps; [`CallTap::call_ended`] comes from the shard of the call's
+//! dialog, and [`CallTap::progress`] tells how far in capture time each tap has got, so that a
+//! consumer can wait until every shard has passed a call's end before it closes the call.
+
+use std::sync::Arc;
+
+/// What a frame is to its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapKind {
+    /// A SIP message of the call's dialog.
+    Sip,
+    /// An RTP packet of one of the call's streams; `rtp_offset` is where the RTP header starts in
+    /// the frame, `None` when the datagram was reassembled from fragments.
+    Rtp {
+        /// Byte offset of the RTP header in [`TapFrame::data`].
+        rtp_offset: Option<usize>,
+    },
+    /// An RTCP packet reporting on one of the call's streams.
+    Rtcp,
+}
+
+/// One captured frame, as the monitor was given it.
+#[derive(Debug, Clone, Copy)]
+pub struct TapFrame<'a> {
+    /// Capture time, ns since the Unix epoch.
+    pub ts_ns: i64,
+    /// The capture's link type (pcap LINKTYPE_*).
+    pub link_type: u32,
+    /// The frame, starting with its link-layer header.
+    pub data: &'a [u8],
+}
+
+/// Receives the monitor's attributions. Called on the shard's thread; an implementation must
+/// not block for long (queue the work elsewhere), or it stalls the analysis.
+pub trait CallTap: Send {
+    /// `frame` belongs to the call `call_id`. A frame is reported at most once per call; a
+    /// frame carrying messages of two calls is reported to each.
+    fn packet(&mut self, call_id: &Arc<str>, kind: TapKind, frame: &TapFrame<'_>);
+
+    /// The monitor closed the call `call_id` whose first INVITE it saw at `invite_ns`, at
+    /// capture time `now_ns`: its record is (or will be) in the analysis, and no more of its
+    /// SIP will be reported under this dialog. Media of its streams may still be reported by
+    /// other shards until their capture time passes `now_ns`.
+    fn call_ended(&mut self, call_id: &Arc<str>, invite_ns: i64, now_ns: i64);
+
+    /// This shard has seen every frame up to capture time `ts_ns`: about once a second of
+    /// capture time, and with `i64::MAX` when the monitor finishes.
+    fn progress(&mut self, ts_ns: i64);
+}
+
+/// Remembers the calls a frame was already reported to, so that a TCP segment with two messages
+/// of one call is reported once.
+#[derive(Default)]
+pub(crate) struct FrameDedup {
+    seq: u64,
+    calls: Vec<Arc<str>>,
+}
+
+impl FrameDedup {
+    /// True the first time `call` is seen for frame number `seq`.
+    pub(crate) fn first(&mut self, seq: u64, call: &Arc<str>) -> bool {
+        if self.seq != seq {
+            self.seq = seq;
+            self.calls.clear();
+        }
+        if self
+            .calls
+            .iter()
+            .any(|c| Arc::ptr_eq(c, call) || **c == **call)
+        {
+            return false;
+        }
+        self.calls.push(call.clone());
+        true
+    }
+}

@@ -1,0 +1,786 @@
+//! `tandem capture --archive DIR`: every packet the monitor attributes to a call is stored with
+//! the call, in per-minute tar files (`DIR/YYYY-MM-DD/HH/MM/sip.tar` and `rtp.tar`, see the
+//! `archive` crate), and each call's CDR says where.
+//!
+//! The flow: [`monitor`] builds the [`Monitor`] with one [`ArchiveTap`] per shard, so every
+//! source that feeds `Monitor::packet` (capture files, HEP, live interfaces) is archived the
+//! same way. A tap copies each attributed frame into a batch and hands full batches (and, about
+//! once a second of capture time, whatever it has) to the archive thread over a bounded queue
+//! with `try_send`: when the queue is full the batch's packets are dropped and counted, never
+//! waited for. Calls' ends are never dropped: they stay with the tap until a batch carrying them
+//! is accepted. The archive thread owns the [`Archive`], closes a call once every shard has
+//! passed the capture time of its end (a call's SIP and media can be on different shards), and
+//! sends back where the call's members are; [`CaptureArchive::release`] holds a closed call's
+//! record until then, so its CDR row carries the location.
+//!
+//! What is not archived: RTP that arrives before the SDP announcing its stream (the monitor
+//! links no call to such a stream), media that arrives after its call closed (counted as
+//! late), and a call's packets whose link type differs from its first packet's. Retention runs
+//! on the capture's clock (the newest packet time): replaying a file prunes as live capture at
+//! that time would.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ::cdr::CdrCall;
+use anyhow::Context;
+use archive::{
+    Archive, ArchiveConfig, CallArchive, CallHandle, Compression, LinkType, MemberRecord, Packet,
+    Retention, StoreMode,
+};
+use monitor::{Analysis, CallRecord, CallTap, Monitor, MonitorConfig, TapFrame, TapKind};
+
+/// Batches waiting for the archive thread. With [`BATCH_BYTES_MAX`] this bounds the queue to
+/// about 16 MiB of frames (a batch may exceed its byte bound by one frame).
+pub const QUEUE_BATCHES_MAX: usize = 64;
+/// A tap hands its batch over once it holds this many packets...
+pub const BATCH_PACKETS_MAX: usize = 1024;
+/// ...or this many bytes of frames.
+pub const BATCH_BYTES_MAX: usize = 256 * 1024;
+/// A partial batch is handed over at most this often (wall time), on the monitor's progress.
+const HANDOVER_INTERVAL: Duration = Duration::from_millis(100);
+/// Call-IDs of recently closed calls remembered, so that media arriving after its call closed
+/// is counted as late instead of starting a call that never ends.
+const RECENT_ENDS_MAX: usize = 65_536;
+/// How often (capture time) the archive thread applies retention and forgets orphaned calls.
+const HOUSEKEEPING_EVERY_NS: i64 = 60_000_000_000;
+
+/// What the archive keeps, as `--archive-store` spells it.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreArg {
+    /// SIP only.
+    Sip,
+    /// SIP, and RTP cut after its RTP header (sequence, timing, loss; no audio).
+    Headers,
+    /// SIP and whole RTP packets (audio can be replayed).
+    Full,
+}
+
+impl From<StoreArg> for StoreMode {
+    fn from(a: StoreArg) -> StoreMode {
+        match a {
+            StoreArg::Sip => StoreMode::SipOnly,
+            StoreArg::Headers => StoreMode::SipAndRtpHeaders,
+            StoreArg::Full => StoreMode::FullRtp,
+        }
+    }
+}
+
+/// The archive options of `tandem capture`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ArchiveArgs {
+    /// Store each call's packets (SIP zstd-compressed, RTP and RTCP) in one tar file per minute
+    /// of call start under DIR (DIR/YYYY-MM-DD/HH/MM/sip.tar and rtp.tar, UTC), and record in
+    /// each CDR where they are (`tandem cdr pcap CALL-ID` reads them back).
+    #[arg(long, value_name = "DIR")]
+    pub archive: Option<PathBuf>,
+    /// What to keep of each call.
+    #[arg(long, value_enum, default_value = "headers", requires = "archive")]
+    pub archive_store: StoreArg,
+    /// Delete minute directories that ended more than this many seconds before the newest
+    /// packet.
+    #[arg(long, value_name = "SECONDS", requires = "archive")]
+    pub archive_max_age_sec: Option<u64>,
+    /// Delete the oldest minute directories while the archive holds more than this many bytes.
+    #[arg(long, value_name = "BYTES", requires = "archive")]
+    pub archive_max_total_bytes: Option<u64>,
+}
+
+/// Counters of the archive pipeline, shared by the taps, the archive thread and the status line.
+#[derive(Debug, Default)]
+pub struct ArchiveGauges {
+    queue_batches: AtomicU64,
+    queue_bytes: AtomicU64,
+    packets_written: AtomicU64,
+    bytes_written: AtomicU64,
+    files_created: AtomicU64,
+    members_written: AtomicU64,
+    calls_archived: AtomicU64,
+    dropped_queue_full: AtomicU64,
+    dropped_bytes_queue_full: AtomicU64,
+    dropped_at_limits: AtomicU64,
+    /// Packets the archive dropped at its per-call and total buffer limits.
+    dropped_in_buffers: AtomicU64,
+    packets_late: AtomicU64,
+    calls_orphaned: AtomicU64,
+    errors: AtomicU64,
+    minutes_pruned: AtomicU64,
+}
+
+/// A snapshot of [`ArchiveGauges`], for a status line or metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArchiveStatus {
+    /// Batches waiting for the archive thread (at most [`QUEUE_BATCHES_MAX`]).
+    pub archive_queue: u64,
+    /// Bytes of frames in those batches.
+    pub archive_queue_bytes: u64,
+    /// Packets written into tar members.
+    pub packets_written: u64,
+    /// Bytes written to tar files (headers, data, padding, trailers).
+    pub bytes_written: u64,
+    /// Tar files created.
+    pub files_created: u64,
+    /// Members (one per call and kind) appended.
+    pub members_written: u64,
+    /// Calls whose members were written.
+    pub calls_archived: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped: u64,
+    /// Bytes of those packets.
+    pub dropped_bytes: u64,
+    /// Packets dropped at the archive's buffer limits, or for a link type other than their
+    /// call's.
+    pub dropped_at_limits: u64,
+    /// Media packets that arrived after their call was closed.
+    pub late: u64,
+    /// Calls never closed by the monitor (their packets were attributed to a call it had
+    /// already closed), forgotten unwritten.
+    pub orphaned: u64,
+    /// Write errors (each is logged).
+    pub errors: u64,
+    /// Minute directories deleted by retention.
+    pub minutes_pruned: u64,
+}
+
+/// The archive's queue on the status line and in the metrics.
+impl crate::capture_status::StatusSource for Arc<ArchiveGauges> {
+    fn sample(&self, s: &mut crate::capture_status::Sample) {
+        let st = self.status();
+        s.archive = Some(crate::capture_status::QueueFigures {
+            depth: st.archive_queue,
+            bound: QUEUE_BATCHES_MAX as u64,
+            dropped: st.dropped,
+        });
+    }
+}
+
+impl ArchiveGauges {
+    /// The current values.
+    pub fn status(&self) -> ArchiveStatus {
+        ArchiveStatus {
+            archive_queue: self.queue_batches.load(Relaxed),
+            archive_queue_bytes: self.queue_bytes.load(Relaxed),
+            packets_written: self.packets_written.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            files_created: self.files_created.load(Relaxed),
+            members_written: self.members_written.load(Relaxed),
+            calls_archived: self.calls_archived.load(Relaxed),
+            dropped: self.dropped_queue_full.load(Relaxed),
+            dropped_bytes: self.dropped_bytes_queue_full.load(Relaxed),
+            dropped_at_limits: self.dropped_at_limits.load(Relaxed)
+                + self.dropped_in_buffers.load(Relaxed),
+            late: self.packets_late.load(Relaxed),
+            orphaned: self.calls_orphaned.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+            minutes_pruned: self.minutes_pruned.load(Relaxed),
+        }
+    }
+}
+
+/// One frame attributed to a call, its bytes in the batch's buffer.
+struct Item {
+    call: Arc<str>,
+    sip: bool,
+    /// RTP: where its header starts in the kept bytes; RTCP and reassembled RTP: the kept
+    /// length (everything is kept).
+    rtp_offset: usize,
+    ts_ns: i64,
+    link_type: u32,
+    start: usize,
+    len: usize,
+    orig_len: u32,
+}
+
+/// A call the monitor closed.
+struct End {
+    call: Arc<str>,
+    invite_ns: i64,
+    now_ns: i64,
+}
+
+/// What one shard's tap hands to the archive thread.
+struct Batch {
+    source: usize,
+    data: Vec<u8>,
+    items: Vec<Item>,
+    ends: Vec<End>,
+    /// The shard has seen every frame before this capture time.
+    watermark_ns: i64,
+}
+
+impl Batch {
+    fn new(source: usize, watermark_ns: i64) -> Batch {
+        Batch {
+            source,
+            data: Vec::new(),
+            items: Vec::new(),
+            ends: Vec::new(),
+            watermark_ns,
+        }
+    }
+}
+
+/// A shard's tap: copies the frames attributed to calls into batches for the archive thread.
+pub struct ArchiveTap {
+    tx: SyncSender<Batch>,
+    batch: Batch,
+    store: StoreMode,
+    gauges: Arc<ArchiveGauges>,
+    /// Wait for room in the queue instead of dropping (capture files: nothing is lost by
+    /// waiting). Live sources never wait.
+    wait_when_full: bool,
+    /// With several shards, the others' ends wait for this one's progress, so progress is
+    /// handed over even without packets.
+    shards: usize,
+    last_handover: Instant,
+}
+
+impl ArchiveTap {
+    /// Hands the batch over without waiting; when the queue is full its packets are dropped
+    /// and counted, and its ends stay for the next batch. `wait` (only when the capture has
+    /// ended) waits for room instead.
+    fn hand_over(&mut self, wait: bool) {
+        let wait = wait || self.wait_when_full;
+        self.last_handover = Instant::now();
+        let fresh = Batch::new(self.batch.source, self.batch.watermark_ns);
+        let batch = std::mem::replace(&mut self.batch, fresh);
+        let bytes = batch.data.len() as u64;
+        self.gauges.queue_batches.fetch_add(1, Relaxed);
+        self.gauges.queue_bytes.fetch_add(bytes, Relaxed);
+        let refused = if wait {
+            self.tx.send(batch).err().map(|e| e.0)
+        } else {
+            match self.tx.try_send(batch) {
+                Ok(()) => None,
+                Err(TrySendError::Full(b) | TrySendError::Disconnected(b)) => Some(b),
+            }
+        };
+        if let Some(b) = refused {
+            self.gauges.queue_batches.fetch_sub(1, Relaxed);
+            self.gauges.queue_bytes.fetch_sub(bytes, Relaxed);
+            self.gauges
+                .dropped_queue_full
+                .fetch_add(b.items.len() as u64, Relaxed);
+            self.gauges
+                .dropped_bytes_queue_full
+                .fetch_add(bytes, Relaxed);
+            self.batch.ends = b.ends;
+        }
+    }
+}
+
+impl CallTap for ArchiveTap {
+    fn packet(&mut self, call_id: &Arc<str>, kind: TapKind, frame: &TapFrame<'_>) {
+        let data = frame.data;
+        let (sip, keep, rtp_offset) = match kind {
+            TapKind::Sip => (true, data.len(), 0),
+            _ if self.store == StoreMode::SipOnly => return,
+            TapKind::Rtp {
+                rtp_offset: Some(at),
+            } if self.store == StoreMode::SipAndRtpHeaders && at <= data.len() => {
+                // Cut here already, so that the queue carries no audio it would drop.
+                let keep = at + archive::pcap::rtp_header_len(&data[at..]);
+                (false, keep, at)
+            }
+            TapKind::Rtp {
+                rtp_offset: Some(at),
+            } => (false, data.len(), at.min(data.len())),
+            TapKind::Rtp { rtp_offset: None } | TapKind::Rtcp => (false, data.len(), data.len()),
+        };
+        let b = &mut self.batch;
+        let start = b.data.len();
+        b.data.extend_from_slice(&data[..keep]);
+        b.items.push(Item {
+            call: call_id.clone(),
+            sip,
+            rtp_offset,
+            ts_ns: frame.ts_ns,
+            link_type: frame.link_type,
+            start,
+            len: keep,
+            orig_len: u32::try_from(data.len()).unwrap_or(u32::MAX),
+        });
+        if b.items.len() >= BATCH_PACKETS_MAX || b.data.len() >= BATCH_BYTES_MAX {
+            self.hand_over(false);
+        }
+    }
+
+    fn call_ended(&mut self, call_id: &Arc<str>, invite_ns: i64, now_ns: i64) {
+        self.batch.ends.push(End {
+            call: call_id.clone(),
+            invite_ns,
+            now_ns,
+        });
+    }
+
+    fn progress(&mut self, ts_ns: i64) {
+        self.batch.watermark_ns = self.batch.watermark_ns.max(ts_ns);
+        if ts_ns == i64::MAX {
+            // The capture has ended: hand everything over, waiting for room.
+            self.hand_over(true);
+            return;
+        }
+        // Progress comes once a second of capture time, which a file replays in a burst:
+        // partial batches go at most every HANDOVER_INTERVAL of wall time, so that the queue
+        // is not flooded with nearly empty ones.
+        let something = !self.batch.items.is_empty() || !self.batch.ends.is_empty();
+        if (something || self.shards > 1) && self.last_handover.elapsed() >= HANDOVER_INTERVAL {
+            self.hand_over(false);
+        }
+    }
+}
+
+/// Where a closed call's packets went, sent back by the archive thread.
+struct Archived {
+    key: (Arc<str>, i64),
+    result: Result<CallArchive, String>,
+}
+
+/// The capture's side of the archive: the thread, its results, and the closed calls waiting
+/// for them.
+pub struct CaptureArchive {
+    dir: PathBuf,
+    gauges: Arc<ArchiveGauges>,
+    thread: Option<JoinHandle<()>>,
+    results: Receiver<Archived>,
+    /// Results not yet matched to a released call.
+    done: HashMap<(Arc<str>, i64), Result<CallArchive, String>>,
+    /// Closed calls whose archive result has not come back yet. Bounded by the calls whose
+    /// ends are queued or being written.
+    held: Vec<CallRecord>,
+    /// Locations of the calls released by the last [`CaptureArchive::release`], for
+    /// [`CaptureArchive::fill`].
+    released: HashMap<(Arc<str>, i64), CallArchive>,
+}
+
+fn key_of(c: &CallRecord) -> (Arc<str>, i64) {
+    (Arc::from(&*c.dialog.call_id), c.dialog.invite_ns)
+}
+
+/// The monitor every capture source feeds, with the archive behind it when `--archive` is given.
+/// `from_files`: the packets come from capture files, so the taps wait for room in the queue
+/// rather than drop (a file loses nothing by waiting); live sources never wait.
+pub fn monitor(
+    cfg: MonitorConfig,
+    shards: usize,
+    args: &ArchiveArgs,
+    from_files: bool,
+) -> anyhow::Result<(Monitor, Option<CaptureArchive>)> {
+    let Some(dir) = &args.archive else {
+        return Ok((Monitor::new(cfg, shards), None));
+    };
+    // CDRs record tar paths: absolute, so that they can be read from any directory.
+    let dir = &std::path::absolute(dir)
+        .with_context(|| format!("archive directory {}", dir.display()))?;
+    let config = ArchiveConfig {
+        store: args.archive_store.into(),
+        ..ArchiveConfig::new(dir)
+    };
+    let retention = Retention {
+        max_age_sec: args.archive_max_age_sec,
+        max_total_bytes: args.archive_max_total_bytes,
+    };
+    // A call the monitor still tracks has had a packet within its longest idle timeout; an
+    // archived call idle for longer was never going to be closed.
+    let orphan_after_ns = (cfg.answered_idle_timeout_ms.max(cfg.call_idle_timeout_ms)
+        + cfg.call_linger_ms) as i64
+        * 1_000_000
+        + HOUSEKEEPING_EVERY_NS;
+    let archive = Archive::new(config.clone())
+        .with_context(|| format!("cannot open the archive directory {}", dir.display()))?;
+    let gauges = Arc::new(ArchiveGauges::default());
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUE_BATCHES_MAX);
+    let (results_tx, results) = std::sync::mpsc::channel();
+    let shards = shards.clamp(1, 256);
+    let mut writer = Writer {
+        archive,
+        calls: HashMap::new(),
+        recent_ends: (HashSet::new(), VecDeque::new()),
+        pending: Vec::new(),
+        watermarks: vec![i64::MIN; shards],
+        results: results_tx,
+        retention,
+        clock_ns: i64::MIN,
+        last_housekeeping_ns: i64::MIN,
+        orphan_after_ns,
+        gauges: gauges.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("archive".into())
+        .spawn(move || writer.run(rx))
+        .context("cannot start the archive thread")?;
+    let store = config.store;
+    let mon = Monitor::with_tap(cfg, shards, |i| {
+        Box::new(ArchiveTap {
+            tx: tx.clone(),
+            batch: Batch::new(i, i64::MIN),
+            store,
+            gauges: gauges.clone(),
+            wait_when_full: from_files,
+            shards,
+            last_handover: Instant::now(),
+        })
+    });
+    Ok((
+        mon,
+        Some(CaptureArchive {
+            dir: dir.clone(),
+            gauges,
+            thread: Some(thread),
+            results,
+            done: HashMap::new(),
+            held: Vec::new(),
+            released: HashMap::new(),
+        }),
+    ))
+}
+
+impl CaptureArchive {
+    /// The shared counters (for a status line).
+    pub fn gauges(&self) -> Arc<ArchiveGauges> {
+        self.gauges.clone()
+    }
+
+    /// Returns `part` with the calls whose archive location is known (from this part or held
+    /// from earlier ones); the others are held for a later call. `finished`: the monitor has
+    /// finished (its taps are gone), so this waits for the archive thread to write everything
+    /// and releases every call.
+    pub fn release(&mut self, mut part: Analysis, finished: bool) -> Analysis {
+        self.released.clear();
+        let mut thread_gone = false;
+        if finished && let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the archive thread panicked; calls are stored without archive");
+            }
+            thread_gone = true;
+        }
+        loop {
+            match self.results.try_recv() {
+                Ok(a) => {
+                    self.done.insert(a.key, a.result);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    thread_gone = true;
+                    break;
+                }
+            }
+        }
+        let mut waiting = std::mem::take(&mut self.held);
+        waiting.append(&mut part.calls);
+        for c in waiting {
+            let key = key_of(&c);
+            match self.done.remove(&key) {
+                Some(result) => {
+                    match result {
+                        Ok(a) => {
+                            self.released.insert(key, a);
+                        }
+                        Err(e) => tracing::warn!(call_id = %c.dialog.call_id, error = %e,
+                            "the call's packets could not be archived"),
+                    }
+                    part.calls.push(c);
+                }
+                None if thread_gone => part.calls.push(c),
+                None => self.held.push(c),
+            }
+        }
+        part
+    }
+
+    /// Writes where `c`'s packets are into its CDR row (for a call returned by the last
+    /// [`CaptureArchive::release`]).
+    pub fn fill(&self, c: &CallRecord, row: &mut CdrCall) {
+        let Some(a) = self.released.get(&key_of(c)) else {
+            return;
+        };
+        let columns = |m: &MemberRecord| {
+            (
+                Some(m.tar_path.display().to_string()),
+                Some(m.member_name.clone()),
+                Some(m.data_offset),
+                Some(m.data_len),
+                Some(compression_name(m.compression).to_string()),
+            )
+        };
+        if let Some(m) = &a.sip {
+            (
+                row.sip_tar,
+                row.sip_member,
+                row.sip_offset,
+                row.sip_len,
+                row.sip_compression,
+            ) = columns(m);
+        }
+        if let Some(m) = &a.rtp {
+            (
+                row.rtp_tar,
+                row.rtp_member,
+                row.rtp_offset,
+                row.rtp_len,
+                row.rtp_compression,
+            ) = columns(m);
+        }
+    }
+
+    /// One line for the end of the run.
+    pub fn summary(&self) -> String {
+        let s = self.gauges().status();
+        format!(
+            "archive {}: {} calls, {} packets, {} bytes written, {} tar files created; dropped {} packets (queue full), {} at limits, {} late; {} orphaned calls, {} minutes pruned, {} errors",
+            self.dir.display(),
+            s.calls_archived,
+            s.packets_written,
+            s.bytes_written,
+            s.files_created,
+            s.dropped,
+            s.dropped_at_limits,
+            s.late,
+            s.orphaned,
+            s.minutes_pruned,
+            s.errors
+        )
+    }
+}
+
+/// The CDR's name for a member's compression.
+pub fn compression_name(c: Compression) -> &'static str {
+    match c {
+        Compression::None => "none",
+        Compression::Zstd => "zstd",
+    }
+}
+
+/// A call being archived.
+struct OpenCall {
+    handle: CallHandle,
+    link_type: u32,
+    last_ns: i64,
+}
+
+/// The archive thread's state.
+struct Writer {
+    archive: Archive,
+    calls: HashMap<Arc<str>, OpenCall>,
+    /// Call-IDs of calls closed lately (set and insertion order, at most [`RECENT_ENDS_MAX`]).
+    recent_ends: (HashSet<Arc<str>>, VecDeque<Arc<str>>),
+    /// Ends waiting for every shard to pass their time.
+    pending: Vec<End>,
+    /// Per shard: every frame before this capture time has been handed over.
+    watermarks: Vec<i64>,
+    results: Sender<Archived>,
+    retention: Retention,
+    /// The newest packet time seen: the archive's clock.
+    clock_ns: i64,
+    last_housekeeping_ns: i64,
+    orphan_after_ns: i64,
+    gauges: Arc<ArchiveGauges>,
+}
+
+impl Writer {
+    fn run(&mut self, rx: Receiver<Batch>) {
+        while let Ok(batch) = rx.recv() {
+            self.gauges.queue_batches.fetch_sub(1, Relaxed);
+            self.gauges
+                .queue_bytes
+                .fetch_sub(batch.data.len() as u64, Relaxed);
+            self.batch(batch);
+        }
+        // Every tap is gone: close what is left.
+        for w in &mut self.watermarks {
+            *w = i64::MAX;
+        }
+        self.close_ready();
+        let left: Vec<Arc<str>> = self.calls.keys().cloned().collect();
+        for call in left {
+            self.forget(&call);
+        }
+        if let Err(e) = self.archive.sync_and_close_tars() {
+            self.error(&e.to_string());
+        }
+        self.housekeeping(true);
+        self.publish();
+    }
+
+    fn batch(&mut self, b: Batch) {
+        for item in &b.items {
+            self.item(item, &b.data[item.start..item.start + item.len]);
+        }
+        self.pending.extend(b.ends);
+        let last = self.watermarks.len() - 1;
+        let w = &mut self.watermarks[b.source.min(last)];
+        *w = (*w).max(b.watermark_ns);
+        self.close_ready();
+        self.housekeeping(false);
+        self.publish();
+    }
+
+    fn item(&mut self, item: &Item, data: &[u8]) {
+        self.clock_ns = self.clock_ns.max(item.ts_ns);
+        if !self.calls.contains_key(&item.call) {
+            if self.recent_ends.0.contains(&item.call) {
+                if !item.sip {
+                    self.gauges.packets_late.fetch_add(1, Relaxed);
+                    return;
+                }
+                // SIP of a closed Call-ID: a new dialog that reuses it.
+                self.recent_ends.0.remove(&item.call);
+            }
+            let start_sec = item.ts_ns.div_euclid(1_000_000_000);
+            match self
+                .archive
+                .start_call(item.call.as_bytes(), start_sec, LinkType(item.link_type))
+            {
+                Ok(handle) => {
+                    self.calls.insert(
+                        item.call.clone(),
+                        OpenCall {
+                            handle,
+                            link_type: item.link_type,
+                            last_ns: item.ts_ns,
+                        },
+                    );
+                }
+                Err(_) => {
+                    self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
+                    return;
+                }
+            }
+        }
+        let call = self.calls.get_mut(&item.call).expect("inserted above");
+        call.last_ns = call.last_ns.max(item.ts_ns);
+        if call.link_type != item.link_type {
+            self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
+            return;
+        }
+        let p = Packet {
+            ts_sec: item
+                .ts_ns
+                .div_euclid(1_000_000_000)
+                .clamp(0, u32::MAX as i64) as u32,
+            ts_usec: (item.ts_ns.rem_euclid(1_000_000_000) / 1000) as u32,
+            data,
+            orig_len: item.orig_len,
+        };
+        let r = if item.sip {
+            self.archive.add_sip(call.handle, &p)
+        } else {
+            self.archive.add_rtp(call.handle, &p, item.rtp_offset)
+        };
+        if let Err(e) = r {
+            self.error(&e.to_string());
+        }
+    }
+
+    /// Closes the calls whose end every shard has passed.
+    fn close_ready(&mut self) {
+        let low = self.watermarks.iter().copied().min().unwrap_or(i64::MAX);
+        let (ready, wait): (Vec<End>, Vec<End>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|e| e.now_ns <= low);
+        self.pending = wait;
+        for e in ready {
+            let result = match self.calls.remove(&e.call) {
+                Some(open) => match self.archive.end_call(open.handle) {
+                    Ok(a) => {
+                        self.gauges.calls_archived.fetch_add(1, Relaxed);
+                        Ok(a)
+                    }
+                    Err(err) => {
+                        self.error(&err.to_string());
+                        Err(err.to_string())
+                    }
+                },
+                // Nothing of it was archived (limits, or SIP-only with no SIP kept).
+                None => Ok(CallArchive::default()),
+            };
+            self.remember_end(e.call.clone());
+            // The capture may have stopped listening (it failed): nothing to do then.
+            let _ = self.results.send(Archived {
+                key: (e.call, e.invite_ns),
+                result,
+            });
+        }
+    }
+
+    fn remember_end(&mut self, call: Arc<str>) {
+        let (set, order) = &mut self.recent_ends;
+        if set.insert(call.clone()) {
+            order.push_back(call);
+            if order.len() > RECENT_ENDS_MAX
+                && let Some(old) = order.pop_front()
+            {
+                set.remove(&old);
+            }
+        }
+    }
+
+    /// Drops a call that will never be closed, unwritten.
+    fn forget(&mut self, call: &Arc<str>) {
+        if let Some(open) = self.calls.remove(call) {
+            let _ = self.archive.discard_call(open.handle);
+            self.gauges.calls_orphaned.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Once a minute of capture time (and at the end): forgets orphaned calls and applies
+    /// retention.
+    fn housekeeping(&mut self, last: bool) {
+        if !last && self.clock_ns.saturating_sub(self.last_housekeeping_ns) < HOUSEKEEPING_EVERY_NS
+        {
+            return;
+        }
+        self.last_housekeeping_ns = self.clock_ns;
+        let cutoff = self.clock_ns.saturating_sub(self.orphan_after_ns);
+        let stale: Vec<Arc<str>> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.last_ns < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for call in stale {
+            self.forget(&call);
+        }
+        if (self.retention.max_age_sec.is_some() || self.retention.max_total_bytes.is_some())
+            && self.clock_ns != i64::MIN
+        {
+            let now_sec = self.clock_ns.div_euclid(1_000_000_000);
+            match self.archive.prune(&self.retention, now_sec) {
+                Ok(r) => {
+                    self.gauges
+                        .minutes_pruned
+                        .fetch_add(r.minutes_deleted as u64, Relaxed);
+                }
+                Err(e) => self.error(&e.to_string()),
+            }
+        }
+    }
+
+    /// Copies the archive's counters to the gauges.
+    fn publish(&self) {
+        let s = self.archive.stats();
+        self.gauges
+            .packets_written
+            .store(s.packets_written, Relaxed);
+        self.gauges.bytes_written.store(s.bytes_written, Relaxed);
+        self.gauges.files_created.store(s.tars_created, Relaxed);
+        self.gauges
+            .members_written
+            .store(s.members_written, Relaxed);
+        self.gauges
+            .dropped_in_buffers
+            .store(s.packets_dropped, Relaxed);
+    }
+
+    fn error(&self, e: &str) {
+        let n = self.gauges.errors.fetch_add(1, Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(error = %e, errors = n, "archive write failed");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `tandem cdr pcap CALL-ID`: one call's archived packets, SIP and RTP merged in time order, as
+//! one classic pcap on stdout. The CDR row says where the members are (tar file, member name,
+//! data offset and length, compression); each is read with one positioned read and checked
+//! against the tar header before it is trusted.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use ::cdr::CdrCall;
+use anyhow::Context;
+use archive::{ArchiveError, Compression, LinkType, MemberRecord, pcap};
+
+/// Binary on a terminal garbles it and helps nobody: refuse before any work.
+pub fn refuse_terminal() -> anyhow::Result<()> {
+    if std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "refusing to write a pcap to a terminal: redirect it (`tandem cdr pcap CALL-ID > call.pcap`) or pipe it (`| tshark -r -`)"
+        );
+    }
+    Ok(())
+}
+
+/// The member a CDR's archive columns point at, or `None` when that kind was not archived.
+fn member(
+    call_id: &str,
+    kind: &str,
+    tar: &Option<String>,
+    name: &Option<String>,
+    offset: Option<u64>,
+    len: Option<u64>,
+    compression: &Option<String>,
+) -> anyhow::Result<Option<MemberRecord>> {
+    let (Some(tar), Some(name), Some(offset), Some(len)) = (tar, name, offset, len) else {
+        return Ok(None);
+    };
+    let compression = match compression.as_deref() {
+        Some("zstd") => Compression::Zstd,
+        Some("none") | None => Compression::None,
+        Some(other) => anyhow::bail!(
+            "call {call_id:?}: the CDR names an unknown compression {other:?} for its {kind} member"
+        ),
+    };
+    Ok(Some(MemberRecord {
+        tar_path: PathBuf::from(tar),
+        member_name: name.clone(),
+        data_offset: offset,
+        data_len: len,
+        compression,
+        packets: 0,
+        dropped_packets: 0,
+    }))
+}
+
+/// Reads one member back, with errors that say what is wrong with the file.
+fn read_member(call_id: &str, m: &MemberRecord) -> anyhow::Result<Vec<u8>> {
+    let tar = m.tar_path.display();
+    archive::extract(m).map_err(|e| match e {
+        ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::anyhow!(
+                "call {call_id:?}: archive file {tar} is missing (deleted by retention, or moved)"
+            )
+        }
+        ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            anyhow::anyhow!(
+                "call {call_id:?}: archive file {tar} is damaged: it ends before member {} (offset {}, {} bytes)",
+                m.member_name,
+                m.data_offset,
+                m.data_len
+            )
+        }
+        ArchiveError::MemberMismatch {
+            expected, found, ..
+        } => anyhow::anyhow!(
+            "call {call_id:?}: archive file {tar} is damaged or was rewritten: at offset {} the CDR expects member {} ({} bytes), the tar header says {:?} ({} bytes)",
+            m.data_offset,
+            expected.0,
+            expected.1,
+            found.0,
+            found.1
+        ),
+        ArchiveError::Zstd { source, .. } => anyhow::anyhow!(
+            "call {call_id:?}: archive file {tar} is damaged: member {} does not decompress: {source}",
+            m.member_name
+        ),
+        other => anyhow::Error::new(other).context(format!("call {call_id:?}")),
+    })
+}
+
+/// Writes the call's SIP and RTP members, merged in time order, as one pcap to `out`.
+pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> anyhow::Result<()> {
+    let id = c.call_id.as_str();
+    let sip = member(
+        id,
+        "SIP",
+        &c.sip_tar,
+        &c.sip_member,
+        c.sip_offset,
+        c.sip_len,
+        &c.sip_compression,
+    )?;
+    let rtp = member(
+        id,
+        "RTP",
+        &c.rtp_tar,
+        &c.rtp_member,
+        c.rtp_offset,
+        c.rtp_len,
+        &c.rtp_compression,
+    )?;
+    if sip.is_none() && rtp.is_none() {
+        anyhow::bail!(
+            "call {id:?} has no archived packets: it was captured without --archive, or nothing of it was kept"
+        );
+    }
+    let members: Vec<(MemberRecord, Vec<u8>)> = [sip, rtp]
+        .into_iter()
+        .flatten()
+        .map(|m| read_member(id, &m).map(|bytes| (m, bytes)))
+        .collect::<anyhow::Result<_>>()?;
+    let mut link: Option<LinkType> = None;
+    let mut records = Vec::new();
+    for (m, bytes) in &members {
+        let Some((lt, recs)) = pcap::records(bytes) else {
+            anyhow::bail!(
+                "call {id:?}: archive file {} is damaged: member {} is not a pcap written by Tandem",
+                m.tar_path.display(),
+                m.member_name
+            );
+        };
+        match link {
+            Some(l) if l != lt => anyhow::bail!(
+                "call {id:?}: its members have different link types ({} and {}); they cannot share one pcap",
+                l.0,
+                lt.0
+            ),
+            _ => link = Some(lt),
+        }
+        records.extend(recs);
+    }
+    // Stable: SIP comes first among packets of the same microsecond.
+    records.sort_by_key(|r| (r.ts_sec, r.ts_usec));
+    let mut buf = Vec::new();
+    pcap::write_file_header(
+        &mut buf,
+        link.expect("at least one member"),
+        pcap::DEFAULT_SNAPLEN_BYTES,
+    );
+    for r in &records {
+        pcap::write_record(&mut buf, r.ts_sec, r.ts_usec, r.data, r.orig_len);
+    }
+    match out.write_all(&buf).and_then(|()| out.flush()) {
+        // A reader that stopped early (`| head -c`) is not an error of ours.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the pcap to stdout"),
+    }
+}

@@ -1,0 +1,578 @@
+//! `tandem capture --archive DIR` and `tandem cdr pcap CALL-ID` as a user runs them: every call
+//! of real and synthetic captures is read back from the per-minute tars and opened with
+//! `tshark`; GNU `tar` lists and extracts every tar; retention removes old minutes; HEP input is
+//! archived like files; and `cdr pcap` fails clearly on what can go wrong.
+//!
+//! The real captures are read from `../shared/captures` beside the checkout; that part says so
+//! and is skipped when the directory is absent. Parts that need `tshark`, `tar` or `script` are
+//! skipped with a message when the tool is missing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use monitor::synth::{SynthConfig, generate};
+use serde_json::Value;
+
+fn tandem() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    c.env("TANDEM_LOG", "warn").env_remove("RUST_BACKTRACE");
+    c
+}
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping the {tool} part of this test: `{tool}` is not installed");
+    }
+    ok
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `tandem capture --read FILE --archive DIR --cdr-db DB` with extra arguments.
+fn capture(pcap: &Path, dir: &Path, db: &Path, extra: &[&str]) {
+    ok(
+        tandem()
+            .args(["capture", "--read"])
+            .arg(pcap)
+            .arg("--archive")
+            .arg(dir)
+            .arg("--cdr-db")
+            .arg(db)
+            .args(extra)
+            .output()
+            .unwrap(),
+        "tandem capture",
+    );
+}
+
+/// Every stored call, as `tandem cdr list --json` prints it.
+fn calls(db: &Path) -> Vec<Value> {
+    let out = ok(
+        tandem()
+            .args(["cdr", "list", "--json", "--limit", "0", "--db"])
+            .arg(db)
+            .output()
+            .unwrap(),
+        "tandem cdr list",
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// RTP packets of the call's streams, from `tandem cdr show --json`.
+fn stream_packets(db: &Path, call_id: &str) -> u64 {
+    let out = ok(
+        tandem()
+            .args(["cdr", "show", "--json", call_id, "--db"])
+            .arg(db)
+            .output()
+            .unwrap(),
+        "tandem cdr show",
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["packets"].as_u64().unwrap())
+        .sum()
+}
+
+/// `tandem cdr --db DB pcap CALL-ID` with stdout to a pipe.
+fn cdr_pcap(db: &Path, call_id: &str) -> Output {
+    tandem()
+        .args(["cdr", "--db"])
+        .arg(db)
+        .args(["pcap", call_id])
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// One line per packet matching `filter`: the given fields, tab-separated.
+fn tshark(file: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
+    let mut c = Command::new("tshark");
+    c.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
+    for f in fields {
+        c.args(["-e", f]);
+    }
+    let out = ok(c.output().unwrap(), "tshark");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn sip_frames(file: &Path, call_id: &str) -> Vec<String> {
+    tshark(
+        file,
+        &format!("sip.Call-ID == \"{call_id}\""),
+        &["frame.time_epoch", "frame.len", "sip.CSeq"],
+    )
+}
+
+fn all_tars(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(all_tars(&p));
+        } else if p.extension().is_some_and(|x| x == "tar") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What was checked for one call.
+#[derive(Debug, PartialEq, Eq)]
+struct CallCheck {
+    sip: usize,
+    rtp: usize,
+}
+
+/// Reads every stored call back with `cdr pcap` and checks it with tshark against the original
+/// capture and the CDR; `tar` lists and extracts every tar. Returns per Call-ID what was seen.
+fn check_archive(
+    original: &Path,
+    db: &Path,
+    dir: &Path,
+    work: &Path,
+) -> BTreeMap<String, CallCheck> {
+    let mut seen = BTreeMap::new();
+    let mut members: BTreeMap<PathBuf, Vec<(String, u64)>> = BTreeMap::new();
+    for c in calls(db) {
+        let id = c["call_id"].as_str().unwrap();
+        let out = ok(cdr_pcap(db, id), &format!("cdr pcap {id}"));
+        let file = work.join("call.pcap");
+        std::fs::write(&file, &out.stdout).unwrap();
+        // The same SIP frames as the call had: each one of the original's with this Call-ID,
+        // as many as the CDR counted (all of them unless the capture has the Call-ID outside
+        // the dialog too).
+        let archived = sip_frames(&file, id);
+        let original_frames = sip_frames(original, id);
+        assert_eq!(
+            archived.len() as u64,
+            c["sip_messages"].as_u64().unwrap(),
+            "{}: {id}: SIP frames archived vs the CDR's count",
+            original.display()
+        );
+        for f in &archived {
+            assert!(
+                original_frames.contains(f),
+                "{id}: {f} is not in the original"
+            );
+        }
+        // The same RTP packets as the call's streams.
+        let rtp = tshark(&file, "rtp", &["frame.number"]).len();
+        assert_eq!(
+            rtp as u64,
+            stream_packets(db, id),
+            "{}: {id}: RTP packets archived vs the CDR's streams",
+            original.display()
+        );
+        seen.insert(
+            id.to_string(),
+            CallCheck {
+                sip: archived.len(),
+                rtp,
+            },
+        );
+        for kind in ["sip", "rtp"] {
+            if let Some(tar) = c[format!("{kind}_tar")].as_str() {
+                members.entry(PathBuf::from(tar)).or_default().push((
+                    c[format!("{kind}_member")].as_str().unwrap().to_string(),
+                    c[format!("{kind}_len")].as_u64().unwrap(),
+                ));
+            }
+        }
+    }
+    // Every tar is listed by GNU tar with exactly the members the CDRs point at, and extracts.
+    let tars = all_tars(dir);
+    assert_eq!(tars, members.keys().cloned().collect::<Vec<_>>());
+    if have("tar") {
+        for (tar, expected) in &members {
+            let out = ok(
+                Command::new("tar").arg("-tf").arg(tar).output().unwrap(),
+                "tar -tf",
+            );
+            let mut listed: Vec<String> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            let mut names: Vec<String> = expected.iter().map(|(n, _)| n.clone()).collect();
+            listed.sort();
+            names.sort();
+            assert_eq!(listed, names, "{}", tar.display());
+            let into = work.join("extracted");
+            let _ = std::fs::remove_dir_all(&into);
+            std::fs::create_dir_all(&into).unwrap();
+            ok(
+                Command::new("tar")
+                    .arg("-xf")
+                    .arg(tar)
+                    .arg("-C")
+                    .arg(&into)
+                    .output()
+                    .unwrap(),
+                "tar -xf",
+            );
+            for (name, len) in expected {
+                let got = std::fs::metadata(into.join(name)).unwrap().len();
+                assert_eq!(got, *len, "{name} extracted from {}", tar.display());
+            }
+        }
+    }
+    seen
+}
+
+fn shared_captures() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/captures");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipping: the real captures are read from ../shared/captures beside the checkout, which is absent"
+        );
+        None
+    }
+}
+
+#[test]
+fn real_captures_every_call_reads_back_with_the_same_packets() {
+    let Some(captures) = shared_captures() else {
+        return;
+    };
+    if !have("tshark") {
+        return;
+    }
+    for name in [
+        "rtp_rtcp_sip_ipv4_udp.pcap",
+        "sip_ipv4_tcp.pcap",
+        "sip_ipv6_udp.pcap",
+        "ipip0.pcap",
+        "aaa.pcap",
+    ] {
+        let original = captures.join(name);
+        let mut by_shards = Vec::new();
+        for shards in ["1", "2"] {
+            let work = tempfile::tempdir().unwrap();
+            let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+            capture(
+                &original,
+                &dir,
+                &db,
+                &["--archive-store", "full", "--shards", shards],
+            );
+            let seen = check_archive(&original, &db, &dir, work.path());
+            assert!(!seen.is_empty(), "{name}: no call archived");
+            by_shards.push(seen);
+        }
+        assert_eq!(
+            by_shards[0], by_shards[1],
+            "{name}: one shard and two agree"
+        );
+    }
+}
+
+#[test]
+fn real_capture_of_rtp_without_signalling_archives_nothing() {
+    let Some(captures) = shared_captures() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    capture(&captures.join("g711a-rtp-only.pcap"), &dir, &db, &[]);
+    assert!(calls(&db).is_empty());
+    assert!(all_tars(&dir).is_empty(), "RTP of no call is not archived");
+}
+
+/// Twelve calls, one every 30 s: six minutes of capture time.
+fn minutes_of_calls(path: &Path) {
+    let cfg = SynthConfig {
+        calls: 12,
+        call_interval_us: 30_000_000,
+        call_duration_ms: 2_000,
+        loss_pct: 1.0,
+        seed: 5,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(path).unwrap()).unwrap();
+}
+
+#[test]
+fn synthetic_calls_over_six_minutes_keep_rtp_headers_only() {
+    if !have("tshark") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let pcap = work.path().join("calls.pcap");
+    minutes_of_calls(&pcap);
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    capture(&pcap, &dir, &db, &[]); // the default: SIP, and RTP headers
+    let seen = check_archive(&pcap, &db, &dir, work.path());
+    assert_eq!(seen.len(), 12);
+    // Every SIP frame of the original is there for each call (none is shared by calls).
+    for id in seen.keys() {
+        let out = cdr_pcap(&db, id);
+        let file = work.path().join("one.pcap");
+        std::fs::write(&file, &out.stdout).unwrap();
+        assert_eq!(sip_frames(&file, id), sip_frames(&pcap, id), "{id}");
+        // RTP is cut after its 12-byte header: 14 + 20 + 8 + 12 bytes of each 214-byte frame.
+        for line in tshark(&file, "rtp", &["frame.cap_len", "frame.len"]) {
+            assert_eq!(line, "54\t214", "{id}");
+        }
+    }
+    let minutes: Vec<_> = all_tars(&dir)
+        .iter()
+        .map(|t| t.parent().unwrap().to_path_buf())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(minutes.len() >= 6, "{minutes:?}");
+}
+
+#[test]
+fn retention_removes_old_minutes_and_their_calls_say_so() {
+    let work = tempfile::tempdir().unwrap();
+    let pcap = work.path().join("calls.pcap");
+    minutes_of_calls(&pcap);
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    capture(&pcap, &dir, &db, &["--archive-max-age-sec", "120"]);
+    let all = calls(&db);
+    assert_eq!(all.len(), 12);
+    let kept: Vec<&Value> = all
+        .iter()
+        .filter(|c| Path::new(c["sip_tar"].as_str().unwrap()).exists())
+        .collect();
+    // The capture ends about 5.5 min after its start; minutes that ended over 2 min before
+    // that are gone, the newer ones stay.
+    assert!(
+        (3..=7).contains(&kept.len()),
+        "{} of 12 calls kept",
+        kept.len()
+    );
+    let days = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(days, 1, "one day directory left");
+    let gone = all
+        .iter()
+        .find(|c| !Path::new(c["sip_tar"].as_str().unwrap()).exists())
+        .unwrap();
+    let out = cdr_pcap(&db, gone["call_id"].as_str().unwrap());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is missing (deleted by retention"), "{err}");
+    assert!(
+        cdr_pcap(&db, kept[0]["call_id"].as_str().unwrap())
+            .status
+            .success()
+    );
+    // By total size: the oldest minutes go until the rest fits.
+    let (dir2, db2) = (work.path().join("small"), work.path().join("small.sqlite3"));
+    capture(&pcap, &dir2, &db2, &["--archive-max-total-bytes", "40000"]);
+    let total: u64 = all_tars(&dir2)
+        .iter()
+        .map(|t| std::fs::metadata(t).unwrap().len())
+        .sum();
+    assert!(total <= 40_000 && total > 0, "{total} bytes left");
+}
+
+#[test]
+fn cdr_pcap_errors_say_what_is_wrong() {
+    let work = tempfile::tempdir().unwrap();
+    let pcap = work.path().join("calls.pcap");
+    let cfg = SynthConfig {
+        calls: 3,
+        failures: false,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    capture(&pcap, &dir, &db, &[]);
+    let stderr = |out: Output| {
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty(), "nothing on stdout after an error");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let err = stderr(cdr_pcap(&db, "nope@nowhere"));
+    assert!(
+        err.contains("no call with Call-ID \"nope@nowhere\""),
+        "{err}"
+    );
+
+    // Captured without --archive.
+    let plain = work.path().join("plain.sqlite3");
+    ok(
+        tandem()
+            .args(["capture", "--read"])
+            .arg(&pcap)
+            .arg("--cdr-db")
+            .arg(&plain)
+            .output()
+            .unwrap(),
+        "capture",
+    );
+    let err = stderr(cdr_pcap(&plain, "synth-0@tandem.test"));
+    assert!(err.contains("has no archived packets"), "{err}");
+
+    let all = calls(&db);
+    let call = |i: usize| {
+        all.iter()
+            .find(|c| c["call_id"] == format!("synth-{i}@tandem.test"))
+            .unwrap()
+    };
+    // A member header overwritten: the tar no longer says what the CDR says.
+    let c0 = call(0);
+    let sip_tar = PathBuf::from(c0["sip_tar"].as_str().unwrap());
+    let mut bytes = std::fs::read(&sip_tar).unwrap();
+    let header = c0["sip_offset"].as_u64().unwrap() as usize - 512;
+    bytes[header..header + 8].copy_from_slice(b"garbage!");
+    std::fs::write(&sip_tar, &bytes).unwrap();
+    let err = stderr(cdr_pcap(&db, "synth-0@tandem.test"));
+    assert!(err.contains("is damaged or was rewritten"), "{err}");
+    // A tar cut short before the member.
+    let c1 = call(1);
+    let rtp_tar = PathBuf::from(c1["rtp_tar"].as_str().unwrap());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&rtp_tar)
+        .unwrap();
+    f.set_len(c1["rtp_offset"].as_u64().unwrap() + 10).unwrap();
+    drop(f);
+    let err = stderr(cdr_pcap(&db, "synth-1@tandem.test"));
+    assert!(err.contains("is damaged: it ends before member"), "{err}");
+    // The file gone.
+    std::fs::remove_file(&sip_tar).unwrap();
+    let err = stderr(cdr_pcap(&db, "synth-2@tandem.test"));
+    assert!(err.contains("is missing"), "{err}");
+
+    // Binary is not written to a terminal (`script` gives the command one).
+    if have("script") {
+        let cmd = format!(
+            "{} cdr --db {} pcap synth-2@tandem.test",
+            env!("CARGO_BIN_EXE_tandem"),
+            db.display()
+        );
+        let out = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("refusing to write a pcap to a terminal"),
+            "{text}"
+        );
+        assert!(!out.status.success());
+    }
+}
+
+/// A call sent as HEP v3 is archived like a captured one: the live sources share the wiring.
+#[test]
+fn hep_input_is_archived_like_a_file() {
+    use std::io::{BufRead, BufReader};
+    use std::net::{IpAddr, UdpSocket};
+
+    let work = tempfile::tempdir().unwrap();
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tandem()
+        .args(["capture", "--hep-listen", &format!("127.0.0.1:{port}")])
+        .args(["--hep-max-packets", "6", "--archive"])
+        .arg(&dir)
+        .arg("--cdr-db")
+        .arg(&db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("listening for HEP v3"), "{line}");
+    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
+    let call_id = "hep-archive@192.0.2.10";
+    let messages = [
+        ("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
+        ("SIP/2.0 100 Trying", false, "1 INVITE"),
+        ("SIP/2.0 200 OK", false, "1 INVITE"),
+        ("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
+        ("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
+        ("SIP/2.0 200 OK", false, "2 BYE"),
+    ];
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for (i, (first, from_a, cseq)) in messages.iter().enumerate() {
+        let text = format!(
+            "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{i}\r\n\
+From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>;tag=b2\r\n\
+Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+        );
+        let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
+        let packet = hep::HepPacket {
+            ip_protocol: 17,
+            src_ip,
+            dst_ip,
+            src_port: 5060,
+            dst_port: 5060,
+            ts_sec: 1_795_239_000 + i as u32,
+            ts_usec: 0,
+            protocol_type: hep::ProtocolType::SIP,
+            capture_id: 2001,
+            keep_alive_timer: None,
+            auth_key: None,
+            payload: hep::Payload::Raw(text.as_bytes()),
+            correlation_id: None,
+        };
+        sender
+            .send_to(&packet.to_bytes().unwrap(), ("127.0.0.1", port))
+            .unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    let c = calls(&db);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0]["sip_compression"], "zstd");
+    assert!(
+        c[0]["sip_tar"]
+            .as_str()
+            .unwrap()
+            .ends_with("2026-11-21/05/30/sip.tar"),
+        "{}",
+        c[0]
+    );
+    let out = ok(cdr_pcap(&db, call_id), "cdr pcap");
+    if have("tshark") {
+        let file = work.path().join("hep.pcap");
+        std::fs::write(&file, &out.stdout).unwrap();
+        let cseqs: Vec<String> = tshark(&file, "sip", &["sip.CSeq"]);
+        assert_eq!(
+            cseqs,
+            messages.iter().map(|m| m.2.to_string()).collect::<Vec<_>>()
+        );
+    }
+}
