@@ -65,6 +65,7 @@ mod path;
 mod queue;
 mod store;
 mod value;
+mod wal_file;
 mod writer;
 
 pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore};

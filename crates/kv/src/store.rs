@@ -57,7 +57,9 @@ pub struct Options {
     /// done, the writer checkpoints the few commits left (writes wait for that short checkpoint)
     /// and the next transaction rewrites the WAL from the start; at the full length it does so
     /// whatever it costs. So the WAL file keeps its size and commits overwrite it in place,
-    /// which keeps each commit's fsync cheap (no size change to journal). Default 16 MiB.
+    /// which keeps each commit's fsync cheap (no size change to journal); the store gives the WAL
+    /// file this length (plus an eighth) at open, so that even the first cycle overwrites.
+    /// Default 16 MiB.
     pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
@@ -384,6 +386,19 @@ impl Store {
             namespaces.insert(name.clone(), Arc::new(ns));
         }
         conn.execute_batch("COMMIT").map_err(oe)?;
+        // No other connection has the file open for writing (the lock file), and SQLite ignores
+        // what lies past the WAL's last frame: see `wal_file`.
+        let mut wal_path = path.clone().into_os_string();
+        wal_path.push("-wal");
+        // Frames carry 24-byte headers, and a restart a reader holds off comes late: an eighth
+        // more than `wal_restart_bytes` covers both.
+        let wal_bytes = options.wal_restart_bytes + options.wal_restart_bytes / 8;
+        if let Err(e) = crate::wal_file::extend_wal(Path::new(&wal_path), wal_bytes) {
+            tracing::warn!(
+                path = %path.display(), error = %e,
+                "cannot give the WAL its full length; commits append to it until it restarts"
+            );
+        }
 
         let mut readers = Vec::new();
         for _ in 0..options.read_connections.max(1) {
