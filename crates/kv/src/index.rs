@@ -1,7 +1,10 @@
 //! The in-memory view of one namespace.
 //!
 //! Each key hashes to one of `shards` shards, each behind its own reader-writer lock, held only
-//! for map operations (never across IO). A shard has two maps:
+//! for map operations (never across IO). A key is hashed once per operation: the same hash
+//! (foldhash, seeded at random per namespace) picks the shard and finds the key in the shard's
+//! maps, so a lookup costs one short hash, one uncontended read lock and a reference-count
+//! increment, and allocates nothing. A shard has two maps:
 //! - `main`: what is committed on disk. Small values are here; large values only as their length.
 //! - `overlay`: writes queued but not yet committed (the newest per key), so that readers see
 //!   their own and others' writes at once. The writer moves an entry from `overlay` to `main`
@@ -14,8 +17,8 @@
 
 use crate::path::covers;
 use crate::value::Value;
+use hashbrown::DefaultHashBuilder;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -36,10 +39,59 @@ pub(crate) struct Pending {
     pub value: Option<Value>,
 }
 
-#[derive(Default)]
+/// A map of one shard; its hasher is the namespace's, so a key's hash is computed once.
+pub(crate) type KeyMap<V> = hashbrown::HashMap<Arc<str>, V, DefaultHashBuilder>;
+
 pub(crate) struct Shard {
-    pub main: HashMap<Arc<str>, MainEntry>,
-    pub overlay: HashMap<Arc<str>, Pending>,
+    pub main: KeyMap<MainEntry>,
+    pub overlay: KeyMap<Pending>,
+}
+
+impl Shard {
+    fn new(hasher: &DefaultHashBuilder) -> Self {
+        Shard {
+            main: KeyMap::with_hasher(hasher.clone()),
+            overlay: KeyMap::with_hasher(hasher.clone()),
+        }
+    }
+
+    /// The pending write of a hashed key, if any.
+    pub fn overlay_get(&self, k: &Hashed<'_>) -> Option<&Pending> {
+        self.overlay
+            .raw_entry()
+            .from_key_hashed_nocheck(k.hash, k.key)
+            .map(|(_, p)| p)
+    }
+
+    /// The committed entry of a hashed key, if any.
+    pub fn main_get(&self, k: &Hashed<'_>) -> Option<&MainEntry> {
+        self.main
+            .raw_entry()
+            .from_key_hashed_nocheck(k.hash, k.key)
+            .map(|(_, e)| e)
+    }
+
+    /// Records `key`'s newest pending write (`k` is the same key, hashed).
+    pub fn overlay_insert(&mut self, k: &Hashed<'_>, key: Arc<str>, pending: Pending) {
+        match self
+            .overlay
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(k.hash, k.key)
+        {
+            hashbrown::hash_map::RawEntryMut::Occupied(mut o) => {
+                o.insert(pending);
+            }
+            hashbrown::hash_map::RawEntryMut::Vacant(v) => {
+                v.insert_hashed_nocheck(k.hash, key, pending);
+            }
+        }
+    }
+}
+
+/// A key with its hash under its namespace's hasher.
+pub(crate) struct Hashed<'a> {
+    pub key: &'a str,
+    hash: u64,
 }
 
 /// What a reader sees for one key.
@@ -57,7 +109,7 @@ pub(crate) struct NsIndex {
     pub name: String,
     pub sql: NsSql,
     shards: Box<[RwLock<Shard>]>,
-    hasher: RandomState,
+    hasher: DefaultHashBuilder,
     pending_trees: RwLock<Vec<(Option<Arc<str>>, u64)>>,
     pending_trees_n: AtomicUsize,
 }
@@ -139,27 +191,49 @@ impl NsSql {
 impl NsIndex {
     pub fn new(id: usize, name: &str, shards: usize) -> Self {
         let shards = shards.clamp(1, 4096);
+        let hasher = DefaultHashBuilder::default();
         NsIndex {
             id,
             name: name.to_string(),
             sql: NsSql::new(name),
-            shards: (0..shards).map(|_| RwLock::new(Shard::default())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..shards)
+                .map(|_| RwLock::new(Shard::new(&hasher)))
+                .collect(),
+            hasher,
             pending_trees: RwLock::new(Vec::new()),
             pending_trees_n: AtomicUsize::new(0),
         }
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) % self.shards.len()
+    /// `key` with its hash, for the `_hashed` methods.
+    pub fn hashed<'a>(&self, key: &'a str) -> Hashed<'a> {
+        Hashed {
+            key,
+            hash: self.hasher.hash_one(key),
+        }
+    }
+
+    /// The shard of a hash. It takes bits 32 to 47, which the shard's own map uses neither for
+    /// its bucket index (low bits) nor for its tag (top 7 bits), so that the keys of one shard
+    /// still spread over all of its buckets.
+    fn shard_of(&self, hash: u64) -> usize {
+        ((hash >> 32) & 0xffff) as usize % self.shards.len()
     }
 
     pub fn read(&self, key: &str) -> RwLockReadGuard<'_, Shard> {
-        self.shards[self.shard_of(key)].read()
+        self.read_hashed(&self.hashed(key))
+    }
+
+    pub fn read_hashed(&self, k: &Hashed<'_>) -> RwLockReadGuard<'_, Shard> {
+        self.shards[self.shard_of(k.hash)].read()
     }
 
     pub fn write(&self, key: &str) -> RwLockWriteGuard<'_, Shard> {
-        self.shards[self.shard_of(key)].write()
+        self.write_hashed(&self.hashed(key))
+    }
+
+    pub fn write_hashed(&self, k: &Hashed<'_>) -> RwLockWriteGuard<'_, Shard> {
+        self.shards[self.shard_of(k.hash)].write()
     }
 
     pub fn write_all(&self) -> Vec<RwLockWriteGuard<'_, Shard>> {
@@ -182,8 +256,13 @@ impl NsIndex {
 
     /// What a reader sees for `key`, given its shard.
     pub fn visible(&self, shard: &Shard, key: &str) -> Visible {
-        let tree = self.tree_seq(key);
-        if let Some(p) = shard.overlay.get(key)
+        self.visible_hashed(shard, &self.hashed(key))
+    }
+
+    /// What a reader sees for a hashed key, given its shard.
+    pub fn visible_hashed(&self, shard: &Shard, k: &Hashed<'_>) -> Visible {
+        let tree = self.tree_seq(k.key);
+        if let Some(p) = shard.overlay_get(k)
             && p.seq > tree
         {
             return match &p.value {
@@ -194,7 +273,7 @@ impl NsIndex {
         if tree > 0 {
             return Visible::Absent;
         }
-        match shard.main.get(key) {
+        match shard.main_get(k) {
             None => Visible::Absent,
             Some(MainEntry {
                 slot: Slot::Small(v),

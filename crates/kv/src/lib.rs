@@ -25,7 +25,8 @@
 //! ```
 //!
 //! # Operations
-//! - [`Namespace::get`], [`Namespace::exists`]: from memory. Values over
+//! - [`Namespace::get`], [`Namespace::exists`]: from memory, without allocating (a value is
+//!   handed out as a reference-counted [`Value`]). Values over
 //!   `inline_value_bytes_max` (4 KiB) are not kept in memory at open; they are read from the
 //!   file on request and kept in a cache bounded by `cache_bytes_max`.
 //! - [`Namespace::put`], [`Namespace::del`], [`Namespace::deltree`],
@@ -65,6 +66,7 @@ mod path;
 mod queue;
 mod store;
 mod value;
+mod wal_file;
 mod writer;
 
 pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore};

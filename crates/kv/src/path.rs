@@ -12,6 +12,28 @@ pub fn key_path(family: &str, key: &str) -> String {
     s
 }
 
+/// Paths up to this length are built on the stack by [`with_key_path`].
+const STACK_PATH_BYTES_MAX: usize = 192;
+
+/// Calls `f` with the path `/family/key`, built on the stack when it is short (as astdb paths
+/// are), so that a lookup allocates nothing.
+pub(crate) fn with_key_path<R>(family: &str, key: &str, f: impl FnOnce(&str) -> R) -> R {
+    let len = family.len() + key.len() + 2;
+    if len > STACK_PATH_BYTES_MAX {
+        return f(&key_path(family, key));
+    }
+    let mut buf = [0u8; STACK_PATH_BYTES_MAX];
+    buf[0] = b'/';
+    buf[1..=family.len()].copy_from_slice(family.as_bytes());
+    buf[family.len() + 1] = b'/';
+    buf[family.len() + 2..len].copy_from_slice(key.as_bytes());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(path) => f(path),
+        // Unreachable: two strings joined by '/' are UTF-8.
+        Err(_) => f(&key_path(family, key)),
+    }
+}
+
 /// The prefix a tree operation covers, as astdb builds it: no family (or an empty one) covers
 /// everything (`None`); a family alone covers `/family`; a family and key tree cover
 /// `/family/keytree`.
@@ -79,5 +101,20 @@ mod tests {
         assert_eq!(tree_prefix(Some("f"), None), Some("/f".into()));
         assert_eq!(tree_prefix(Some("f"), Some("k")), Some("/f/k".into()));
         assert_eq!(key_path("f", "k/l"), "/f/k/l");
+    }
+
+    #[test]
+    fn stack_built_paths_equal_heap_built_ones() {
+        let long = "k".repeat(STACK_PATH_BYTES_MAX);
+        for (family, key) in [
+            ("f", "k"),
+            ("", ""),
+            ("sip", "1001/ü"),
+            ("f", long.as_str()),
+        ] {
+            with_key_path(family, key, |p| assert_eq!(p, key_path(family, key)));
+        }
+        let edge = "k".repeat(STACK_PATH_BYTES_MAX - 3);
+        with_key_path("f", &edge, |p| assert_eq!(p, key_path("f", &edge)));
     }
 }

@@ -164,6 +164,8 @@ pub(crate) struct Queue {
     room: Condvar,
     pub ops_max: usize,
     pub bytes_max: usize,
+    batch_ops_max: usize,
+    flush_interval: Duration,
 }
 
 /// Room reserved in the queue for one operation; released if not used.
@@ -204,7 +206,12 @@ pub(crate) enum TryPush {
 }
 
 impl Queue {
-    pub fn new(ops_max: usize, bytes_max: usize) -> Self {
+    pub fn new(
+        ops_max: usize,
+        bytes_max: usize,
+        batch_ops_max: usize,
+        flush_interval: Duration,
+    ) -> Self {
         Queue {
             state: Mutex::new(State {
                 ops: VecDeque::new(),
@@ -219,6 +226,8 @@ impl Queue {
             room: Condvar::new(),
             ops_max: ops_max.max(1),
             bytes_max: bytes_max.max(1),
+            batch_ops_max: batch_ops_max.max(1),
+            flush_interval,
         }
     }
 
@@ -241,7 +250,6 @@ impl Queue {
         let done = waits.then(Completion::new);
         let seq = st.next_seq;
         st.next_seq += 1;
-        let first = st.ops.is_empty();
         st.bytes += bytes;
         if waits {
             st.urgent += 1;
@@ -254,8 +262,12 @@ impl Queue {
             bytes,
             at: Instant::now(),
         });
+        // Only a caller that waits, or a full batch, wakes the writer: an async write never
+        // pays for waking a thread (the writer looks for async writes every flush interval;
+        // with no interval, it is woken at once).
+        let wake = waits || st.ops.len() == self.batch_ops_max || self.flush_interval.is_zero();
         drop(st);
-        if waits || first {
+        if wake {
             self.to_writer.notify_one();
         }
         (
@@ -329,19 +341,21 @@ impl Queue {
 
     /// The writer's side: waits for a batch. Returns at once when a caller waits (sync write or
     /// barrier), otherwise when the oldest async write is `flush_interval` old or the batch is
-    /// full. `None` once closed and drained.
-    pub fn take_batch(
-        &self,
-        flush_interval: Duration,
-        batch_ops_max: usize,
-    ) -> Option<Vec<Queued>> {
+    /// full. `None` once closed and drained. With nothing queued it looks again every
+    /// `flush_interval`, as async writes do not wake it.
+    pub fn take_batch(&self) -> Option<Vec<Queued>> {
+        let (batch_ops_max, flush_interval) = (self.batch_ops_max, self.flush_interval);
         let mut st = self.state.lock();
         loop {
             if st.ops.is_empty() {
                 if st.closed.is_some() {
                     return None;
                 }
-                self.to_writer.wait(&mut st);
+                if flush_interval.is_zero() {
+                    self.to_writer.wait(&mut st);
+                } else {
+                    self.to_writer.wait_for(&mut st, flush_interval);
+                }
                 continue;
             }
             if st.urgent > 0 || st.closed.is_some() || st.ops.len() >= batch_ops_max {
@@ -353,7 +367,7 @@ impl Queue {
             }
             self.to_writer.wait_until(&mut st, deadline);
         }
-        let n = st.ops.len().min(batch_ops_max.max(1));
+        let n = st.ops.len().min(batch_ops_max);
         let batch: Vec<Queued> = st.ops.drain(..n).collect();
         for q in &batch {
             st.bytes -= q.bytes;

@@ -2,7 +2,7 @@
 
 use crate::error::{KvError, Result, io_hint, open_error, read_error};
 use crate::index::{LargeCache, MainEntry, NsIndex, Pending, Slot, Visible};
-use crate::path::{check_key, key_path, tree_prefix};
+use crate::path::{check_key, tree_prefix, with_key_path};
 use crate::queue::{Commit, Durability, Op, Queue, TryPush};
 use crate::value::{Value, column_bytes};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -28,6 +28,8 @@ pub struct Options {
     /// How writes are acknowledged unless a call says otherwise. Default `Sync`.
     pub durability: Durability,
     /// The longest an async write waits before the writer starts committing it. Default 10 ms.
+    /// Async writes never wake the writer (that would cost each a system call); it looks for
+    /// them this often, also when idle.
     pub flush_interval_ms: u64,
     /// Values up to this size are kept in memory from open; larger ones stay on disk and are
     /// read (and cached) on request. Default 4096 bytes.
@@ -55,7 +57,9 @@ pub struct Options {
     /// done, the writer checkpoints the few commits left (writes wait for that short checkpoint)
     /// and the next transaction rewrites the WAL from the start; at the full length it does so
     /// whatever it costs. So the WAL file keeps its size and commits overwrite it in place,
-    /// which keeps each commit's fsync cheap (no size change to journal). Default 16 MiB.
+    /// which keeps each commit's fsync cheap (no size change to journal); the store gives the WAL
+    /// file this length (plus an eighth) at open, so that even the first cycle overwrites.
+    /// Default 16 MiB.
     pub wal_restart_bytes: u64,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
@@ -382,6 +386,19 @@ impl Store {
             namespaces.insert(name.clone(), Arc::new(ns));
         }
         conn.execute_batch("COMMIT").map_err(oe)?;
+        // No other connection has the file open for writing (the lock file), and SQLite ignores
+        // what lies past the WAL's last frame: see `wal_file`.
+        let mut wal_path = path.clone().into_os_string();
+        wal_path.push("-wal");
+        // Frames carry 24-byte headers, and a restart a reader holds off comes late: an eighth
+        // more than `wal_restart_bytes` covers both.
+        let wal_bytes = options.wal_restart_bytes + options.wal_restart_bytes / 8;
+        if let Err(e) = crate::wal_file::extend_wal(Path::new(&wal_path), wal_bytes) {
+            tracing::warn!(
+                path = %path.display(), error = %e,
+                "cannot give the WAL its full length; commits append to it until it restarts"
+            );
+        }
 
         let mut readers = Vec::new();
         for _ in 0..options.read_connections.max(1) {
@@ -398,7 +415,12 @@ impl Store {
 
         let shared = Arc::new(Shared {
             path: path.clone(),
-            queue: Queue::new(options.queue_ops_max, options.queue_bytes_max),
+            queue: Queue::new(
+                options.queue_ops_max,
+                options.queue_bytes_max,
+                options.batch_ops_max,
+                Duration::from_millis(options.flush_interval_ms),
+            ),
             cache: LargeCache::new(options.cache_bytes_max),
             stats: Counters::default(),
             last_error: Mutex::new(None),
@@ -669,40 +691,40 @@ impl Namespace {
     }
 
     /// The value of `/family/key`, from memory (large values from the cache or the disk).
+    /// A small value costs one hash, one read lock and a reference-count increment: no
+    /// allocation and no copy of the value.
     pub fn get(&self, family: &str, key: &str) -> Result<Option<Value>> {
-        self.get_path(&key_path(family, key))
+        with_key_path(family, key, |path| self.get_path(path))
     }
 
     /// The value at a full key path such as `/family/key`.
     pub fn get_path(&self, path: &str) -> Result<Option<Value>> {
-        let vis = {
-            let shard = self.ns.read(path);
-            self.ns.visible(&shard, path)
-        };
-        match vis {
+        match self.visible(path) {
             Visible::Absent => Ok(None),
             Visible::Value(v) => Ok(Some(v)),
             Visible::Large { seq } => self.load_large(path, seq),
         }
     }
 
+    /// What a reader sees at `path` now (holding the shard lock only for the lookup).
+    fn visible(&self, path: &str) -> Visible {
+        let k = self.ns.hashed(path);
+        let shard = self.ns.read_hashed(&k);
+        self.ns.visible_hashed(&shard, &k)
+    }
+
     /// The value of `/family/key` if it can be had without touching the disk: `None` when it is
     /// a large value neither cached nor pending, which only [`Namespace::get`] (which may read
     /// the file) returns. For async code that must not block on IO.
     pub fn try_get(&self, family: &str, key: &str) -> Option<Option<Value>> {
-        let path = key_path(family, key);
-        let vis = {
-            let shard = self.ns.read(&path);
-            self.ns.visible(&shard, &path)
-        };
-        match vis {
+        with_key_path(family, key, |path| match self.visible(path) {
             Visible::Absent => Some(None),
             Visible::Value(v) => Some(Some(v)),
             Visible::Large { seq } => {
                 let key: Arc<str> = Arc::from(path);
                 self.shared().cache.get(self.ns.id, &key, seq).map(Some)
             }
-        }
+        })
     }
 
     fn load_large(&self, path: &str, seq: u64) -> Result<Option<Value>> {
@@ -734,9 +756,9 @@ impl Namespace {
 
     /// Whether `/family/key` exists.
     pub fn exists(&self, family: &str, key: &str) -> bool {
-        let path = key_path(family, key);
-        let shard = self.ns.read(&path);
-        !matches!(self.ns.visible(&shard, &path), Visible::Absent)
+        with_key_path(family, key, |path| {
+            !matches!(self.visible(path), Visible::Absent)
+        })
     }
 
     /// Sets `/family/key` to `value` with the store's durability.
@@ -754,7 +776,11 @@ impl Namespace {
         value: impl Into<Value>,
         durability: Durability,
     ) -> Result<Commit> {
-        self.put_path_with(key_path(family, key), value.into(), durability)
+        let value = value.into();
+        with_key_path(family, key, |path| {
+            let (_, commit) = self.submit(path, Some(value), durability, None)?;
+            Ok(commit.unwrap_or_else(Commit::ready))
+        })
     }
 
     /// `put_with` for a full key path such as `/family/key`.
@@ -764,7 +790,7 @@ impl Namespace {
         value: Value,
         durability: Durability,
     ) -> Result<Commit> {
-        let (_, commit) = self.submit(path, Some(value), durability, None)?;
+        let (_, commit) = self.submit(&path, Some(value), durability, None)?;
         Ok(commit.unwrap_or_else(Commit::ready))
     }
 
@@ -782,7 +808,9 @@ impl Namespace {
         key: &str,
         durability: Durability,
     ) -> Result<(bool, Commit)> {
-        let (existed, commit) = self.submit(key_path(family, key), None, durability, None)?;
+        let (existed, commit) = with_key_path(family, key, |path| {
+            self.submit(path, None, durability, None)
+        })?;
         Ok((existed, commit.unwrap_or_else(Commit::ready)))
     }
 
@@ -816,37 +844,40 @@ impl Namespace {
         new: Option<Value>,
         durability: Durability,
     ) -> Result<Option<Commit>> {
-        let (_, commit) = self.submit(key_path(family, key), new, durability, Some(expected))?;
+        let (_, commit) = with_key_path(family, key, |path| {
+            self.submit(path, new, durability, Some(expected))
+        })?;
         Ok(commit)
     }
 
     /// The common write path. Returns whether the key existed before, and the commit (`None`
-    /// when a compare-and-set did not match).
+    /// when a compare-and-set did not match). It allocates the key once and hashes it once.
     fn submit(
         &self,
-        path: String,
+        path: &str,
         value: Option<Value>,
         durability: Durability,
         expected: Option<Option<&[u8]>>,
     ) -> Result<(bool, Option<Commit>)> {
         let shared = self.shared();
-        check_key(&path, shared.options.key_bytes_max)?;
+        check_key(path, shared.options.key_bytes_max)?;
         if let Some(v) = &value
             && v.len() > shared.options.value_bytes_max
         {
             return Err(KvError::ValueTooLarge {
-                key: path,
+                key: path.to_string(),
                 len: v.len(),
                 max: shared.options.value_bytes_max,
             });
         }
         let bytes = path.len() + value.as_ref().map_or(0, Value::len) + 64;
         let key: Arc<str> = Arc::from(path);
+        let hashed = self.ns.hashed(path);
         let inline_max = shared.options.inline_value_bytes_max;
         let mut known_large: Option<(u64, Option<Value>)> = None;
         loop {
-            let mut shard = self.ns.write(&key);
-            let vis = self.ns.visible(&shard, &key);
+            let mut shard = self.ns.write_hashed(&hashed);
+            let vis = self.ns.visible_hashed(&shard, &hashed);
             let existed = !matches!(vis, Visible::Absent);
             if let Some(expected) = expected {
                 let decision = match &vis {
@@ -902,7 +933,7 @@ impl Namespace {
             // which readers saw the writes.
             match shared.queue.try_push(&self.ns, op, durability, bytes) {
                 TryPush::Pushed(seq, commit) => {
-                    shard.overlay.insert(key, Pending { seq, value });
+                    shard.overlay_insert(&hashed, key, Pending { seq, value });
                     return Ok((existed, Some(commit)));
                 }
                 TryPush::Closed(reason) => return Err(shared.closed_error(&reason)),

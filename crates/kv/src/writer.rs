@@ -17,8 +17,6 @@ const INLINE_PUBLISH_OPS_MAX: usize = 32;
 
 pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
     let wal = WalWatch::new(&shared, &mut conn);
-    let flush = Duration::from_millis(shared.options.flush_interval_ms);
-    let batch_max = shared.options.batch_ops_max.max(1);
     // Publishing a batch (updating the in-memory view, waking its callers) runs on a second
     // thread, in batch order, so that the writer starts the next transaction at once.
     let (tx, rx) = std::sync::mpsc::sync_channel::<(Vec<Queued>, Option<KvError>)>(2);
@@ -42,7 +40,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut conn: Connection) {
             (None, None)
         }
     };
-    while let Some(batch) = shared.queue.take_batch(flush, batch_max) {
+    while let Some(batch) = shared.queue.take_batch() {
         let started = std::time::Instant::now();
         let oldest = batch.first().map(|q| q.at);
         let result = commit(&mut conn, &batch, shared.options.inline_value_bytes_max);

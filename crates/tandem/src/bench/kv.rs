@@ -3,11 +3,19 @@
 //!
 //! Every latency is measured open-loop: each thread issues its operations on a fixed schedule
 //! and times each from its scheduled start, so a stall is charged to every operation that was
-//! due during it (a closed loop would charge only the one that met it).
+//! due during it (a closed loop would charge only the one that met it). Lookups and async puts
+//! also report their service time (from the actual start) and their start lateness (how late
+//! the issuing thread got to run), labelled as such; the goals are judged on the open-loop
+//! figures. Keys and values are made before the phases, so no timed operation includes the
+//! benchmark formatting its arguments. How operations are issued, and the `--pin-issuer`
+//! phases (a spinning issuer on a CPU of its own), are in `load.rs`.
+
+mod load;
 
 use super::report::{self, BenchReport, Percentiles, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kv::{Durability, Options, Store};
+use load::{Affinity, Samples, Stream, open_loop, realtime_priority, spin_issuer};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use std::fs::File;
@@ -53,12 +61,19 @@ pub struct Args {
     /// much less), to separate waiting for the disk from waiting for a CPU.
     #[arg(long)]
     hog_direct: bool,
-    /// Run the lookup and async-put load threads (the callers, not the store's own threads)
-    /// with real-time priority (SCHED_FIFO, needs root or CAP_SYS_NICE), so that on a busy
+    /// Run the lookup and async-put load threads (the callers, not the store's own threads;
+    /// not with --pin-issuer) with real-time priority (SCHED_FIFO, needs root or CAP_SYS_NICE), so that on a busy
     /// machine their figures show the store rather than waiting for a CPU. The astdb replica's
     /// readers get the same priority.
     #[arg(long)]
     realtime_readers: bool,
+    /// Also run each Tandem phase with the lookups and async puts issued by one thread that
+    /// spins between its scheduled starts (never sleeps) on a CPU of its own (the last one this
+    /// process may use), every other thread of the benchmark (the store's, the sync writers',
+    /// the disk hog's) on the other CPUs. Other processes are not moved. The unpinned phases
+    /// run as well and keep their JSON keys; the pinned ones are added as `pinned_issuer`.
+    #[arg(long)]
+    pin_issuer: bool,
     /// The store's `wal_restart_bytes`, in MiB (default: the store's default).
     #[arg(long)]
     wal_restart_mib: Option<u64>,
@@ -88,6 +103,14 @@ struct Goals {
     async_put_p99_at_most_20us: bool,
     async_put_p99_at_most_20us_disk_hog: bool,
     sync_puts_per_sec_at_least_100k: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    get_p99_at_most_1us_pinned_issuer: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    get_p99_at_most_1us_pinned_issuer_disk_hog: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    async_put_p99_at_most_20us_pinned_issuer: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    async_put_p99_at_most_20us_pinned_issuer_disk_hog: Option<bool>,
 }
 
 #[derive(Serialize, Default)]
@@ -113,6 +136,18 @@ struct KvReport {
     /// Lookup time from its actual start (without the load generator's own lateness).
     get_service_p99_us: f64,
     get_service_p99_us_disk_hog: f64,
+    /// How late the issuing threads started lookups and async puts (p99): the part of an
+    /// open-loop figure spent waiting for a CPU before the call.
+    get_start_late_p99_us: f64,
+    get_start_late_p99_us_disk_hog: f64,
+    async_put_start_late_p99_us: f64,
+    async_put_start_late_p99_us_disk_hog: f64,
+    /// With `--pin-issuer`: the Tandem phases again with a spinning issuer on its own CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pinned_issuer: Option<PinnedFigures>,
+    /// Share of the run's wall time in which at least one runnable thread of the machine
+    /// waited for a CPU (`/proc/pressure/cpu` "some"): how noisy the run was.
+    cpu_pressure_some_pct: f64,
     /// Durable puts per second by `throughput_writers` tokio tasks awaiting their commits.
     sync_puts_per_sec: f64,
     /// The same by `throughput_writers` OS threads blocking on their commits.
@@ -182,25 +217,50 @@ impl BenchReport for KvReport {
         )?;
         writeln!(
             out,
-            "get p99: {:.2} us, {:.2} us with disk hog (service time {:.2}, {:.2}); goal <= 1 us: {}, {}",
+            "get p99 from scheduled start: {:.2} us, {:.2} us with disk hog (service {:.2}, {:.2}; \
+             issuer started late by {:.2}, {:.2}); goal <= 1 us: {}, {}",
             self.get_p99_us,
             self.get_p99_us_disk_hog,
             self.get_service_p99_us,
             self.get_service_p99_us_disk_hog,
+            self.get_start_late_p99_us,
+            self.get_start_late_p99_us_disk_hog,
             mark(g.get_p99_at_most_1us),
             mark(g.get_p99_at_most_1us_disk_hog)
         )?;
         writeln!(
             out,
-            "async put p99: {:.2} us, {:.2} us with disk hog (service time {:.2}, {:.2}); \
-             goal <= 20 us: {}, {}",
+            "async put p99 from scheduled start: {:.2} us, {:.2} us with disk hog (service {:.2}, \
+             {:.2}; issuer started late by {:.2}, {:.2}); goal <= 20 us: {}, {}",
             self.async_put_p99_us,
             self.async_put_p99_us_disk_hog,
             self.async_put_service_p99_us,
             self.async_put_service_p99_us_disk_hog,
+            self.async_put_start_late_p99_us,
+            self.async_put_start_late_p99_us_disk_hog,
             mark(g.async_put_p99_at_most_20us),
             mark(g.async_put_p99_at_most_20us_disk_hog)
         )?;
+        if let Some(p) = &self.pinned_issuer {
+            let opt = |b: Option<bool>| mark(b.unwrap_or(false));
+            writeln!(
+                out,
+                "with a spinning issuer pinned to CPU {} (rest of the benchmark on the other CPUs): \
+                 get p99 {:.2} us, {:.2} us with disk hog; goal <= 1 us: {}, {}; async put p99 \
+                 {:.2} us, {:.2} us; goal <= 20 us: {}, {}; sync put p99 {:.0} us, {:.0} us",
+                p.issuer_cpu,
+                p.quiet.get_p99_us,
+                p.disk_hog.get_p99_us,
+                opt(g.get_p99_at_most_1us_pinned_issuer),
+                opt(g.get_p99_at_most_1us_pinned_issuer_disk_hog),
+                p.quiet.async_put_p99_us,
+                p.disk_hog.async_put_p99_us,
+                opt(g.async_put_p99_at_most_20us_pinned_issuer),
+                opt(g.async_put_p99_at_most_20us_pinned_issuer_disk_hog),
+                p.quiet.sync_put_p99_us,
+                p.disk_hog.sync_put_p99_us,
+            )?;
+        }
         writeln!(
             out,
             "group commit: {:.0} sync puts/s with {} writer tasks, {:.0}/s with as many threads \
@@ -221,6 +281,11 @@ impl BenchReport for KvReport {
         )?;
         writeln!(
             out,
+            "CPU pressure during the run: {:.0} % of the time a runnable thread waited for a CPU",
+            self.cpu_pressure_some_pct
+        )?;
+        writeln!(
+            out,
             "disk hog wrote {:.0} MiB/s{}",
             self.disk_hog_mib_per_sec,
             if self.disk_hog_direct {
@@ -232,95 +297,14 @@ impl BenchReport for KvReport {
     }
 }
 
-/// Lowers this thread's timer slack to 1 ns so that sleeps end when asked.
-fn precise_timers() {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) takes plain integers and affects only this thread.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
-}
-
-/// Gives this thread SCHED_FIFO priority 10 if permitted; returns whether it did.
-fn realtime_priority() -> bool {
-    let param = libc::sched_param { sched_priority: 10 };
-    // SAFETY: sched_setscheduler on the calling thread (0) with a valid parameter.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
-}
-
-/// Waits until `at`: sleeps until shortly before, then spins.
-fn wait_until(at: Instant) {
-    const SPIN: Duration = Duration::from_micros(20);
-    let now = Instant::now();
-    if at > now + SPIN {
-        std::thread::sleep(at - now - SPIN);
-    }
-    while Instant::now() < at {
-        std::hint::spin_loop();
-    }
-}
-
-struct Samples {
-    /// From the scheduled start (open loop).
-    open_ns: Vec<u64>,
-    /// From the actual start (service time).
-    service_ns: Vec<u64>,
-}
-
-/// Runs `threads` threads issuing `rate` operations per second in total for `dur`; each thread
-/// calls `op(thread, i)` on its schedule.
-fn open_loop<F>(threads: usize, rate: u64, dur: Duration, realtime: bool, op: F) -> Samples
-where
-    F: Fn(usize, u64) + Sync,
-{
-    let threads = threads.max(1);
-    let per_thread = (rate as f64 / threads as f64).max(0.001);
-    let interval = Duration::from_secs_f64(1.0 / per_thread);
-    let start = Instant::now() + Duration::from_millis(20);
-    let end = start + dur;
-    // A system that stalls far past the end is not waited for forever.
-    let give_up = end + Duration::from_secs(10);
-    let op = &op;
-    let results: Vec<(Vec<u64>, Vec<u64>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    precise_timers();
-                    if realtime {
-                        realtime_priority();
-                    }
-                    let offset = interval.mul_f64(t as f64 / threads as f64);
-                    let cap = (dur.as_secs_f64() * per_thread) as usize + 2;
-                    let mut open = Vec::with_capacity(cap);
-                    let mut service = Vec::with_capacity(cap);
-                    let mut i = 0u64;
-                    loop {
-                        let sched = start + offset + interval.mul_f64(i as f64);
-                        if sched >= end || Instant::now() > give_up {
-                            break;
-                        }
-                        wait_until(sched);
-                        let began = Instant::now();
-                        op(t, i);
-                        let done = Instant::now();
-                        open.push((done - sched).as_nanos() as u64);
-                        service.push((done - began).as_nanos() as u64);
-                        i += 1;
-                    }
-                    (open, service)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let mut out = Samples {
-        open_ns: Vec::new(),
-        service_ns: Vec::new(),
-    };
-    for (o, s) in results {
-        out.open_ns.extend(o);
-        out.service_ns.extend(s);
-    }
-    out
+/// The kernel's count of microseconds during which at least one runnable thread waited for a
+/// CPU (`/proc/pressure/cpu`, "some"), if the kernel reports it.
+fn cpu_pressure_some_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))
+        .and_then(|t| t.parse().ok())
 }
 
 /// Closed-loop fsync latency of the filesystem: overwrite 4 KiB in place in a preallocated
@@ -424,15 +408,58 @@ impl DiskHog {
     }
 }
 
-fn binding_key(i: u64, bindings: usize) -> String {
-    format!("{}", 1000 + i % bindings as u64)
+/// The bindings' keys and values, made before any phase so that a timed operation does not
+/// include the benchmark formatting its arguments.
+struct Workload {
+    /// Extension numbers: the keys in the `registrar` family.
+    keys: Vec<String>,
+    /// The same as astdb paths (`/registrar/<ext>`), for the baseline stores.
+    paths: Vec<String>,
+    /// Two contact values per binding (a rewrite alternates between them, so each changes
+    /// the stored value).
+    values: Vec<String>,
 }
 
-fn binding_value(ext: &str, n: u64) -> String {
-    format!(
-        "sip:{ext}@192.0.2.{}:5060;transport=udp;expires=3600;rev={n}",
-        n % 250 + 1
-    )
+impl Workload {
+    fn new(bindings: usize) -> Workload {
+        let keys: Vec<String> = (0..bindings.max(1))
+            .map(|i| (1000 + i).to_string())
+            .collect();
+        let paths = keys.iter().map(|k| format!("/registrar/{k}")).collect();
+        let values = keys
+            .iter()
+            .enumerate()
+            .flat_map(|(i, ext)| {
+                (0..2).map(move |rev| {
+                    format!(
+                        "sip:{ext}@192.0.2.{}:5060;transport=udp;expires=3600;rev={rev}",
+                        i % 250 + 1
+                    )
+                })
+            })
+            .collect();
+        Workload {
+            keys,
+            paths,
+            values,
+        }
+    }
+
+    fn index(&self, random: u64) -> usize {
+        (random % self.keys.len() as u64) as usize
+    }
+
+    /// The binding picked by `random`, and its value for the `n`th operation.
+    fn binding(&self, random: u64, n: u64) -> (&str, &str) {
+        let i = self.index(random);
+        (&self.keys[i], &self.values[2 * i + (n % 2) as usize])
+    }
+
+    /// The same as an astdb path.
+    fn path(&self, random: u64, n: u64) -> (&str, &str) {
+        let i = self.index(random);
+        (&self.paths[i], &self.values[2 * i + (n % 2) as usize])
+    }
 }
 
 struct Rng(u64);
@@ -564,6 +591,7 @@ impl PerWriteTx {
 
 struct Ctx<'a> {
     args: &'a Args,
+    work: &'a Workload,
     report: &'a mut KvReport,
     pb: &'a ProgressBar,
 }
@@ -592,59 +620,164 @@ impl Ctx<'_> {
     }
 }
 
-fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool) {
+/// How a Tandem phase issues its lookups and async puts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Issuers {
+    /// Two lookup threads and one async-put thread, each sleeping until shortly before its
+    /// next start, free to run on any CPU.
+    Sleeping,
+    /// One thread issuing both on their merged schedule, spinning (never sleeping), alone on
+    /// the last CPU; every other thread of the process on the other CPUs.
+    Pinned,
+}
+
+/// The open-loop figures of one Tandem phase.
+struct TandemPhase {
+    sync: Samples,
+    asyn: Samples,
+    gets: Samples,
+}
+
+fn phase_tandem(cx: &mut Ctx, store: &Store, hog: bool, issuers: Issuers) -> anyhow::Result<()> {
     let a = cx.args;
+    let w = cx.work;
     let dur = Duration::from_secs(a.phase_secs);
-    let bindings = a.bindings;
-    let sync_writers = a.sync_writers;
-    let (sync, (asyn, gets)) = std::thread::scope(|s| {
-        let w = s.spawn(|| {
-            open_loop(sync_writers, a.sync_rate, dur, false, |t, i| {
-                let mut r = Rng::new((t as u64) << 32 | i);
-                let ext = binding_key(r.next(), bindings);
-                store
-                    .put_with("registrar", &ext, binding_value(&ext, i), Durability::Sync)
-                    .and_then(|c| c.wait())
-                    .expect("sync put");
-            })
-        });
-        let x = s.spawn(|| {
-            open_loop(1, a.async_rate, dur, a.realtime_readers, |t, i| {
-                let mut r = Rng::new(0xa5a5 ^ ((t as u64) << 32 | i));
-                let ext = binding_key(r.next(), bindings);
-                let c = store
-                    .put_with("presence", &ext, binding_value(&ext, i), Durability::Async)
-                    .expect("async put");
-                debug_assert!(c.is_done());
-            })
-        });
-        let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
-            let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
-            let ext = binding_key(r.next(), bindings);
-            let v = store.get("registrar", &ext).expect("get");
-            std::hint::black_box(v);
-        });
-        (w.join().unwrap(), (x.join().unwrap(), g))
+    let affinity = match issuers {
+        Issuers::Sleeping => None,
+        Issuers::Pinned => {
+            let aff = Affinity::split()?;
+            aff.pin_rest()?;
+            Some(aff)
+        }
+    };
+    let sync_put = |t: usize, i: u64| {
+        let mut r = Rng::new((t as u64) << 32 | i);
+        let (key, value) = w.binding(r.next(), i);
+        store
+            .put_with("registrar", key, value, Durability::Sync)
+            .and_then(|c| c.wait())
+            .expect("sync put");
+    };
+    let async_put = |t: usize, i: u64| {
+        let mut r = Rng::new(0xa5a5 ^ ((t as u64) << 32 | i));
+        let (key, value) = w.binding(r.next(), i);
+        let c = store
+            .put_with("presence", key, value, Durability::Async)
+            .expect("async put");
+        debug_assert!(c.is_done());
+    };
+    let get = |t: usize, i: u64| {
+        let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
+        let (key, _) = w.binding(r.next(), i);
+        let v = store.get("registrar", key).expect("get");
+        std::hint::black_box(v);
+    };
+    let phase = std::thread::scope(|s| {
+        let writers = s.spawn(|| open_loop(a.sync_writers, a.sync_rate, dur, false, sync_put));
+        let (asyn, gets) = match &affinity {
+            None => {
+                let x = s.spawn(|| open_loop(1, a.async_rate, dur, a.realtime_readers, async_put));
+                let g = open_loop(2, a.get_rate, dur, a.realtime_readers, get);
+                (x.join().unwrap(), g)
+            }
+            Some(aff) => {
+                let cpu = aff.issuer;
+                let issuer = s.spawn(move || {
+                    let mut get_op = |i| get(0, i);
+                    let mut put_op = |i| async_put(0, i);
+                    let mut streams = [
+                        Stream {
+                            rate: a.get_rate,
+                            op: &mut get_op,
+                        },
+                        Stream {
+                            rate: a.async_rate,
+                            op: &mut put_op,
+                        },
+                    ];
+                    spin_issuer(dur, a.realtime_readers, Some(cpu), &mut streams)
+                });
+                let mut out = issuer.join().unwrap().into_iter();
+                let gets = out.next().unwrap_or_default();
+                (out.next().unwrap_or_default(), gets)
+            }
+        };
+        TandemPhase {
+            sync: writers.join().unwrap(),
+            asyn,
+            gets,
+        }
     });
-    let sp = cx.record("tandem", hog, "sync put", sync.open_ns);
-    let ap = cx.record("tandem", hog, "async put", asyn.open_ns);
-    let aps = cx.record("tandem", hog, "async put (service)", asyn.service_ns);
-    let gp = cx.record("tandem", hog, "get", gets.open_ns);
-    let gs = cx.record("tandem", hog, "get (service)", gets.service_ns);
-    let r = &mut cx.report;
-    if hog {
-        r.sync_put_p99_us_disk_hog = sp;
-        r.async_put_p99_us_disk_hog = ap;
-        r.async_put_service_p99_us_disk_hog = aps;
-        r.get_p99_us_disk_hog = gp;
-        r.get_service_p99_us_disk_hog = gs;
-    } else {
-        r.sync_put_p99_us = sp;
-        r.async_put_p99_us = ap;
-        r.async_put_service_p99_us = aps;
-        r.get_p99_us = gp;
-        r.get_service_p99_us = gs;
+    if let Some(aff) = &affinity {
+        aff.unpin()?;
     }
+    let system = match issuers {
+        Issuers::Sleeping => "tandem",
+        Issuers::Pinned => "tandem, pinned issuer",
+    };
+    let TandemPhase { sync, asyn, gets } = phase;
+    let f = PhaseFigures {
+        sync_put_p99_us: cx.record(system, hog, "sync put", sync.open_ns),
+        async_put_p99_us: cx.record(system, hog, "async put", asyn.open_ns),
+        async_put_service_p99_us: cx.record(system, hog, "async put (service)", asyn.service_ns),
+        async_put_start_late_p99_us: cx.record(
+            system,
+            hog,
+            "async put (start lateness)",
+            asyn.late_ns,
+        ),
+        get_p99_us: cx.record(system, hog, "get", gets.open_ns),
+        get_service_p99_us: cx.record(system, hog, "get (service)", gets.service_ns),
+        get_start_late_p99_us: cx.record(system, hog, "get (start lateness)", gets.late_ns),
+    };
+    if let Some(aff) = &affinity {
+        cx.report.pinned_issuer.get_or_insert_default().issuer_cpu = aff.issuer;
+    }
+    let r = &mut cx.report;
+    match (issuers, hog) {
+        (Issuers::Sleeping, false) => {
+            r.sync_put_p99_us = f.sync_put_p99_us;
+            r.async_put_p99_us = f.async_put_p99_us;
+            r.async_put_service_p99_us = f.async_put_service_p99_us;
+            r.async_put_start_late_p99_us = f.async_put_start_late_p99_us;
+            r.get_p99_us = f.get_p99_us;
+            r.get_service_p99_us = f.get_service_p99_us;
+            r.get_start_late_p99_us = f.get_start_late_p99_us;
+        }
+        (Issuers::Sleeping, true) => {
+            r.sync_put_p99_us_disk_hog = f.sync_put_p99_us;
+            r.async_put_p99_us_disk_hog = f.async_put_p99_us;
+            r.async_put_service_p99_us_disk_hog = f.async_put_service_p99_us;
+            r.async_put_start_late_p99_us_disk_hog = f.async_put_start_late_p99_us;
+            r.get_p99_us_disk_hog = f.get_p99_us;
+            r.get_service_p99_us_disk_hog = f.get_service_p99_us;
+            r.get_start_late_p99_us_disk_hog = f.get_start_late_p99_us;
+        }
+        (Issuers::Pinned, false) => r.pinned_issuer.get_or_insert_default().quiet = f,
+        (Issuers::Pinned, true) => r.pinned_issuer.get_or_insert_default().disk_hog = f,
+    }
+    Ok(())
+}
+
+/// The p99 figures of one Tandem phase, in microseconds.
+#[derive(Serialize, Default)]
+struct PhaseFigures {
+    sync_put_p99_us: f64,
+    async_put_p99_us: f64,
+    async_put_service_p99_us: f64,
+    async_put_start_late_p99_us: f64,
+    get_p99_us: f64,
+    get_service_p99_us: f64,
+    get_start_late_p99_us: f64,
+}
+
+/// The phases run with `--pin-issuer` (in addition to the unpinned ones).
+#[derive(Serialize, Default)]
+struct PinnedFigures {
+    /// The CPU the issuer had to itself (within this process).
+    issuer_cpu: usize,
+    quiet: PhaseFigures,
+    disk_hog: PhaseFigures,
 }
 
 /// The registration workload against a baseline store: writers rewriting bindings at the sync
@@ -655,22 +788,21 @@ fn baseline_load(
     get: impl Fn(usize, &str) + Sync,
 ) -> (Samples, Samples) {
     let a = cx.args;
+    let w = cx.work;
     let dur = Duration::from_secs(a.phase_secs);
-    let bindings = a.bindings;
     std::thread::scope(|s| {
-        let w = s.spawn(|| {
+        let writers = s.spawn(|| {
             open_loop(a.sync_writers, a.sync_rate, dur, false, |t, i| {
                 let mut r = Rng::new((t as u64) << 32 | i);
-                let ext = binding_key(r.next(), bindings);
-                put(&format!("/registrar/{ext}"), &binding_value(&ext, i));
+                let (path, value) = w.path(r.next(), i);
+                put(path, value);
             })
         });
         let g = open_loop(2, a.get_rate, dur, a.realtime_readers, |t, i| {
             let mut r = Rng::new(0x5a5a ^ ((t as u64) << 32 | i));
-            let ext = binding_key(r.next(), bindings);
-            get(t, &format!("/registrar/{ext}"));
+            get(t, w.path(r.next(), i).0);
         });
-        (w.join().unwrap(), g)
+        (writers.join().unwrap(), g)
     })
 }
 
@@ -789,7 +921,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .tempdir_in(&base)
         .map_err(|e| anyhow::anyhow!("cannot make a directory in {}: {e}", base.display()))?;
     let dir = tmp.path();
-    let steps = 13;
+    let steps = if args.pin_issuer { 15 } else { 13 };
     let pb = if args.json || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
     } else {
@@ -818,8 +950,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         ..KvReport::default()
     };
+    // Split the CPUs now, so that a machine that cannot be split fails before any phase runs.
+    if args.pin_issuer {
+        if args.realtime_readers {
+            anyhow::bail!(
+                "--pin-issuer and --realtime-readers cannot be combined: the pinned issuer never \
+                 sleeps, and the kernel throttles a real-time thread that never sleeps (for tens \
+                 of milliseconds each second, sched_rt_runtime_us), which would stall it"
+            );
+        }
+        Affinity::split()?;
+    }
+    let pressure_before = cpu_pressure_some_us();
+    let run_started = Instant::now();
+    let work = Workload::new(args.bindings);
     let mut cx = Ctx {
         args: &args,
+        work: &work,
         report: &mut report,
         pb: &pb,
     };
@@ -841,19 +988,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let st = astdb.state.lock().unwrap();
         st.conn.execute_batch("BEGIN")?;
         per_write.writer.lock().unwrap().execute_batch("BEGIN")?;
-        for i in 0..args.bindings as u64 {
-            let ext = binding_key(i, args.bindings);
-            let v = binding_value(&ext, i);
+        for i in 0..work.keys.len() {
+            let (ext, path, v) = (&work.keys[i], &work.paths[i], &work.values[2 * i]);
             store
-                .put_with("registrar", &ext, v.as_str(), Durability::Async)?
+                .put_with("registrar", ext, v.as_str(), Durability::Async)?
                 .wait()?;
             st.conn.execute(
                 "INSERT OR REPLACE INTO astdb (key, value) VALUES (?1, ?2)",
-                params![format!("/registrar/{ext}"), v],
+                params![path, v],
             )?;
             per_write.writer.lock().unwrap().execute(
                 "INSERT OR REPLACE INTO kv (key, value) VALUES (?1, ?2)",
-                params![format!("/registrar/{ext}"), v],
+                params![path, v],
             )?;
         }
         st.conn.execute_batch("COMMIT")?;
@@ -877,7 +1023,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let f = fsync_latency(dir, fsync_dur)?;
         let fp = cx.record("filesystem", hog_on, "fsync 4 KiB overwrite", f);
         cx.step(format!("tandem{tag}"));
-        phase_tandem(&mut cx, &store, hog_on);
+        phase_tandem(&mut cx, &store, hog_on, Issuers::Sleeping)?;
+        if args.pin_issuer {
+            cx.step(format!("tandem, pinned issuer{tag}"));
+            phase_tandem(&mut cx, &store, hog_on, Issuers::Pinned)?;
+        }
         cx.step(format!("astdb replica{tag}"));
         phase_astdb(&mut cx, &astdb, hog_on);
         cx.step(format!("sqlite per-write transactions{tag}"));
@@ -933,6 +1083,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cx.report.per_write_tx_puts_per_sec = report::median(&runs);
     pb.finish_and_clear();
     drop(store);
+    if let (Some(before), Some(after)) = (pressure_before, cpu_pressure_some_us()) {
+        report.cpu_pressure_some_pct =
+            (after - before) as f64 / run_started.elapsed().as_micros() as f64 * 100.0;
+    }
 
     let r = &mut report;
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
@@ -952,6 +1106,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         async_put_p99_at_most_20us: r.async_put_p99_us <= 20.0,
         async_put_p99_at_most_20us_disk_hog: r.async_put_p99_us_disk_hog <= 20.0,
         sync_puts_per_sec_at_least_100k: r.sync_puts_per_sec >= 100_000.0,
+        get_p99_at_most_1us_pinned_issuer: r
+            .pinned_issuer
+            .as_ref()
+            .map(|p| p.quiet.get_p99_us <= 1.0),
+        get_p99_at_most_1us_pinned_issuer_disk_hog: r
+            .pinned_issuer
+            .as_ref()
+            .map(|p| p.disk_hog.get_p99_us <= 1.0),
+        async_put_p99_at_most_20us_pinned_issuer: r
+            .pinned_issuer
+            .as_ref()
+            .map(|p| p.quiet.async_put_p99_us <= 20.0),
+        async_put_p99_at_most_20us_pinned_issuer_disk_hog: r
+            .pinned_issuer
+            .as_ref()
+            .map(|p| p.disk_hog.async_put_p99_us <= 20.0),
     };
     report::emit(&report, args.json)
 }
