@@ -61,6 +61,11 @@ pub struct Options {
     /// file this length (plus an eighth) at open, so that even the first cycle overwrites.
     /// Default 16 MiB.
     pub wal_restart_bytes: u64,
+    /// Give the WAL file its full length at open (writing `wal_restart_bytes` plus an eighth of
+    /// zeros, once per open). Right for a long-running store; a one-off command that makes a
+    /// few commits (`tandem db put`) turns it off, as the zeros would cost it more than its
+    /// commits. Default true.
+    pub wal_preallocate: bool,
     /// Lock shards of the in-memory index per namespace. Default 64.
     pub shards: usize,
 }
@@ -80,6 +85,7 @@ impl Default for Options {
             read_connections: 2,
             checkpoint_interval_ms: 10_000,
             wal_restart_bytes: 16 << 20,
+            wal_preallocate: true,
             shards: 64,
         }
     }
@@ -393,7 +399,9 @@ impl Store {
         // Frames carry 24-byte headers, and a restart a reader holds off comes late: an eighth
         // more than `wal_restart_bytes` covers both.
         let wal_bytes = options.wal_restart_bytes + options.wal_restart_bytes / 8;
-        if let Err(e) = crate::wal_file::extend_wal(Path::new(&wal_path), wal_bytes) {
+        if !options.wal_preallocate {
+            // Commits append to the WAL until it restarts: fine for a few of them.
+        } else if let Err(e) = crate::wal_file::extend_wal(Path::new(&wal_path), wal_bytes) {
             tracing::warn!(
                 path = %path.display(), error = %e,
                 "cannot give the WAL its full length; commits append to it until it restarts"
