@@ -132,6 +132,7 @@ pub struct Capture {
     ring_bytes: usize,
     block_bytes: usize,
     block_count: usize,
+    block_timeout_ms: u32,
     next: usize,
     interface: String,
     totals: KernelStats,
@@ -248,6 +249,7 @@ impl Capture {
             ring_bytes,
             block_bytes: ring.block_bytes,
             block_count: ring.block_count,
+            block_timeout_ms: ring.block_timeout_ms,
             next: 0,
             interface: interface.to_string(),
             totals: KernelStats::default(),
@@ -278,6 +280,11 @@ impl Capture {
 
     pub fn interface(&self) -> &str {
         &self.interface
+    }
+
+    /// The kernel hands over a partly filled block after this long.
+    pub fn block_timeout_ms(&self) -> u32 {
+        self.block_timeout_ms
     }
 
     /// Blocks skipped (in part) because an offset in them did not fit the block.

@@ -6,11 +6,13 @@
 
 mod bench;
 mod capture;
+mod capture_live;
 mod cdr;
 mod config;
 mod db;
 mod http;
 mod kv_routes;
+mod replay;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -32,10 +34,12 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
     Db(db::Args),
-    /// Analyse capture files: calls, RTP stream quality, CDRs.
+    /// Analyse capture files, a live interface or HEP: calls, RTP stream quality, CDRs.
     Capture(capture::Args),
     /// Query the stored call detail records.
     Cdr(self::cdr::Args),
+    /// Send the frames of capture files onto an interface (original pace, scaled, or a fixed rate).
+    Replay(replay::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         Command::Db(args) => db::run(args),
         Command::Capture(args) => capture::run(args),
         Command::Cdr(args) => self::cdr::run(args),
+        Command::Replay(args) => replay::run(args),
     }
 }
 
