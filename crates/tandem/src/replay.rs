@@ -32,6 +32,10 @@ pub struct Args {
     /// Send the files this many times.
     #[arg(long = "loop", value_name = "N", default_value_t = 1)]
     pub loops: u64,
+    /// Send from a real-time thread (SCHED_FIFO, priority 10; needs root or CAP_SYS_NICE), so
+    /// that a busy machine does not delay frames past their time.
+    #[arg(long)]
+    pub realtime: bool,
     /// One JSON object with the counters on stdout.
     #[arg(long)]
     pub json: bool,
@@ -141,6 +145,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::ensure!(p > 0.0 && p.is_finite(), "--pps must be above 0");
     }
     let sender = Sender::open(&args.interface)?;
+    if args.realtime {
+        let param = libc::sched_param { sched_priority: 10 };
+        // SAFETY: changes this thread's scheduling policy; `param` is a valid sched_param.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        anyhow::ensure!(
+            r == 0,
+            "--realtime: SCHED_FIFO refused ({}); it needs root or CAP_SYS_NICE",
+            std::io::Error::last_os_error()
+        );
+    }
     let mut pace = Pace::new(args.pps, args.speed, args.max_gap_ms);
     let mut st = ReplayStats::default();
     let mut buf = Vec::with_capacity(65_536);
