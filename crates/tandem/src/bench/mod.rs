@@ -4,6 +4,7 @@
 pub mod agi;
 mod agi_scripts;
 pub mod capture;
+mod capture_live;
 pub mod floor;
 pub mod kv;
 pub mod report;
@@ -25,6 +26,8 @@ pub enum BenchCommand {
     Kv(kv::Args),
     /// Call monitor: RTP analysis rate per core, 2-core speedup, memory per SIP-only call, tshark on the same capture.
     Capture(capture::Args),
+    /// Live capture on a veth pair (root): rising packets/s until loss, and which counter shows where it began.
+    CaptureLive(capture_live::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -34,5 +37,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Taskpool(args) => taskpool::run(args),
         BenchCommand::Kv(args) => kv::run(args),
         BenchCommand::Capture(args) => capture::run(args),
+        BenchCommand::CaptureLive(args) => capture_live::run(args),
     }
 }
