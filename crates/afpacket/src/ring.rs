@@ -29,21 +29,25 @@ pub struct RingConfig {
 }
 
 impl Default for RingConfig {
-    /// 64 blocks of 1 MiB (64 MiB: about 0.4 s of 1 Gbit/s, or 300,000 RTP frames), 10 ms.
+    /// 256 blocks of 256 KiB (64 MiB), handed over after 10 ms. The kernel hands a block over
+    /// when it is full or when its timeout expires, so at low rates each block holds only
+    /// 10 ms of frames: the ring absorbs a stall of the capture thread of about
+    /// `block_count × block_timeout_ms` (2.5 s) at low rates, and of `ring_bytes` of frames
+    /// at high ones. Many small blocks serve both.
     fn default() -> Self {
         RingConfig {
-            block_bytes: 1 << 20,
-            block_count: 64,
+            block_bytes: 1 << 18,
+            block_count: 256,
             block_timeout_ms: 10,
         }
     }
 }
 
 impl RingConfig {
-    /// A ring of about `mib` MiB in 1 MiB blocks (at least 2 blocks).
+    /// A ring of `mib` MiB in 256 KiB blocks (at least 4 blocks).
     pub fn with_mib(mib: usize) -> RingConfig {
         RingConfig {
-            block_count: mib.max(2),
+            block_count: mib.saturating_mul(4).max(4),
             ..RingConfig::default()
         }
     }

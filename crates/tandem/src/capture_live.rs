@@ -40,7 +40,7 @@ pub struct LiveArgs {
     /// finished calls are printed and stored every second.
     #[arg(long, value_name = "IF", conflicts_with_all = ["read", "hep_listen"])]
     pub interface: Option<String>,
-    /// Kernel ring per capture thread, in MiB (1 MiB blocks).
+    /// Kernel ring per capture thread, in MiB (256 KiB blocks handed over every 10 ms at least).
     #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
     pub ring_mib: usize,
     /// pcap-filter expression (a documented subset: udp, tcp, ip, ip6, [src|dst] port,
