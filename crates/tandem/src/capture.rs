@@ -1,6 +1,7 @@
 //! `tandem capture --read FILE...`: analyses capture files into calls, RTP streams and CDRs.
 //! `tandem capture --hep-listen ADDR`: the same from HEP v3 packets that Kamailio, OpenSIPS,
 //! FreeSWITCH, Asterisk's res_hep or heplify send over UDP.
+//! `tandem capture --interface IF`: the same from a live interface (`capture_live.rs`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Capture files (pcap or pcapng, optionally gzip-compressed), read in the order given.
-    #[arg(long = "read", short = 'r', num_args = 1.., required_unless_present = "hep_listen")]
+    #[arg(long = "read", short = 'r', num_args = 1.., required_unless_present_any = ["hep_listen", "interface"])]
     pub read: Vec<PathBuf>,
     /// Receive HEP v3 over UDP on this address (the HEP port is 9060; keep it on loopback or a
     /// trusted network: HEP carries no authentication). Runs until SIGTERM or ctrl-c; finished
@@ -55,6 +56,8 @@ pub struct Args {
     pub status: crate::capture_status::StatusArgs,
     #[command(flatten)]
     pub archive: crate::capture_archive::ArchiveArgs,
+    #[command(flatten)]
+    pub live: crate::capture_live::LiveArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -123,6 +126,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut packets = 0u64;
     let mut read_error = None;
     match args.hep_listen {
+        _ if args.live.interface.is_some() => {
+            crate::capture_live::live_source(
+                &args.live,
+                &mut mon,
+                &mut packets,
+                &status.board,
+                |part| flush(part, &mut totals, false),
+            )?;
+        }
         Some(addr) => {
             hep_source(addr, args.hep_max_packets, &mut mon, &mut packets, |part| {
                 flush(part, &mut totals, false)

@@ -61,8 +61,11 @@ pub struct PacketFigures {
 pub struct CaptureFigures {
     /// Packets the kernel dropped because the ring was full, since the start.
     pub kernel_drops: u64,
-    /// Share of the ring in use now, 0 to 100.
+    /// Share of the bounded buffer between the capture threads and the analysis in use now,
+    /// 0 to 100.
     pub buffer_used_pct: f64,
+    /// Frames dropped because that buffer was full, since the start.
+    pub buffer_overruns: u64,
 }
 
 /// A bounded queue (the archive writer's).
@@ -230,7 +233,11 @@ pub fn format_line(prev: &Sample, now: &Sample, secs: f64) -> String {
             c.kernel_drops,
             c.kernel_drops.saturating_sub(before)
         ));
-        parts.push(format!("buffer {}%", num(c.buffer_used_pct)));
+        let mut b = format!("buffer {}%", num(c.buffer_used_pct));
+        if c.buffer_overruns > 0 {
+            b += &format!(", overruns {}", c.buffer_overruns);
+        }
+        parts.push(b);
     }
     if let Some(c) = &now.cdr {
         let mut s = format!(
@@ -386,6 +393,7 @@ mod tests {
             capture: Some(CaptureFigures {
                 kernel_drops: 5,
                 buffer_used_pct: 1.0,
+                buffer_overruns: 0,
             }),
             cdr: Some(CdrWriterStats::default()),
             archive: Some(QueueFigures::default()),
@@ -411,6 +419,7 @@ mod tests {
             capture: Some(CaptureFigures {
                 kernel_drops: 7,
                 buffer_used_pct: 3.2,
+                buffer_overruns: 0,
             }),
             cdr: Some(CdrWriterStats {
                 queue_records: 3,

@@ -8,6 +8,7 @@ mod bench;
 mod capture;
 mod capture_archive;
 mod capture_cdr;
+mod capture_live;
 mod capture_status;
 mod cdr;
 mod cdr_pcap;
@@ -15,6 +16,7 @@ mod config;
 mod db;
 mod http;
 mod kv_routes;
+mod replay;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -36,10 +38,12 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
     Db(db::Args),
-    /// Analyse capture files: calls, RTP stream quality, CDRs.
-    Capture(capture::Args),
+    /// Analyse capture files, a live interface or HEP: calls, RTP stream quality, CDRs.
+    Capture(Box<capture::Args>),
     /// Query the stored call detail records.
     Cdr(self::cdr::Args),
+    /// Send the frames of capture files onto an interface (original pace, scaled, or a fixed rate).
+    Replay(replay::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,8 +53,9 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Db(args) => db::run(args),
-        Command::Capture(args) => capture::run(args),
+        Command::Capture(args) => capture::run(*args),
         Command::Cdr(args) => self::cdr::run(args),
+        Command::Replay(args) => replay::run(args),
     }
 }
 

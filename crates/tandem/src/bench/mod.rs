@@ -5,6 +5,7 @@ pub mod agi;
 mod agi_scripts;
 mod archive;
 pub mod capture;
+mod capture_live;
 pub mod floor;
 pub mod kv;
 pub mod report;
@@ -29,6 +30,8 @@ pub enum BenchCommand {
     /// Packet archive: files created and IO operations per minute, tar per minute against one
     /// pcap file per call, for the same concurrent synthetic calls.
     Archive(archive::Args),
+    /// Live capture on a veth pair (root): rising packets/s until loss, and which counter shows where it began.
+    CaptureLive(capture_live::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -39,5 +42,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Kv(args) => kv::run(args),
         BenchCommand::Capture(args) => capture::run(args),
         BenchCommand::Archive(args) => archive::run(args),
+        BenchCommand::CaptureLive(args) => capture_live::run(args),
     }
 }

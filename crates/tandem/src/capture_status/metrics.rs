@@ -48,8 +48,14 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
         ratio(
             e,
             "buffer_used_ratio",
-            "Share of the capture ring in use",
+            "Share of the buffer between capture threads and analysis in use",
             c.buffer_used_pct / 100.0,
+        )?;
+        counter(
+            e,
+            "buffer_overruns",
+            "Frames dropped because the buffer between capture threads and analysis was full",
+            c.buffer_overruns,
         )?;
     }
     if let Some(c) = &s.cdr {
