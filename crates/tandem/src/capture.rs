@@ -47,6 +47,10 @@ pub struct Args {
     /// Call shards (threads) behind the decoding thread; 1 runs everything on one thread.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
+    /// Set by `tandem serve`, which handles SIGTERM itself and stops the capture with
+    /// [`request_stop`].
+    #[arg(skip)]
+    pub signals_handled_elsewhere: bool,
     /// Most calls tracked at once.
     #[arg(long, default_value_t = MonitorConfig::default().max_calls)]
     pub max_calls: usize,
@@ -125,6 +129,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut packets = 0u64;
     let mut read_error = None;
+    if args.read.is_empty() && !args.signals_handled_elsewhere {
+        stop_on_signals();
+    }
     match args.hep_listen {
         _ if args.live.interface.is_some() => {
             crate::capture_live::live_source(
@@ -213,12 +220,38 @@ fn read_files(
     Ok(None)
 }
 
-/// Set by SIGTERM or SIGINT while a HEP source runs.
+/// Set by SIGTERM or SIGINT (or [`request_stop`]) while a HEP or live source runs.
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-extern "C" fn request_stop(_: libc::c_int) {
+extern "C" fn stop_on_signal(_: libc::c_int) {
     // Only an atomic store: async-signal-safe.
     STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Makes SIGTERM and SIGINT stop the running source (its calls are then reported and stored).
+/// `tandem serve` keeps its own handlers and calls [`request_stop`] instead.
+fn stop_on_signals() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            stop_on_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGINT,
+            stop_on_signal as *const () as libc::sighandler_t,
+        );
+    }
+}
+
+/// Stops a running HEP or live source as SIGTERM does.
+pub fn request_stop() {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True once a stop was asked for.
+pub fn stop_requested() -> bool {
+    STOP.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Receives HEP v3 datagrams on `addr` and analyses the packets they carry, as raw IP.
@@ -236,25 +269,12 @@ fn hep_source(
         .with_context(|| format!("cannot listen for HEP on {addr}"))?;
     // Wake up at least once a second to flush finished calls and look at the stop flag.
     socket.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            request_stop as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGINT,
-            request_stop as *const () as libc::sighandler_t,
-        );
-    }
     eprintln!("listening for HEP v3 on udp://{}", socket.local_addr()?);
     let limits = hep::DecodeLimits::default();
     let mut buf = vec![0u8; 65_536];
     let mut datagram = Vec::with_capacity(2048);
     let (mut invalid, mut last_flush) = (0u64, Instant::now());
-    while !STOP.load(std::sync::atomic::Ordering::Relaxed)
-        && max_packets.is_none_or(|m| *packets + invalid < m)
-    {
+    while !stop_requested() && max_packets.is_none_or(|m| *packets + invalid < m) {
         match socket.recv_from(&mut buf) {
             Ok((n, from)) => match hep::decode(&buf[..n], &limits) {
                 Ok(p) => {

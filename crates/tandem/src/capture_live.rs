@@ -497,14 +497,6 @@ fn capture_loop(
     Ok(())
 }
 
-/// Set by SIGTERM or SIGINT while a live capture runs.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn request_stop(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, Ordering::Relaxed);
-}
-
 /// Runs the live capture for `tandem capture --interface`: analyses frames on this thread
 /// until a signal, `--max-packets` or `--duration-s`, flushing finished records every second
 /// through `flush` (the same output and CDR path as `--read`).
@@ -520,17 +512,6 @@ pub fn live_source(
     let captures = opts
         .open()
         .with_context(|| format!("cannot capture on {interface}"))?;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            request_stop as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGINT,
-            request_stop as *const () as libc::sighandler_t,
-        );
-    }
     let live = LiveCapture::start(captures, opts.buffer_bytes_max);
     status.add(live.stats.clone());
     eprintln!(
@@ -548,7 +529,7 @@ pub fn live_source(
     loop {
         let limit_reached = args.max_packets.is_some_and(|m| *packets >= m);
         if !stopping
-            && (STOP.load(Ordering::Relaxed)
+            && (crate::capture::stop_requested()
                 || limit_reached
                 || deadline.is_some_and(|d| Instant::now() >= d))
         {

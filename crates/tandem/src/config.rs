@@ -14,6 +14,7 @@ pub struct Config {
     pub scripts: fastagi::script::ScriptConfig,
     pub metrics: MetricsConfig,
     pub kv: KvConfig,
+    pub capture: CaptureConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -50,6 +51,112 @@ impl Default for MetricsConfig {
     }
 }
 
+/// The call monitor run by `tandem serve` beside FastAGI: the same as `tandem capture
+/// --interface` or `--hep-listen`, with these options (empty strings: off or the default).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CaptureConfig {
+    /// Capture live on this interface (needs root or CAP_NET_RAW). Empty: no live capture.
+    pub interface: String,
+    /// Receive HEP v3 over UDP on this address instead. Empty: off.
+    pub hep_listen: String,
+    /// Kernel filter (pcap-filter subset). Empty: UDP, and TCP on the SIP ports.
+    pub filter: String,
+    pub promiscuous: bool,
+    /// Kernel ring per capture thread, MiB.
+    pub ring_mib: usize,
+    /// Buffer between the capture threads and the analysis, MiB.
+    pub buffer_mib: usize,
+    /// Capture threads sharing the interface (PACKET_FANOUT).
+    pub capture_threads: usize,
+    /// SQLite file of the CDRs.
+    pub cdr_db: std::path::PathBuf,
+    /// PostgreSQL instead (libpq-style `host=... user=... dbname=...`). Empty: SQLite.
+    pub cdr_postgres: String,
+    /// Per-minute tar archive of each call's packets under this directory. Empty: no archive.
+    pub archive_dir: String,
+    /// What the archive keeps: sip, headers (SIP and RTP headers) or full.
+    pub archive_store: String,
+    /// Seconds between status lines in the log (0: none).
+    pub status_interval_s: u64,
+    /// The capture's Prometheus metrics on their own address. Empty: off.
+    pub metrics_listen: String,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig {
+            interface: String::new(),
+            hep_listen: String::new(),
+            filter: String::new(),
+            promiscuous: false,
+            ring_mib: 64,
+            buffer_mib: 64,
+            capture_threads: 1,
+            cdr_db: "tandem-data/cdr.sqlite3".into(),
+            cdr_postgres: String::new(),
+            archive_dir: String::new(),
+            archive_store: "headers".into(),
+            status_interval_s: 10,
+            metrics_listen: String::new(),
+        }
+    }
+}
+
+impl CaptureConfig {
+    /// Whether `tandem serve` runs a capture.
+    pub fn enabled(&self) -> bool {
+        !self.interface.is_empty() || !self.hep_listen.is_empty()
+    }
+
+    /// The `tandem capture` command line these settings mean, parsed as the command parses it
+    /// (so the checks and defaults are the command's).
+    pub fn to_args(&self) -> anyhow::Result<crate::capture::Args> {
+        #[derive(clap::Parser)]
+        struct Capture {
+            #[command(flatten)]
+            args: crate::capture::Args,
+        }
+        let mut argv: Vec<String> = vec!["capture".into()];
+        let mut opt = |name: &str, value: &dyn std::fmt::Display| {
+            argv.push(format!("--{name}"));
+            argv.push(value.to_string());
+        };
+        if !self.interface.is_empty() {
+            opt("interface", &self.interface);
+            if !self.filter.is_empty() {
+                opt("filter", &self.filter);
+            }
+            opt("ring-mib", &self.ring_mib);
+            opt("buffer-mib", &self.buffer_mib);
+            opt("capture-threads", &self.capture_threads);
+        }
+        if !self.hep_listen.is_empty() {
+            opt("hep-listen", &self.hep_listen);
+        }
+        opt("cdr-db", &self.cdr_db.display());
+        if !self.cdr_postgres.is_empty() {
+            opt("cdr-postgres", &self.cdr_postgres);
+        }
+        if !self.archive_dir.is_empty() {
+            opt("archive", &self.archive_dir);
+            opt("archive-store", &self.archive_store);
+        }
+        opt("status-interval-s", &self.status_interval_s);
+        if !self.metrics_listen.is_empty() {
+            opt("metrics-listen", &self.metrics_listen);
+        }
+        if self.promiscuous && !self.interface.is_empty() {
+            argv.push("--promiscuous".into());
+        }
+        let mut args = <Capture as clap::Parser>::try_parse_from(&argv)
+            .map_err(|e| anyhow::anyhow!("[capture]: {}", e.render().to_string().trim()))?
+            .args;
+        args.signals_handled_elsewhere = true;
+        Ok(args)
+    }
+}
+
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
@@ -60,6 +167,12 @@ impl Config {
             .fastagi
             .validate()
             .map_err(|e| anyhow::anyhow!("configuration file {}: {e}", path.display()))?;
+        if config.capture.enabled() {
+            config
+                .capture
+                .to_args()
+                .with_context(|| format!("configuration file {}", path.display()))?;
+        }
         Ok(config)
     }
 }
@@ -78,6 +191,49 @@ mod tests {
         assert_eq!(example.metrics.listen, defaults.metrics.listen);
         assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
         assert_eq!(example.kv.script_families, defaults.kv.script_families);
+        assert_eq!(example.capture, defaults.capture);
+    }
+
+    /// `[capture]` in `tandem serve` means what the same options mean to `tandem capture`, and
+    /// its defaults are the command's.
+    #[test]
+    fn capture_settings_are_the_capture_command_line() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Capture {
+            #[command(flatten)]
+            args: crate::capture::Args,
+        }
+        let capture = CaptureConfig {
+            interface: "eth1".into(),
+            ..CaptureConfig::default()
+        };
+        let mut from_config = capture.to_args().unwrap();
+        assert!(from_config.signals_handled_elsewhere);
+        from_config.signals_handled_elsewhere = false;
+        let from_command = Capture::parse_from(["capture", "--interface", "eth1"]).args;
+        assert_eq!(format!("{from_config:?}"), format!("{from_command:?}"));
+
+        let hep = CaptureConfig {
+            hep_listen: "127.0.0.1:9060".into(),
+            archive_dir: "/var/spool/tandem".into(),
+            archive_store: "full".into(),
+            ..CaptureConfig::default()
+        };
+        let args = hep.to_args().unwrap();
+        assert_eq!(args.hep_listen, Some("127.0.0.1:9060".parse().unwrap()));
+        assert!(!CaptureConfig::default().enabled());
+
+        let both = CaptureConfig {
+            interface: "eth1".into(),
+            hep_listen: "127.0.0.1:9060".into(),
+            ..CaptureConfig::default()
+        };
+        let err = both.to_args().unwrap_err().to_string();
+        assert!(
+            err.starts_with("[capture]:") && err.contains("cannot be used with"),
+            "{err}"
+        );
     }
 
     #[test]

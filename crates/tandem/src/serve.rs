@@ -76,6 +76,23 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         router = router.fallback("script", runner);
     }
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
+    // The call monitor, when configured, on a thread of its own (it blocks on its sources).
+    let capture = if config.capture.enabled() {
+        let args = config.capture.to_args()?;
+        info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
+        Some(
+            std::thread::Builder::new()
+                .name("capture".into())
+                .spawn(move || {
+                    // Said at once: FastAGI goes on serving without the monitor.
+                    if let Err(e) = crate::capture::run(args) {
+                        tracing::error!(error = format!("{e:#}"), "call monitor stopped");
+                    }
+                })?,
+        )
+    } else {
+        None
+    };
     let http = crate::http::bind(config.metrics.listen).await?;
     info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);
 
@@ -101,6 +118,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "FastAGI server stopped"
     );
     http_task.await??;
+    if let Some(capture) = capture {
+        // Its calls in progress are reported and stored as the command does at SIGTERM.
+        crate::capture::request_stop();
+        if tokio::task::spawn_blocking(move || capture.join())
+            .await?
+            .is_err()
+        {
+            tracing::error!("the call monitor thread panicked");
+        }
+    }
     Ok(())
 }
 

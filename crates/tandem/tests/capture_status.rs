@@ -178,3 +178,67 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("status-call@192.0.2.10"), "{text}");
 }
+
+/// `tandem serve` with a `[capture]` section runs the call monitor beside FastAGI: its status
+/// line appears in the server's log, and SIGTERM stops both, storing the calls it saw.
+#[test]
+fn serve_runs_the_configured_capture_and_stores_its_calls_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let hep_port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nhep_listen = \"127.0.0.1:{hep_port}\"\ncdr_db = \"{}\"\nstatus_interval_s = 1\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .env("TANDEM_LOG", "info")
+        .args([
+            "serve",
+            "--agi-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("kv"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        for l in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    line_with(&lines, "listening for HEP v3");
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for p in one_call_as_hep() {
+        sender.send_to(&p, ("127.0.0.1", hep_port)).unwrap();
+    }
+    line_with(&lines, "active, 1 total");
+
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["cdr", "list", "--json", "--cdr-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("status-call@192.0.2.10"), "{text}");
+}
