@@ -51,6 +51,13 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `tandem capture`'s options alone, to parse them as the command does.
+#[derive(clap::Parser)]
+struct CaptureCommand {
+    #[command(flatten)]
+    args: crate::capture::Args,
+}
+
 /// The call monitor run by `tandem serve` beside FastAGI: the same as `tandem capture
 /// --interface` or `--hep-listen`, with these options (empty strings: off or the default).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -112,11 +119,6 @@ impl CaptureConfig {
     /// The `tandem capture` command line these settings mean, parsed as the command parses it
     /// (so the checks and defaults are the command's).
     pub fn to_args(&self) -> anyhow::Result<crate::capture::Args> {
-        #[derive(clap::Parser)]
-        struct Capture {
-            #[command(flatten)]
-            args: crate::capture::Args,
-        }
         let mut argv: Vec<String> = vec!["capture".into()];
         let mut opt = |name: &str, value: &dyn std::fmt::Display| {
             argv.push(format!("--{name}"));
@@ -149,7 +151,7 @@ impl CaptureConfig {
         if self.promiscuous && !self.interface.is_empty() {
             argv.push("--promiscuous".into());
         }
-        let mut args = <Capture as clap::Parser>::try_parse_from(&argv)
+        let mut args = <CaptureCommand as clap::Parser>::try_parse_from(&argv)
             .map_err(|e| anyhow::anyhow!("[capture]: {}", e.render().to_string().trim()))?
             .args;
         args.signals_handled_elsewhere = true;
@@ -199,11 +201,6 @@ mod tests {
     #[test]
     fn capture_settings_are_the_capture_command_line() {
         use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Capture {
-            #[command(flatten)]
-            args: crate::capture::Args,
-        }
         let capture = CaptureConfig {
             interface: "eth1".into(),
             ..CaptureConfig::default()
@@ -211,7 +208,7 @@ mod tests {
         let mut from_config = capture.to_args().unwrap();
         assert!(from_config.signals_handled_elsewhere);
         from_config.signals_handled_elsewhere = false;
-        let from_command = Capture::parse_from(["capture", "--interface", "eth1"]).args;
+        let from_command = CaptureCommand::parse_from(["capture", "--interface", "eth1"]).args;
         assert_eq!(format!("{from_config:?}"), format!("{from_command:?}"));
 
         let hep = CaptureConfig {

@@ -81,26 +81,26 @@ fn line_with(lines: &mpsc::Receiver<String>, what: &str) -> String {
     }
 }
 
-#[test]
-fn a_hep_capture_serves_metrics_and_logs_its_status() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("cdr.sqlite3");
-    let hep_port = UdpSocket::bind("127.0.0.1:0")
+/// A UDP port on loopback that nothing listens on now.
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+/// Starts `tandem` with `args`, logging at info level; its log lines arrive on the receiver.
+fn spawn_logging(
+    args: &[&std::ffi::OsStr],
+) -> (
+    std::process::Child,
+    mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
         .env("TANDEM_LOG", "info")
-        .args(["capture", "--hep-listen", &format!("127.0.0.1:{hep_port}")])
-        .args([
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--status-interval-s",
-            "1",
-        ])
-        .arg("--cdr-db")
-        .arg(&db)
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -112,6 +112,44 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
             let _ = tx.send(l);
         }
     });
+    (child, lines, reader)
+}
+
+/// SIGTERM, a clean exit, then the CDRs stored in `db` as `tandem cdr list --json` prints them.
+fn stop_and_list_cdrs(
+    mut child: std::process::Child,
+    reader: std::thread::JoinHandle<()>,
+    db: &std::path::Path,
+) -> String {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["cdr", "list", "--json", "--cdr-db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_hep_capture_serves_metrics_and_logs_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let hep_port = free_udp_port();
+    let hep = format!("127.0.0.1:{hep_port}");
+    let (child, lines, reader) = spawn_logging(&[
+        "capture".as_ref(),
+        "--hep-listen".as_ref(),
+        hep.as_ref(),
+        "--metrics-listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--status-interval-s".as_ref(),
+        "1".as_ref(),
+        "--cdr-db".as_ref(),
+        db.as_os_str(),
+    ]);
 
     // "metrics on http://127.0.0.1:PORT/metrics": the port the system chose.
     let l = line_with(&lines, "metrics on http://");
@@ -165,17 +203,7 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
     }
     assert!(!status.contains("kernel drops"), "{status}");
 
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
-    reader.join().unwrap();
-    // The call was stored on the way out.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["cdr", "list", "--json", "--cdr-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stop_and_list_cdrs(child, reader, &db);
     assert!(text.contains("status-call@192.0.2.10"), "{text}");
 }
 
@@ -185,11 +213,7 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
 fn serve_runs_the_configured_capture_and_stores_its_calls_at_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cdr.sqlite3");
-    let hep_port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let hep_port = free_udp_port();
     let config = dir.path().join("tandem.toml");
     std::fs::write(
         &config,
@@ -199,30 +223,18 @@ fn serve_runs_the_configured_capture_and_stores_its_calls_at_sigterm() {
         ),
     )
     .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .env("TANDEM_LOG", "info")
-        .args([
-            "serve",
-            "--agi-listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("kv"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        for l in stderr.lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let kv = dir.path().join("kv");
+    let (child, lines, reader) = spawn_logging(&[
+        "serve".as_ref(),
+        "--agi-listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--metrics-listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--data-dir".as_ref(),
+        kv.as_os_str(),
+    ]);
     line_with(&lines, "listening for HEP v3");
     let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
     for p in one_call_as_hep() {
@@ -230,15 +242,6 @@ fn serve_runs_the_configured_capture_and_stores_its_calls_at_sigterm() {
     }
     line_with(&lines, "active, 1 total");
 
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
-    reader.join().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["cdr", "list", "--json", "--cdr-db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stop_and_list_cdrs(child, reader, &db);
     assert!(text.contains("status-call@192.0.2.10"), "{text}");
 }
