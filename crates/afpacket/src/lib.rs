@@ -88,3 +88,27 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+impl Error {
+    /// The error of system call `op` on `interface`: a permission error says what is needed,
+    /// any other keeps the system's error.
+    pub(crate) fn io<'a>(
+        interface: &'a str,
+        op: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> Error + 'a {
+        move |source| {
+            if matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
+                Error::Permission {
+                    interface: interface.to_string(),
+                    op,
+                }
+            } else {
+                Error::Io {
+                    interface: interface.to_string(),
+                    op,
+                    source,
+                }
+            }
+        }
+    }
+}

@@ -149,23 +149,6 @@ pub struct Capture {
 // lent through `&mut self`.
 unsafe impl Send for Capture {}
 
-fn io_err<'a>(interface: &'a str, op: &'static str) -> impl FnOnce(io::Error) -> Error + 'a {
-    move |source| {
-        if matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
-            Error::Permission {
-                interface: interface.to_string(),
-                op,
-            }
-        } else {
-            Error::Io {
-                interface: interface.to_string(),
-                op,
-                source,
-            }
-        }
-    }
-}
-
 impl Capture {
     /// Opens the ring on `interface`. The filter is attached before the socket is bound, so
     /// no frame it rejects is ever queued.
@@ -193,9 +176,9 @@ impl Capture {
         }
         let ifindex =
             sys::ifindex(interface).ok_or_else(|| Error::NoSuchInterface(interface.to_string()))?;
-        let fd = sys::packet_socket().map_err(io_err(interface, "opening a packet socket"))?;
+        let fd = sys::packet_socket().map_err(Error::io(interface, "opening a packet socket"))?;
         let hatype = sys::hardware_type(&fd, interface)
-            .map_err(io_err(interface, "reading the hardware type"))?;
+            .map_err(Error::io(interface, "reading the hardware type"))?;
         if hatype != sys::ARPHRD_ETHER && hatype != sys::ARPHRD_LOOPBACK {
             return Err(Error::NotEthernet {
                 interface: interface.to_string(),
@@ -203,9 +186,9 @@ impl Capture {
             });
         }
         sys::setsockopt(&fd, sys::SOL_PACKET, sys::PACKET_VERSION, &sys::TPACKET_V3)
-            .map_err(io_err(interface, "selecting TPACKET_V3"))?;
+            .map_err(Error::io(interface, "selecting TPACKET_V3"))?;
         if let Some(filter) = &cfg.filter {
-            attach_filter(&fd, filter).map_err(io_err(interface, "attaching the BPF filter"))?;
+            attach_filter(&fd, filter).map_err(Error::io(interface, "attaching the BPF filter"))?;
         }
         let req = sys::TpacketReq3 {
             block_size: ring.block_bytes as u32,
@@ -224,7 +207,7 @@ impl Capture {
                     bytes: ring.ring_bytes(),
                     source,
                 },
-                _ => io_err(interface, "setting up the ring")(source),
+                _ => Error::io(interface, "setting up the ring")(source),
             }
         })?;
         let ring_bytes = ring.ring_bytes();
@@ -260,7 +243,7 @@ impl Capture {
             malformed_blocks: 0,
         };
         sys::bind(&cap.fd, ifindex, sys::ETH_P_ALL)
-            .map_err(io_err(interface, "binding to the interface"))?;
+            .map_err(Error::io(interface, "binding to the interface"))?;
         if cfg.promiscuous {
             let mreq = sys::PacketMreq {
                 ifindex: ifindex as libc::c_int,
@@ -269,15 +252,14 @@ impl Capture {
                 address: [0; 8],
             };
             sys::setsockopt(&cap.fd, sys::SOL_PACKET, sys::PACKET_ADD_MEMBERSHIP, &mreq)
-                .map_err(io_err(interface, "entering promiscuous mode"))?;
+                .map_err(Error::io(interface, "entering promiscuous mode"))?;
         }
         if let Some(f) = cfg.fanout {
             let arg: u32 = u32::from(f.group_id)
                 | ((sys::PACKET_FANOUT_HASH | sys::PACKET_FANOUT_FLAG_DEFRAG) << 16);
-            sys::setsockopt(&cap.fd, sys::SOL_PACKET, sys::PACKET_FANOUT, &arg).map_err(io_err(
-                interface,
-                "joining the fanout group (PACKET_FANOUT)",
-            ))?;
+            sys::setsockopt(&cap.fd, sys::SOL_PACKET, sys::PACKET_FANOUT, &arg).map_err(
+                Error::io(interface, "joining the fanout group (PACKET_FANOUT)"),
+            )?;
         }
         Ok(cap)
     }
@@ -321,7 +303,7 @@ impl Capture {
                 if e.kind() == io::ErrorKind::Interrupted {
                     return Ok(None);
                 }
-                return Err(io_err(&self.interface, "waiting for frames")(e));
+                return Err(Error::io(&self.interface, "waiting for frames")(e));
             }
             if self.status(self.next).load(Ordering::Acquire) & sys::TP_STATUS_USER == 0 {
                 return Ok(None);
@@ -368,7 +350,7 @@ impl Capture {
                 &mut len,
             )
         })
-        .map_err(io_err(&self.interface, "reading PACKET_STATISTICS"))?;
+        .map_err(Error::io(&self.interface, "reading PACKET_STATISTICS"))?;
         self.totals.packets += u64::from(st.packets);
         self.totals.drops += u64::from(st.drops);
         self.totals.freezes += u64::from(st.freeze_q_cnt);

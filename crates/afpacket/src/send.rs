@@ -17,22 +17,7 @@ impl Sender {
     pub fn open(interface: &str) -> Result<Sender, Error> {
         let ifindex =
             sys::ifindex(interface).ok_or_else(|| Error::NoSuchInterface(interface.to_string()))?;
-        let err = |op: &'static str| {
-            move |source: io::Error| {
-                if matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
-                    Error::Permission {
-                        interface: interface.to_string(),
-                        op,
-                    }
-                } else {
-                    Error::Io {
-                        interface: interface.to_string(),
-                        op,
-                        source,
-                    }
-                }
-            }
-        };
+        let err = |op| Error::io(interface, op);
         let fd = sys::packet_socket().map_err(err("opening a packet socket"))?;
         sys::bind(&fd, ifindex, 0).map_err(err("binding to the interface"))?;
         Ok(Sender {
