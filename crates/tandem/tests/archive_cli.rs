@@ -7,6 +7,8 @@
 //! and is skipped when the directory is absent. Parts that need `tshark`, `tar` or `script` are
 //! skipped with a message when the tool is missing.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -493,15 +495,10 @@ fn cdr_pcap_errors_say_what_is_wrong() {
 #[test]
 fn hep_input_is_archived_like_a_file() {
     use std::io::{BufRead, BufReader};
-    use std::net::{IpAddr, UdpSocket};
 
     let work = tempfile::tempdir().unwrap();
     let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_udp_port();
     let mut child = tandem()
         .args(["capture", "--hep-listen", &format!("127.0.0.1:{port}")])
         .args(["--hep-max-packets", "6", "--archive"])
@@ -516,43 +513,8 @@ fn hep_input_is_archived_like_a_file() {
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     assert!(line.contains("listening for HEP v3"), "{line}");
-    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
     let call_id = "hep-archive@192.0.2.10";
-    let messages = [
-        ("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
-        ("SIP/2.0 100 Trying", false, "1 INVITE"),
-        ("SIP/2.0 200 OK", false, "1 INVITE"),
-        ("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
-        ("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
-        ("SIP/2.0 200 OK", false, "2 BYE"),
-    ];
-    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for (i, (first, from_a, cseq)) in messages.iter().enumerate() {
-        let text = format!(
-            "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{i}\r\n\
-From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>;tag=b2\r\n\
-Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
-        );
-        let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
-        let packet = hep::HepPacket {
-            ip_protocol: 17,
-            src_ip,
-            dst_ip,
-            src_port: 5060,
-            dst_port: 5060,
-            ts_sec: 1_795_239_000 + i as u32,
-            ts_usec: 0,
-            protocol_type: hep::ProtocolType::SIP,
-            capture_id: 2001,
-            keep_alive_timer: None,
-            auth_key: None,
-            payload: hep::Payload::Raw(text.as_bytes()),
-            correlation_id: None,
-        };
-        sender
-            .send_to(&packet.to_bytes().unwrap(), ("127.0.0.1", port))
-            .unwrap();
-    }
+    common::send_udp(port, &common::one_call_as_hep(call_id));
     assert!(child.wait().unwrap().success());
     let c = calls(&db);
     assert_eq!(c.len(), 1);
@@ -572,7 +534,9 @@ Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
         let cseqs: Vec<String> = tshark(&file, "sip", &["sip.CSeq"]);
         assert_eq!(
             cseqs,
-            messages.iter().map(|m| m.2.to_string()).collect::<Vec<_>>()
+            [
+                "1 INVITE", "1 INVITE", "1 INVITE", "1 ACK", "2 BYE", "2 BYE"
+            ]
         );
     }
 }

@@ -1,5 +1,7 @@
 //! `tandem capture` and `tandem cdr` as a user runs them, on synthetic captures.
 
+mod common;
+
 use std::process::Command;
 
 use monitor::synth::{SynthConfig, generate};
@@ -166,13 +168,8 @@ fn truncated_capture_reports_file_and_offset_and_keeps_calls() {
 #[test]
 fn hep_listen_builds_calls_from_hep_packets() {
     use std::io::{BufRead, BufReader};
-    use std::net::{IpAddr, UdpSocket};
 
-    let port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_udp_port();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "capture",
@@ -191,54 +188,10 @@ fn hep_listen_builds_calls_from_hep_packets() {
     stderr.read_line(&mut line).unwrap();
     assert!(line.contains("listening for HEP v3"), "{line}");
 
-    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
     let call_id = "hep-test-call@192.0.2.10";
-    let sip = |first: &str, from_a: bool, cseq: &str| -> (bool, String) {
-        let msg = format!(
-            "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{cseq}\r\n\
-From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>{}\r\n\
-Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n",
-            if first.starts_with("INVITE") {
-                ""
-            } else {
-                ";tag=b2"
-            }
-        );
-        (from_a, msg)
-    };
-    let messages = [
-        sip("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
-        sip("SIP/2.0 100 Trying", false, "1 INVITE"),
-        sip("SIP/2.0 200 OK", false, "1 INVITE"),
-        sip("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
-        sip("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
-        sip("SIP/2.0 200 OK", false, "2 BYE"),
-    ];
-    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sender
-        .send_to(b"not a HEP packet", ("127.0.0.1", port))
-        .unwrap();
-    for (i, (from_a, text)) in messages.iter().enumerate() {
-        let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
-        let packet = hep::HepPacket {
-            ip_protocol: 17,
-            src_ip,
-            dst_ip,
-            src_port: 5060,
-            dst_port: 5060,
-            ts_sec: 1_795_239_000 + i as u32,
-            ts_usec: 0,
-            protocol_type: hep::ProtocolType::SIP,
-            capture_id: 2001,
-            keep_alive_timer: None,
-            auth_key: None,
-            payload: hep::Payload::Raw(text.as_bytes()),
-            correlation_id: None,
-        };
-        sender
-            .send_to(&packet.to_bytes().unwrap(), ("127.0.0.1", port))
-            .unwrap();
-    }
+    let mut datagrams = vec![b"not a HEP packet".to_vec()];
+    datagrams.extend(common::one_call_as_hep(call_id));
+    common::send_udp(port, &datagrams);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();

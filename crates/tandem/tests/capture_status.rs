@@ -1,58 +1,13 @@
 //! A running `tandem capture --hep-listen` reports its status: `/metrics` over real HTTP, and
 //! the status line in its log.
 
+mod common;
+
+use common::{free_udp_port, one_call_as_hep, send_udp};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// The six HEP packets of one answered and ended call.
-fn one_call_as_hep() -> Vec<Vec<u8>> {
-    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
-    let call_id = "status-call@192.0.2.10";
-    let messages = [
-        ("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
-        ("SIP/2.0 100 Trying", false, "1 INVITE"),
-        ("SIP/2.0 200 OK", false, "1 INVITE"),
-        ("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
-        ("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
-        ("SIP/2.0 200 OK", false, "2 BYE"),
-    ];
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, (first, from_a, cseq))| {
-            let to_tag = if first.starts_with("INVITE") {
-                ""
-            } else {
-                ";tag=b2"
-            };
-            let text = format!(
-                "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{i}\r\n\
-                 From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>{to_tag}\r\n\
-                 Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
-            );
-            let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
-            hep::HepPacket {
-                ip_protocol: 17,
-                src_ip,
-                dst_ip,
-                src_port: 5060,
-                dst_port: 5060,
-                ts_sec: 1_795_239_000 + i as u32,
-                ts_usec: 0,
-                protocol_type: hep::ProtocolType::SIP,
-                capture_id: 2001,
-                keep_alive_timer: None,
-                auth_key: None,
-                payload: hep::Payload::Raw(text.as_bytes()),
-                correlation_id: None,
-            }
-            .to_bytes()
-            .unwrap()
-        })
-        .collect()
-}
 
 /// `GET path` over a plain TCP connection; the whole response, headers included.
 fn http_get(addr: SocketAddr, path: &str) -> String {
@@ -79,15 +34,6 @@ fn line_with(lines: &mpsc::Receiver<String>, what: &str) -> String {
             Err(e) => panic!("no log line with {what:?}: {e}"),
         }
     }
-}
-
-/// A UDP port on loopback that nothing listens on now.
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts `tandem` with `args`, logging at info level; its log lines arrive on the receiver.
@@ -157,10 +103,7 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
     let metrics: SocketAddr = l[at..].split('/').next().unwrap().parse().unwrap();
     line_with(&lines, "listening for HEP v3");
 
-    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for p in one_call_as_hep() {
-        sender.send_to(&p, ("127.0.0.1", hep_port)).unwrap();
-    }
+    send_udp(hep_port, &one_call_as_hep("status-call@192.0.2.10"));
     // The monitor publishes its counters every second in HEP mode: ask until they show.
     let deadline = Instant::now() + Duration::from_secs(60);
     let body = loop {
@@ -236,10 +179,7 @@ fn serve_runs_the_configured_capture_and_stores_its_calls_at_sigterm() {
         kv.as_os_str(),
     ]);
     line_with(&lines, "listening for HEP v3");
-    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for p in one_call_as_hep() {
-        sender.send_to(&p, ("127.0.0.1", hep_port)).unwrap();
-    }
+    send_udp(hep_port, &one_call_as_hep("status-call@192.0.2.10"));
     line_with(&lines, "active, 1 total");
 
     let text = stop_and_list_cdrs(child, reader, &db);

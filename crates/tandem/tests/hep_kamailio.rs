@@ -3,6 +3,9 @@
 //! sends to `tandem capture --hep-listen` with its `siptrace` module. Tandem must see every call,
 //! answered and hung up by the caller. Skips with a message when either program is missing.
 
+mod common;
+
+use common::free_udp_port;
 use std::io::{BufRead, BufReader, Read};
 use std::net::UdpSocket;
 use std::path::Path;
@@ -48,14 +51,6 @@ impl Drop for Running {
             let _ = self.0.wait();
         }
     }
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// True once some process has bound `port` on loopback: binding it ourselves then fails.

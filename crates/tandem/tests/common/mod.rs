@@ -1,0 +1,72 @@
+//! What several of the binary's tests need: a free UDP port, and one call as a HEP sender
+//! (Kamailio's siptrace, heplify) would send it.
+// Each test binary uses part of this module.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, UdpSocket};
+
+/// A UDP port on loopback that nothing listens on now.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The six HEP v3 packets of one call from 1001@192.0.2.10 to 2002@192.0.2.20, answered and
+/// ended by the caller: INVITE, 100, 200, ACK, BYE, 200, one second apart from
+/// 2026-11-21 05:30:00 UTC.
+pub fn one_call_as_hep(call_id: &str) -> Vec<Vec<u8>> {
+    let (a, b): (IpAddr, IpAddr) = ("192.0.2.10".parse().unwrap(), "192.0.2.20".parse().unwrap());
+    let messages = [
+        ("INVITE sip:2002@192.0.2.20 SIP/2.0", true, "1 INVITE"),
+        ("SIP/2.0 100 Trying", false, "1 INVITE"),
+        ("SIP/2.0 200 OK", false, "1 INVITE"),
+        ("ACK sip:2002@192.0.2.20 SIP/2.0", true, "1 ACK"),
+        ("BYE sip:2002@192.0.2.20 SIP/2.0", true, "2 BYE"),
+        ("SIP/2.0 200 OK", false, "2 BYE"),
+    ];
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, (first, from_a, cseq))| {
+            let to_tag = if first.starts_with("INVITE") {
+                ""
+            } else {
+                ";tag=b2"
+            };
+            let text = format!(
+                "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{i}\r\n\
+                 From: <sip:1001@192.0.2.10>;tag=a1\r\nTo: <sip:2002@192.0.2.20>{to_tag}\r\n\
+                 Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+            );
+            let (src_ip, dst_ip) = if *from_a { (a, b) } else { (b, a) };
+            hep::HepPacket {
+                ip_protocol: 17,
+                src_ip,
+                dst_ip,
+                src_port: 5060,
+                dst_port: 5060,
+                ts_sec: 1_795_239_000 + i as u32,
+                ts_usec: 0,
+                protocol_type: hep::ProtocolType::SIP,
+                capture_id: 2001,
+                keep_alive_timer: None,
+                auth_key: None,
+                payload: hep::Payload::Raw(text.as_bytes()),
+                correlation_id: None,
+            }
+            .to_bytes()
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Sends `packets` to 127.0.0.1:`port` from a socket of its own, in order.
+pub fn send_udp(port: u16, packets: &[Vec<u8>]) {
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for p in packets {
+        sender.send_to(p, ("127.0.0.1", port)).unwrap();
+    }
+}
