@@ -40,6 +40,7 @@ mod sys;
 
 pub use ring::{
     Block, Capture, CaptureConfig, Fanout, Frame, Frames, MAX_RING_BYTES, RingConfig, VlanTag,
+    walk_block_image,
 };
 pub use send::Sender;
 

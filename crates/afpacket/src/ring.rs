@@ -447,6 +447,20 @@ impl<'a> Block<'a> {
     }
 }
 
+/// Walks a block image laid out as the kernel writes one (from the block's first byte) exactly
+/// as a captured block is walked, and returns each frame's captured length and whether the
+/// block was malformed. For fuzzing the bounds checks on what the ring holds.
+#[doc(hidden)]
+pub fn walk_block_image(image: &[u8]) -> (Vec<usize>, bool) {
+    let Some(body) = image.get(block::NUM_PKTS..) else {
+        return (Vec::new(), false);
+    };
+    let status = AtomicU32::new(0);
+    let block = Block::new(body, &status);
+    let lengths = block.frames().map(|f| f.data.len()).collect();
+    (lengths, block.is_malformed())
+}
+
 impl Drop for Block<'_> {
     fn drop(&mut self) {
         // Release: our reads of the block happen before the kernel may reuse it.
