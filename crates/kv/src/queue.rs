@@ -156,8 +156,6 @@ struct State {
     /// Queued operations whose caller waits (sync writes, barriers): commit without delay.
     urgent: usize,
     closed: Option<String>,
-    /// The writer sleeps with nothing queued, until woken: the next write must wake it.
-    writer_idle: bool,
 }
 
 pub(crate) struct Queue {
@@ -222,7 +220,6 @@ impl Queue {
                 reserved_bytes: 0,
                 next_seq: 1,
                 urgent: 0,
-                writer_idle: false,
                 closed: None,
             }),
             to_writer: Condvar::new(),
@@ -265,13 +262,10 @@ impl Queue {
             bytes,
             at: Instant::now(),
         });
-        // A caller that waits, a full batch, or the first write to an idle writer wakes it;
-        // other async writes do not pay for waking a thread: the writer, already awake for the
-        // first, commits them when the oldest is `flush_interval` old.
-        let wake = waits
-            || st.ops.len() == self.batch_ops_max
-            || self.flush_interval.is_zero()
-            || std::mem::take(&mut st.writer_idle);
+        // Only a caller that waits, or a full batch, wakes the writer: an async write never
+        // pays for waking a thread (the writer looks for async writes every flush interval;
+        // with no interval, it is woken at once).
+        let wake = waits || st.ops.len() == self.batch_ops_max || self.flush_interval.is_zero();
         drop(st);
         if wake {
             self.to_writer.notify_one();
@@ -347,8 +341,8 @@ impl Queue {
 
     /// The writer's side: waits for a batch. Returns at once when a caller waits (sync write or
     /// barrier), otherwise when the oldest async write is `flush_interval` old or the batch is
-    /// full. `None` once closed and drained. With nothing queued it sleeps until a write
-    /// wakes it.
+    /// full. `None` once closed and drained. With nothing queued it looks again every
+    /// `flush_interval`, as async writes do not wake it.
     pub fn take_batch(&self) -> Option<Vec<Queued>> {
         let (batch_ops_max, flush_interval) = (self.batch_ops_max, self.flush_interval);
         let mut st = self.state.lock();
@@ -357,10 +351,11 @@ impl Queue {
                 if st.closed.is_some() {
                     return None;
                 }
-                // Sleeps until a write comes: an idle store costs no wake-ups.
-                st.writer_idle = true;
-                self.to_writer.wait(&mut st);
-                st.writer_idle = false;
+                if flush_interval.is_zero() {
+                    self.to_writer.wait(&mut st);
+                } else {
+                    self.to_writer.wait_for(&mut st, flush_interval);
+                }
                 continue;
             }
             if st.urgent > 0 || st.closed.is_some() || st.ops.len() >= batch_ops_max {

@@ -28,8 +28,8 @@ pub struct Options {
     /// How writes are acknowledged unless a call says otherwise. Default `Sync`.
     pub durability: Durability,
     /// The longest an async write waits before the writer starts committing it. Default 10 ms.
-    /// Only the first async write to an idle writer wakes it (a system call); the others wait
-    /// for the commit it starts this long after the oldest.
+    /// Async writes never wake the writer (that would cost each a system call); it looks for
+    /// them this often, also when idle.
     pub flush_interval_ms: u64,
     /// Values up to this size are kept in memory from open; larger ones stay on disk and are
     /// read (and cached) on request. Default 4096 bytes.
