@@ -275,6 +275,35 @@ impl Command {
         "WAIT FOR DIGIT",
     ];
 
+    /// The commands Asterisk still runs once the channel has hung up: those res_agi registers
+    /// with its `dead` flag set (res_agi.c, the `commands` table). Every other command, GOSUB
+    /// (app_stack) included, answers `511` on a dead channel.
+    pub const DEAD_CHANNEL_NAMES: [&'static str; 13] = [
+        "ASYNCAGI BREAK",
+        "DATABASE DEL",
+        "DATABASE DELTREE",
+        "DATABASE GET",
+        "DATABASE PUT",
+        "EXEC",
+        "GET FULL VARIABLE",
+        "GET VARIABLE",
+        "NOOP",
+        "SET VARIABLE",
+        "SPEECH DESTROY",
+        "SPEECH UNLOAD GRAMMAR",
+        "VERBOSE",
+    ];
+
+    /// True when the command needs a live channel: on a dead one Asterisk answers `511`, and
+    /// a `-1` from it may mean that the caller hung up while it ran. False for the commands
+    /// permitted on a dead channel and for lines that name no AGI command.
+    pub fn needs_live_channel(&self) -> bool {
+        match self {
+            Command::Raw(line) => command_name(line).is_some_and(needs_live_channel),
+            _ => needs_live_channel(self.parts().0),
+        }
+    }
+
     pub fn get_variable(name: impl Into<String>) -> Self {
         Command::GetVariable { name: name.into() }
     }
@@ -598,6 +627,27 @@ impl Command {
     }
 }
 
+/// The AGI command a command line asks for, as its name in [`Command::NAMES`]: the words are
+/// compared without regard to case, as Asterisk's `find_command` does (`noop` is `NOOP`). `None`
+/// for a line that names no command of res_agi (`NOOP\r` included: a CR is not a separator).
+pub fn command_name(line: &str) -> Option<&'static str> {
+    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
+    let first = words.next()?;
+    let (second, third) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let given = [first, second, third];
+    Command::NAMES.iter().copied().find(|name| {
+        name.split(' ')
+            .zip(given)
+            .all(|(want, got)| want.eq_ignore_ascii_case(got))
+    })
+}
+
+/// True when the command named `name` (as in [`Command::NAMES`]) needs a live channel; see
+/// [`Command::needs_live_channel`].
+pub fn needs_live_channel(name: &str) -> bool {
+    Command::NAMES.contains(&name) && !Command::DEAD_CHANNEL_NAMES.contains(&name)
+}
+
 /// Appends the command line `name args...` with its `\n` to `out`, quoting each argument as
 /// [`Command`] does. For callers that have the words at hand and no [`Command`] to build.
 pub fn encode_command(
@@ -754,6 +804,49 @@ mod tests {
             max_digits: None,
         };
         assert_eq!(c.encode().unwrap(), "GET DATA beep\n");
+    }
+
+    #[test]
+    fn command_lines_name_their_command_as_asterisk_matches_it() {
+        assert_eq!(command_name("WAIT FOR DIGIT 5000"), Some("WAIT FOR DIGIT"));
+        assert_eq!(command_name("noop"), Some("NOOP"));
+        assert_eq!(command_name("stream\tfile beep \"\""), Some("STREAM FILE"));
+        assert_eq!(
+            command_name("GET FULL VARIABLE ${X}"),
+            Some("GET FULL VARIABLE")
+        );
+        assert_eq!(command_name("GET VARIABLE X"), Some("GET VARIABLE"));
+        assert_eq!(command_name("NOOP\r"), None);
+        assert_eq!(command_name("FOOBAR"), None);
+        assert_eq!(command_name(""), None);
+        assert_eq!(command_name("GET"), None);
+    }
+
+    #[test]
+    fn which_commands_need_a_live_channel() {
+        for name in Command::DEAD_CHANNEL_NAMES {
+            assert!(Command::NAMES.contains(&name), "{name}");
+            assert!(!needs_live_channel(name), "{name}");
+        }
+        let live: Vec<&str> = Command::NAMES
+            .into_iter()
+            .filter(|n| needs_live_channel(n))
+            .collect();
+        assert_eq!(live.len(), 47 - 13);
+        for media in [
+            "ANSWER",
+            "STREAM FILE",
+            "WAIT FOR DIGIT",
+            "GET DATA",
+            "CHANNEL STATUS",
+        ] {
+            assert!(live.contains(&media), "{media}");
+        }
+        assert!(Command::Answer.needs_live_channel());
+        assert!(!Command::exec("Dial", "PJSIP/2000").needs_live_channel());
+        assert!(Command::Raw("gosub ctx s 1".into()).needs_live_channel());
+        assert!(!Command::Raw("database get a b".into()).needs_live_channel());
+        assert!(!Command::Raw("MYMODULE COMMAND".into()).needs_live_channel());
     }
 
     #[test]

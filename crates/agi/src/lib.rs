@@ -22,7 +22,9 @@ mod reply;
 mod route;
 
 pub use args::{ArgsError, split_args};
-pub use command::{Command, EncodeError, MAX_COMMAND_ARGS, encode_command};
+pub use command::{
+    Command, EncodeError, MAX_COMMAND_ARGS, command_name, encode_command, needs_live_channel,
+};
 pub use header::{Header, HeaderError, HeaderLimits, HeaderReader};
 pub use reply::{ChannelStatus, Event, GetDataResult, Reply, ReplyError, ReplyParser, Response};
 pub use route::{Route, percent_decode};

@@ -3,7 +3,8 @@
 //! The answers follow what Asterisk 22 was recorded sending (`shared/vectors/agi`): result codes
 //! and their quirks (DATABASE DEL answers 1 for a missing key, DATABASE DELTREE answers 0 when it
 //! deleted something), which commands still work on a dead channel (GET/SET VARIABLE, GET FULL
-//! VARIABLE, DATABASE *, EXEC, VERBOSE, NOOP, ASYNCAGI BREAK), 510 for unknown commands, the
+//! VARIABLE, DATABASE *, EXEC, VERBOSE, NOOP, ASYNCAGI BREAK, SPEECH DESTROY, SPEECH UNLOAD
+//! GRAMMAR: res_agi.c's `dead` flags), 510 for unknown commands, the
 //! multi-line 520 for wrong syntax, and GOSUB's provisional `100`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,11 +73,11 @@ static TABLE: &[Spec] = &[
     spec(&["speech", "activate", "grammar"], 4, false, "Activates a grammar."),
     spec(&["speech", "create"], 3, false, "Creates a speech object."),
     spec(&["speech", "deactivate", "grammar"], 4, false, "Deactivates a grammar."),
-    spec(&["speech", "destroy"], 2, false, "Destroys a speech object."),
+    spec(&["speech", "destroy"], 2, true, "Destroys a speech object."),
     spec(&["speech", "load", "grammar"], 5, false, "Loads a grammar."),
     spec(&["speech", "recognize"], 4, false, "Recognizes speech."),
     spec(&["speech", "set"], 4, false, "Sets a speech engine setting."),
-    spec(&["speech", "unload", "grammar"], 4, false, "Unloads a grammar."),
+    spec(&["speech", "unload", "grammar"], 4, true, "Unloads a grammar."),
     spec(&["stream", "file"], 4, false, "Sends audio file on channel."),
     spec(&["tdd", "mode"], 3, false, "Toggles TDD mode (for the deaf)."),
     spec(&["verbose"], 3, true, "Logs a message to the asterisk verbose log."),
@@ -374,6 +375,18 @@ mod tests {
         for name in agi::Command::NAMES {
             let words: Vec<String> = name.split(' ').map(|w| w.to_ascii_lowercase()).collect();
             assert!(TABLE.iter().any(|s| s.words == words), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn the_dead_channel_rules_are_res_agis() {
+        for spec in TABLE {
+            let name = spec.words.join(" ").to_ascii_uppercase();
+            assert_eq!(
+                spec.dead_ok,
+                agi::Command::DEAD_CHANNEL_NAMES.contains(&name.as_str()),
+                "{name}"
+            );
         }
     }
 

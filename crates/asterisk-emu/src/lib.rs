@@ -14,11 +14,13 @@ mod channel;
 mod classic;
 mod load;
 mod session;
+mod transcript;
 
 pub use channel::{Answer, COMMANDS, Channel};
 pub use classic::run_classic;
 pub use load::{Load, LoadReport, Target, run_load};
 pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run};
+pub use transcript::{HangupFacts, Line, Side, Transcript, TranscriptError};
 
 /// Where the shared test material lives (`TANDEM_SHARED_DIR`, or `shared/` beside the
 /// repository), if it is there.

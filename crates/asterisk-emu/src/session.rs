@@ -2,6 +2,8 @@
 
 use crate::channel::Channel;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -15,8 +17,14 @@ pub struct Plan {
     /// The dialplan's arguments (`agi_arg_1..N`).
     pub args: Vec<String>,
     /// The caller hangs up while this command (1-based) runs: a media command answers
-    /// `result=-1`, then `HANGUP` follows.
+    /// `result=-1`, and `HANGUP` follows on the AGI loop's next turn.
     pub hangup_during: Option<usize>,
+    /// When the channel hangs up (the caller, or the HANGUP command), Asterisk writes the
+    /// `HANGUP` line only on the next turn of its AGI loop: at once when the next command
+    /// arrives (before that command's reply, which then follows the dead channel's rules: S16),
+    /// or after this long if the server sends nothing. Recorded: 44 ms (S07), 41 ms (S01, after
+    /// the HANGUP command), 545 ms (S15), at once with AGIEXITONHANGUP=yes (S09).
+    pub hangup_line_delay: Duration,
     /// AGISIGHUP (default yes): send `HANGUP` lines at all.
     pub agi_sighup: bool,
     /// AGIEXITONHANGUP: on hangup send `HANGUP` twice and close.
@@ -32,6 +40,12 @@ pub struct Plan {
     pub max_line_bytes: usize,
     /// Record each command and its reply in the outcome (tests), or only count them (load).
     pub record: bool,
+    /// Leave this command (1-based) unanswered and hold the call, as Asterisk does for a long
+    /// `Dial` or prompt, until the task running the session is dropped. For measuring what a
+    /// session in a long command costs the server.
+    pub hold_at: Option<usize>,
+    /// Counts the sessions that have reached `hold_at`.
+    pub held: Option<Arc<AtomicUsize>>,
 }
 
 impl Default for Plan {
@@ -40,6 +54,7 @@ impl Default for Plan {
             script: String::new(),
             args: Vec::new(),
             hangup_during: None,
+            hangup_line_delay: Duration::from_millis(44),
             agi_sighup: true,
             exit_on_hangup: false,
             command_delay: Duration::ZERO,
@@ -47,6 +62,8 @@ impl Default for Plan {
             idle_timeout: Duration::from_secs(30),
             max_line_bytes: 8192,
             record: true,
+            hold_at: None,
+            held: None,
         }
     }
 }
@@ -128,6 +145,22 @@ pub(crate) fn is_failure_line(line: &str) -> bool {
         .is_some_and(|p| p.eq_ignore_ascii_case(b"failure"))
 }
 
+/// The AGI loop's first turn after a hangup (res_agi.c `run_agi`, `needhup`): `HANGUP` unless
+/// AGISIGHUP=no; with AGIEXITONHANGUP=yes the loop ends there and Asterisk says `HANGUP` once
+/// more as it closes. True when the AGI ends.
+fn hangup_turn(plan: &Plan, out: &mut Outcome, text: &mut String) -> bool {
+    let lines = match (plan.agi_sighup, plan.exit_on_hangup) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    };
+    for _ in 0..lines {
+        text.push_str("HANGUP\n");
+    }
+    out.hangup_lines_sent += lines;
+    plan.exit_on_hangup
+}
+
 /// Builds the header Asterisk 22.10.1 sends, in its order.
 pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> String {
     let mut h = String::with_capacity(640);
@@ -194,11 +227,27 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
     let mut chunk = vec![0u8; 16 * 1024];
     let mut hung_up = false;
     let mut command_failed = false;
+    // The moment the AGI loop turns again after a hangup and writes `HANGUP`, unless a command
+    // arrives first.
+    let mut hangup_turn_at: Option<tokio::time::Instant> = None;
     // Lines that arrived with an earlier one in the same read wait, as in Asterisk, until the
     // next read returns something.
     let mut stalled = false;
     'session: loop {
-        let n = match tokio::time::timeout(plan.idle_timeout, stream.read(&mut chunk)).await {
+        let idle_until = tokio::time::Instant::now() + plan.idle_timeout;
+        let wake = hangup_turn_at.map_or(idle_until, |t| t.min(idle_until));
+        let n = match tokio::time::timeout_at(wake, stream.read(&mut chunk)).await {
+            Err(_) if hangup_turn_at.is_some_and(|t| t <= wake) => {
+                // The server stayed silent: the loop turns on its own and says HANGUP.
+                hangup_turn_at = None;
+                let mut text = String::new();
+                let ends = hangup_turn(plan, &mut out, &mut text);
+                stream.write_all(text.as_bytes()).await?;
+                if ends {
+                    break;
+                }
+                continue;
+            }
             Err(_) => {
                 out.violations.push(Violation::Stalled);
                 break;
@@ -207,12 +256,16 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
             Ok(r) => r?,
         };
         if n == 0 {
-            // The server closed its side: Asterisk answers with HANGUP (unless AGISIGHUP=no) and
-            // closes, even when the channel is still up.
-            if plan.agi_sighup && !(hung_up && plan.exit_on_hangup) {
-                let _ = stream.write_all(b"HANGUP\n").await;
+            // The server closed its side: the loop turns (a pending HANGUP goes first), then
+            // Asterisk answers the end with HANGUP (unless AGISIGHUP=no) and closes, even when
+            // the channel is still up.
+            let mut text = String::new();
+            let ended = hangup_turn_at.take().is_some() && hangup_turn(plan, &mut out, &mut text);
+            if !ended && plan.agi_sighup {
+                text.push_str("HANGUP\n");
                 out.hangup_lines_sent += 1;
             }
+            let _ = stream.write_all(text.as_bytes()).await;
             break;
         }
         buf.extend_from_slice(&chunk[..n]);
@@ -249,15 +302,25 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
                 out.status = AgiStatus::Failure;
                 break 'session;
             }
+            let mut reply = String::new();
+            if hangup_turn_at.take().is_some() && hangup_turn(plan, &mut out, &mut reply) {
+                // AGIEXITONHANGUP=yes: the AGI ends here and the command is never read.
+                stream.write_all(reply.as_bytes()).await?;
+                break 'session;
+            }
             out.commands += 1;
+            if plan.hold_at == Some(out.commands) {
+                if let Some(held) = &plan.held {
+                    held.fetch_add(1, Ordering::Relaxed);
+                }
+                std::future::pending::<()>().await;
+            }
             if !plan.command_delay.is_zero() {
                 tokio::time::sleep(plan.command_delay).await;
             }
-            let mut reply = String::new();
-            let mut send_hangup = false;
             if plan.hangup_during == Some(out.commands) && !hung_up {
                 hung_up = true;
-                send_hangup = true;
+                hangup_turn_at = Some(tokio::time::Instant::now() + plan.hangup_line_delay);
                 match channel.cut_by_hangup(&line) {
                     Some(r) => reply.push_str(&r),
                     None => reply.push_str(&channel.execute(&line).text),
@@ -267,24 +330,13 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
                 command_failed |= answer.failure && channel.alive;
                 if answer.hung_up_now {
                     hung_up = true;
-                    send_hangup = true;
+                    hangup_turn_at = Some(tokio::time::Instant::now() + plan.hangup_line_delay);
                 }
                 reply.push_str(&answer.text);
-            }
-            if send_hangup && plan.agi_sighup {
-                reply.push_str("HANGUP\n");
-                out.hangup_lines_sent += 1;
-                if plan.exit_on_hangup {
-                    reply.push_str("HANGUP\n");
-                    out.hangup_lines_sent += 1;
-                }
             }
             stream.write_all(reply.as_bytes()).await?;
             if plan.record {
                 out.exchanges.push((line, reply));
-            }
-            if hung_up && plan.exit_on_hangup {
-                break 'session;
             }
         }
     }

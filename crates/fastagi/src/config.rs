@@ -15,7 +15,9 @@ pub struct ServerConfig {
     /// session stays on one thread. 0 = one per CPU core.
     pub workers: usize,
     /// Sessions served at once. One more is refused at once with `failure` (AGISTATUS=FAILURE)
-    /// rather than accepted and left waiting: Asterisk has no read timeout on FastAGI.
+    /// rather than accepted and left waiting: Asterisk has no read timeout on FastAGI. 0, the
+    /// default, sizes it for the machine from the file-descriptor limit
+    /// ([`crate::runtime::sessions_for_fd_limit`]).
     pub max_sessions: usize,
     /// Longest line accepted from Asterisk or sent to it, without the newline.
     pub max_line_bytes: usize,
@@ -31,11 +33,25 @@ pub struct ServerConfig {
     /// After a session ends, how long to wait for Asterisk to close its side (it sends a last
     /// `HANGUP` first) before the socket is closed anyway.
     pub close_linger_ms: u64,
-    /// When a media command returns -1, how long to wait for the `HANGUP` line that tells a
-    /// hangup from a plain failure (Asterisk writes it just after the reply).
-    pub hangup_probe_ms: u64,
+    /// After a `-1` from a command that needs a live channel, Tandem sends `CHANNEL STATUS` to
+    /// tell a hangup (`511`) from a failure (a plain reply). Asterisk answers it at once; this
+    /// only caps the wait when it does not, and the `-1` then stands as a failure.
+    pub hangup_probe_timeout_ms: u64,
+    /// Replaced by `hangup_probe_timeout_ms`: Tandem no longer waits a fixed time for a `HANGUP`
+    /// line after a `-1` (a real Asterisk writes it up to half a second later) but asks. Still
+    /// read, so that an older file loads; ignored, with a warning at start.
+    #[serde(rename = "hangup_probe_ms")]
+    pub obsolete_hangup_probe_ms: Option<u64>,
     /// Client networks allowed to connect. Others are refused with `failure`.
     pub allowed_networks: Vec<IpNet>,
+}
+
+/// The session limit a server runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimit {
+    pub max_sessions: usize,
+    /// The soft file-descriptor limit it was sized from; `None` when configured.
+    pub fd_limit: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -43,14 +59,15 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 4573)),
             workers: 0,
-            max_sessions: 1024,
+            max_sessions: 0,
             max_line_bytes: 8192,
             max_header_variables: 256,
             header_timeout_ms: 5_000,
             command_timeout_ms: 0,
             drain_timeout_ms: 30_000,
             close_linger_ms: 2_000,
-            hangup_probe_ms: 20,
+            hangup_probe_timeout_ms: 2_000,
+            obsolete_hangup_probe_ms: None,
             allowed_networks: vec![
                 "127.0.0.0/8".parse().expect("valid network"),
                 "::1/128".parse().expect("valid network"),
@@ -60,6 +77,22 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// The session limit in force, and where it came from: the file, or the descriptor limit
+    /// (read when called, so after [`crate::runtime::raise_fd_limit`]).
+    pub fn session_limit(&self) -> SessionLimit {
+        if self.max_sessions > 0 {
+            return SessionLimit {
+                max_sessions: self.max_sessions,
+                fd_limit: None,
+            };
+        }
+        let soft = crate::runtime::fd_limits().map_or(1_024, |(soft, _)| soft);
+        SessionLimit {
+            max_sessions: crate::runtime::sessions_for_fd_limit(soft),
+            fd_limit: Some(soft),
+        }
+    }
+
     pub fn command_timeout(&self) -> Option<Duration> {
         (self.command_timeout_ms > 0).then(|| Duration::from_millis(self.command_timeout_ms))
     }
@@ -76,9 +109,6 @@ impl ServerConfig {
 
     /// Checks the settings for values that cannot work, with a message naming the field.
     pub fn validate(&self) -> Result<(), String> {
-        if self.max_sessions == 0 {
-            return Err("fastagi.max_sessions must be at least 1".into());
-        }
         if self.max_line_bytes < 256 {
             return Err("fastagi.max_line_bytes must be at least 256 (header lines)".into());
         }
@@ -86,6 +116,9 @@ impl ServerConfig {
             return Err(
                 "fastagi.max_header_variables must be at least 22 (Asterisk sends 22)".into(),
             );
+        }
+        if self.hangup_probe_timeout_ms == 0 {
+            return Err("fastagi.hangup_probe_timeout_ms must be above 0".into());
         }
         if self.header_timeout_ms == 0 {
             return Err("fastagi.header_timeout_ms must be above 0".into());
@@ -111,5 +144,28 @@ mod tests {
         assert!(!c.allows("::ffff:192.0.2.1".parse().unwrap()));
         assert_eq!(c.command_timeout(), None);
         assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn the_session_limit_is_configured_or_sized_from_the_descriptor_limit() {
+        let configured = ServerConfig {
+            max_sessions: 50,
+            ..ServerConfig::default()
+        };
+        assert_eq!(
+            configured.session_limit(),
+            SessionLimit {
+                max_sessions: 50,
+                fd_limit: None
+            }
+        );
+        // (Another test may raise the limit meanwhile: compare with what was read.)
+        let sized = ServerConfig::default().session_limit();
+        let soft = sized.fd_limit.expect("sized from the descriptor limit");
+        assert_eq!(
+            sized.max_sessions,
+            crate::runtime::sessions_for_fd_limit(soft)
+        );
+        assert!(sized.max_sessions >= 1_024);
     }
 }

@@ -33,11 +33,6 @@ impl Conn {
         Ok(self.lines.read_line(&mut self.stream).await?)
     }
 
-    /// Reads more bytes; cancel-safe.
-    pub async fn fill(&mut self) -> std::io::Result<()> {
-        self.lines.fill(&mut self.stream).await
-    }
-
     /// Reads whatever has already arrived, without waiting. Returns false when nothing had.
     pub fn fill_nonblocking(&mut self) -> bool {
         self.lines.fill_now(&mut self.stream)

@@ -27,10 +27,10 @@ pub mod script;
 mod server;
 mod session;
 
-pub use config::ServerConfig;
+pub use config::{ServerConfig, SessionLimit};
 pub use error::AgiError;
 pub use handler::Handler;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, SessionOutcome};
 pub use router::{RouteError, Router};
 pub use server::{RunSummary, Server, Shutdown, shutdown_channel};
 pub use session::{Request, Session};

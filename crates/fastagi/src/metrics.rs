@@ -18,7 +18,58 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
-pub(crate) type RouteMetrics = Histogram;
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub route: String,
+    /// What Asterisk's AGISTATUS says for the session: `success`, `hangup` or `failure`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabel {
+    pub answer: String,
+}
+
+/// How a session ended, as AGISTATUS would say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOutcome {
+    /// The handler finished on a live channel.
+    Success,
+    /// The channel hung up during the session: an ordinary end of a call, not a failure.
+    Hangup,
+    /// The handler failed or panicked; the session ended with `failure`.
+    Failure,
+}
+
+impl SessionOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            SessionOutcome::Success => "success",
+            SessionOutcome::Hangup => "hangup",
+            SessionOutcome::Failure => "failure",
+        }
+    }
+}
+
+/// One route's handles, resolved when the server binds.
+#[derive(Clone, Debug)]
+pub(crate) struct RouteMetrics {
+    pub duration: Histogram,
+    pub success: Counter,
+    pub hangup: Counter,
+    pub failure: Counter,
+}
+
+impl RouteMetrics {
+    pub fn ended(&self, outcome: SessionOutcome) {
+        match outcome {
+            SessionOutcome::Success => &self.success,
+            SessionOutcome::Hangup => &self.hangup,
+            SessionOutcome::Failure => &self.failure,
+        }
+        .inc();
+    }
+}
 
 pub struct Metrics {
     pub sessions_started: Counter,
@@ -26,8 +77,10 @@ pub struct Metrics {
     pub sessions_max: Gauge,
     pub sessions_failed: Family<ReasonLabel, Counter>,
     pub session_duration: Family<RouteLabel, Histogram>,
+    pub sessions_ended: Family<OutcomeLabel, Counter>,
     pub commands_sent: Counter,
     pub hangups: Counter,
+    pub hangup_probes: Family<AnswerLabel, Counter>,
     pub refused: Family<ReasonLabel, Counter>,
 }
 
@@ -44,8 +97,10 @@ impl Metrics {
                     0.001, 2.0, 17,
                 ))
             }),
+            sessions_ended: Family::default(),
             commands_sent: Counter::default(),
             hangups: Counter::default(),
+            hangup_probes: Family::default(),
             refused: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem_agi");
@@ -75,6 +130,11 @@ impl Metrics {
             m.session_duration.clone(),
         );
         r.register(
+            "sessions_ended",
+            "Sessions ended, by route and outcome (success, hangup, failure: as AGISTATUS says)",
+            m.sessions_ended.clone(),
+        );
+        r.register(
             "commands_sent",
             "AGI commands sent to Asterisk",
             m.commands_sent.clone(),
@@ -83,6 +143,12 @@ impl Metrics {
             "hangups",
             "Sessions whose channel hung up",
             m.hangups.clone(),
+        );
+        r.register(
+            "hangup_probes",
+            "CHANNEL STATUS sent after a -1 to tell a hangup from a failure, by what it found \
+             (dead, live, gone, timeout)",
+            m.hangup_probes.clone(),
         );
         r.register(
             "connections_refused",
@@ -104,6 +170,56 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .get()
+    }
+
+    /// Sessions of `route` that ended with `outcome` so far.
+    pub fn ended_count(&self, route: &str, outcome: SessionOutcome) -> u64 {
+        self.sessions_ended
+            .get_or_create(&OutcomeLabel {
+                route: route.to_string(),
+                outcome: outcome.label().to_string(),
+            })
+            .get()
+    }
+
+    /// Hangup probes that found `answer` (`dead`, `live`, `gone`, `timeout`) so far.
+    pub fn probe_count(&self, answer: &str) -> u64 {
+        self.hangup_probes
+            .get_or_create(&AnswerLabel {
+                answer: answer.to_string(),
+            })
+            .get()
+    }
+
+    pub(crate) fn probe_answered(&self, answer: &str) {
+        self.hangup_probes
+            .get_or_create(&AnswerLabel {
+                answer: answer.to_string(),
+            })
+            .inc();
+    }
+
+    /// The handles of one route, created once so that a session touches only atomics.
+    pub(crate) fn for_route(&self, route: &str) -> RouteMetrics {
+        let ended = |outcome: SessionOutcome| {
+            self.sessions_ended
+                .get_or_create(&OutcomeLabel {
+                    route: route.to_string(),
+                    outcome: outcome.label().to_string(),
+                })
+                .clone()
+        };
+        RouteMetrics {
+            duration: self
+                .session_duration
+                .get_or_create(&RouteLabel {
+                    route: route.to_string(),
+                })
+                .clone(),
+            success: ended(SessionOutcome::Success),
+            hangup: ended(SessionOutcome::Hangup),
+            failure: ended(SessionOutcome::Failure),
+        }
     }
 
     /// Connections refused for `reason` so far.

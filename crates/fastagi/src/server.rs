@@ -2,9 +2,10 @@
 //! runs the handler and ends the session cleanly; on shutdown, stops accepting and drains.
 
 use crate::ServerConfig;
+use crate::config::SessionLimit;
 use crate::conn::Conn;
 use crate::error::AgiError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, SessionOutcome};
 use crate::router::Router;
 use crate::session::{Request, Session, SessionParts};
 use agi::{Header, HeaderLimits, HeaderReader};
@@ -25,6 +26,7 @@ const MAX_REFUSING: usize = 256;
 
 struct Shared {
     config: ServerConfig,
+    session_limit: SessionLimit,
     router: Router,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
@@ -83,14 +85,13 @@ impl Server {
             listeners.push(crate::runtime::reuseport_listener(addr).map_err(taken)?);
         }
         for entry in router.entries_mut() {
-            let label = crate::metrics::RouteLabel {
-                route: entry.pattern.to_string(),
-            };
-            entry.metrics = Some(metrics.session_duration.get_or_create(&label).clone());
+            entry.metrics = Some(metrics.for_route(entry.pattern.as_ref()));
         }
-        metrics.sessions_max.set(config.max_sessions as i64);
+        let session_limit = config.session_limit();
+        metrics.sessions_max.set(session_limit.max_sessions as i64);
         let shared = Arc::new(Shared {
-            limit: Arc::new(Semaphore::new(config.max_sessions)),
+            limit: Arc::new(Semaphore::new(session_limit.max_sessions)),
+            session_limit,
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
             config,
             router,
@@ -169,9 +170,20 @@ impl Server {
     }
 
     fn log_start(&self) {
+        let limit = self.shared.session_limit;
         info!(listen = %self.local_addr(), workers = self.listeners.len(),
-              max_sessions = self.shared.config.max_sessions,
+              max_sessions = limit.max_sessions,
+              max_sessions_from = %limit.fd_limit.map_or("fastagi.max_sessions".to_string(),
+                  |n| format!("file-descriptor limit {n}")),
               routes = ?self.shared.router.patterns(), "FastAGI server listening");
+        if let Some(ms) = self.shared.config.obsolete_hangup_probe_ms {
+            warn!(
+                hangup_probe_ms = ms,
+                "fastagi.hangup_probe_ms is no longer used: after a -1, \
+                  Tandem asks Asterisk (CHANNEL STATUS) instead of waiting; remove the line \
+                  (hangup_probe_timeout_ms caps the wait for that reply)"
+            );
+        }
     }
 }
 
@@ -218,7 +230,7 @@ async fn accept_loop(
                     continue;
                 }
                 let Ok(permit) = shared.limit.clone().try_acquire_owned() else {
-                    warn!(%peer, max_sessions = shared.config.max_sessions,
+                    warn!(%peer, max_sessions = shared.session_limit.max_sessions,
                           "connection refused: fastagi.max_sessions reached");
                     shared.metrics.refused("max_sessions");
                     refuse(stream, &shared);
@@ -322,7 +334,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
         id,
         peer,
         command_timeout: config.command_timeout(),
-        hangup_probe: Duration::from_millis(config.hangup_probe_ms),
+        hangup_probe_timeout: Duration::from_millis(config.hangup_probe_timeout_ms),
         max_line_bytes: config.max_line_bytes,
         metrics: shared.metrics.clone(),
     };
@@ -330,27 +342,35 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
     let outcome = AssertUnwindSafe(entry.handler.call_boxed(&mut session))
         .catch_unwind()
         .await;
-    let failure = match outcome {
-        Ok(Ok(())) => false,
+    let (ended, failure) = match outcome {
+        Ok(Ok(())) if session.hung_up() => (SessionOutcome::Hangup, false),
+        Ok(Ok(())) => (SessionOutcome::Success, false),
         Ok(Err(e)) if e.is_hangup() => {
-            debug!(session = id, route = %entry.pattern, reason = %e, "session ended by hangup");
-            false
+            // The commonest end of a call in an IVR: not a failure, and not worth a warning.
+            debug!(session = id, route = %entry.pattern, channel = session.header().channel(),
+                   during = session.hangup_during().unwrap_or("-"), reason = %e,
+                   "caller hung up");
+            (SessionOutcome::Hangup, false)
         }
         Ok(Err(e)) => {
             warn!(session = id, route = %entry.pattern, channel = session.header().channel(),
                   error = %e, "handler failed; ending with failure");
             metrics.failed(e.kind());
-            !matches!(e, AgiError::Disconnected | AgiError::Io(_))
+            (
+                SessionOutcome::Failure,
+                !matches!(e, AgiError::Disconnected | AgiError::Io(_)),
+            )
         }
         Err(_) => {
             error!(session = id, route = %entry.pattern, channel = session.header().channel(),
                    "handler panicked; ending with failure");
             metrics.failed("panic");
-            true
+            (SessionOutcome::Failure, true)
         }
     };
-    if let Some(h) = &entry.metrics {
-        h.observe(started.elapsed().as_secs_f64());
+    if let Some(m) = &entry.metrics {
+        m.duration.observe(started.elapsed().as_secs_f64());
+        m.ended(ended);
     }
     finish(session.into_conn(), failure, linger, metrics).await;
 }

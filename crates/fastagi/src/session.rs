@@ -1,11 +1,19 @@
 //! The session API a native handler uses: one command at a time, each answered before the next
 //! is sent (Asterisk answers only the first of several commands that arrive in one write).
 //!
-//! Hangup: Asterisk sends an unsolicited `HANGUP` line when the channel goes away; it may arrive
-//! before a reply, and a media command cut by the hangup answers `result=-1` just before it.
-//! The session consumes the line wherever it comes, remembers it ([`Session::hung_up`]), and turns
-//! a `-1` caused by it into [`AgiError::Hangup`]. Commands Asterisk still permits on a dead channel
-//! keep working; the others fail with [`AgiError::DeadChannel`].
+//! Hangup: Asterisk sends an unsolicited `HANGUP` line when the channel goes away, but only on the
+//! next turn of its AGI loop: a media command cut by the caller's hangup answers `result=-1` at
+//! once, and the line follows when the next command arrives, or some time later if none does
+//! (44 ms in transcript S07, 545 ms in S15). So after a `-1` from a command that needs a live
+//! channel the session asks: a `HANGUP` that has already arrived settles it; otherwise it sends
+//! `CHANNEL STATUS`, which has no effect on a live channel and is not permitted on a dead one.
+//! `HANGUP` and/or `511` mean the caller hung up ([`AgiError::Hangup`]); a plain reply means the
+//! `-1` was a real failure ([`AgiError::Failed`]), as for a missing sound file (S13). One round
+//! trip, no fixed wait, and only after a `-1` (S16 shows Asterisk answering it this way).
+//!
+//! The session consumes `HANGUP` lines wherever they come and remembers them
+//! ([`Session::hung_up`]). Commands Asterisk still permits on a dead channel keep working; the
+//! others fail with [`AgiError::DeadChannel`].
 
 use crate::conn::Conn;
 use crate::error::AgiError;
@@ -16,6 +24,7 @@ use agi::{
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::warn;
 
 /// What the router found for this session: the route asked for and the segments its pattern
 /// captured.
@@ -42,7 +51,12 @@ pub struct Session {
     id: u64,
     peer: SocketAddr,
     command_timeout: Option<Duration>,
-    hangup_probe: Duration,
+    hangup_probe_timeout: Duration,
+    /// Replies still owed to hangup probes that timed out: skipped when they come, so that each
+    /// later reply still pairs with its own command.
+    late_probe_replies: u32,
+    /// The command a hangup cut short, for the log.
+    hangup_during: Option<String>,
     max_line_bytes: usize,
     metrics: Arc<Metrics>,
 }
@@ -51,7 +65,7 @@ pub(crate) struct SessionParts {
     pub id: u64,
     pub peer: SocketAddr,
     pub command_timeout: Option<Duration>,
-    pub hangup_probe: Duration,
+    pub hangup_probe_timeout: Duration,
     pub max_line_bytes: usize,
     pub metrics: Arc<Metrics>,
 }
@@ -68,7 +82,9 @@ impl Session {
             id: parts.id,
             peer: parts.peer,
             command_timeout: parts.command_timeout,
-            hangup_probe: parts.hangup_probe,
+            hangup_probe_timeout: parts.hangup_probe_timeout,
+            late_probe_replies: 0,
+            hangup_during: None,
             max_line_bytes: parts.max_line_bytes,
             metrics: parts.metrics,
         }
@@ -116,17 +132,31 @@ impl Session {
     pub fn peer(&self) -> SocketAddr {
         self.peer
     }
-    /// True once Asterisk has said `HANGUP`.
+    /// True once the channel is known to be gone: Asterisk said `HANGUP`, answered `511` (with
+    /// AGISIGHUP=no it never sends the line), or this session hung it up itself.
     pub fn hung_up(&self) -> bool {
         self.hung_up
     }
+    /// The command the caller's hangup cut short (`WAIT FOR DIGIT`, say), when one did.
+    pub fn hangup_during(&self) -> Option<&str> {
+        self.hangup_during.as_deref()
+    }
 
     /// Sends one command and waits for its final reply. `100 Trying...` (GOSUB) and `HANGUP`
-    /// lines on the way are consumed; 510/511/520 become errors.
+    /// lines on the way are consumed; 510/511/520 become errors. A `-1` from a command that needs
+    /// a live channel is checked as the typed methods check it: [`AgiError::Hangup`] when the
+    /// caller hung up, else the reply as it came.
     pub async fn command(&mut self, cmd: &Command) -> Result<Reply, AgiError> {
         self.out.clear();
         cmd.encode_into(&mut self.out)?;
-        self.exchange(cmd.name()).await
+        let reply = self.exchange(cmd.name()).await?;
+        if reply.result.starts_with('-')
+            && cmd.needs_live_channel()
+            && self.hung_up_after_minus_one(cmd.name()).await?
+        {
+            return Err(AgiError::Hangup);
+        }
+        Ok(reply)
     }
 
     /// [`Session::command`] from words at hand: no [`Command`] is built, nothing is copied.
@@ -149,7 +179,7 @@ impl Session {
         self.metrics.commands_sent.inc();
         let limit = self.command_timeout;
         let response =
-            within_command_timeout(limit, || name.to_string(), self.read_response()).await?;
+            within_command_timeout(limit, || name.to_string(), self.read_response(None)).await?;
         let command = || name.to_string();
         match response {
             Response::Success(reply) => Ok(reply),
@@ -168,40 +198,20 @@ impl Session {
 
     /// For the script relay: sends `line` (a validated command, without its newline) and
     /// appends the raw reply lines to `reply`: GOSUB's `100` and a multi-line `520` whole, but no
-    /// `HANGUP` line (those are consumed and noted, as in [`Session::command`]).
-    pub(crate) async fn relay(&mut self, line: &[u8], reply: &mut Vec<u8>) -> Result<(), AgiError> {
+    /// `HANGUP` line (those are consumed and noted, as in [`Session::command`]). Returns the
+    /// final response, parsed.
+    pub(crate) async fn relay(
+        &mut self,
+        line: &[u8],
+        reply: &mut Vec<u8>,
+    ) -> Result<Response, AgiError> {
         self.out.clear();
         self.out.extend_from_slice(line);
         self.out.push(b'\n');
         self.conn.write_all(&self.out).await?;
         self.metrics.commands_sent.inc();
-        let read = async {
-            loop {
-                let raw = self.conn.read_line().await?.ok_or(AgiError::Disconnected)?;
-                match self.parser.push_line(raw)? {
-                    Some(Event::Hangup) => {
-                        if !self.hung_up {
-                            self.metrics.hangups.inc();
-                        }
-                        self.hung_up = true;
-                    }
-                    Some(Event::Response(_)) => {
-                        reply.extend_from_slice(raw);
-                        if !raw.ends_with(b"\n") {
-                            reply.push(b'\n');
-                        }
-                        return Ok::<(), AgiError>(());
-                    }
-                    None | Some(Event::Trying(_)) => {
-                        reply.extend_from_slice(raw);
-                        if !raw.ends_with(b"\n") {
-                            reply.push(b'\n');
-                        }
-                    }
-                }
-            }
-        };
         let limit = self.command_timeout;
+        let read = self.read_response(Some(reply));
         within_command_timeout(limit, || String::from_utf8_lossy(line).into_owned(), read).await
     }
 
@@ -220,31 +230,77 @@ impl Session {
     }
 
     /// While no command is in flight, waits for what Asterisk says on its own: `HANGUP`, or the
-    /// end of the connection. Cancel-safe.
+    /// end of the connection. A late reply to a hangup probe is consumed on the way. Cancel-safe:
+    /// each line is taken whole or not at all.
     pub(crate) async fn unsolicited(&mut self) -> Result<Unsolicited, AgiError> {
-        let line = match self.conn.read_line().await? {
-            None => return Ok(Unsolicited::Closed),
-            Some(l) => l,
-        };
-        if line.strip_suffix(b"\n").unwrap_or(line) == b"HANGUP" {
-            self.saw_hangup();
-            Ok(Unsolicited::Hangup)
-        } else {
-            Err(agi::ReplyError::Malformed {
-                line: String::from_utf8_lossy(line).into_owned(),
+        loop {
+            let line = match self.conn.read_line().await? {
+                None => return Ok(Unsolicited::Closed),
+                Some(l) => l,
+            };
+            if self.late_probe_replies == 0 {
+                if line.strip_suffix(b"\n").unwrap_or(line) == b"HANGUP" {
+                    self.saw_hangup();
+                    return Ok(Unsolicited::Hangup);
+                }
+                return Err(agi::ReplyError::Malformed {
+                    line: String::from_utf8_lossy(line).into_owned(),
+                }
+                .into());
             }
-            .into())
+            match self.parser.push_line(line)? {
+                Some(Event::Hangup) => {
+                    self.saw_hangup();
+                    return Ok(Unsolicited::Hangup);
+                }
+                Some(Event::Response(r)) => self.skip_late_probe_reply(&r),
+                None | Some(Event::Trying(_)) => {}
+            }
         }
     }
 
-    async fn read_response(&mut self) -> Result<Response, AgiError> {
+    /// Reads up to the final reply of the command in flight. `HANGUP` lines on the way are
+    /// noted; replies owed to timed-out probes are skipped; with `raw`, the reply's own lines
+    /// (GOSUB's `100`, a multi-line `520`) are appended as they came, each ending in `\n`.
+    async fn read_response(&mut self, mut raw: Option<&mut Vec<u8>>) -> Result<Response, AgiError> {
+        let start = raw.as_ref().map_or(0, |r| r.len());
         loop {
             let line = self.conn.read_line().await?.ok_or(AgiError::Disconnected)?;
-            match self.parser.push_line(line)? {
+            let event = self.parser.push_line(line)?;
+            if let (Some(raw), None | Some(Event::Trying(_)) | Some(Event::Response(_))) =
+                (raw.as_deref_mut(), &event)
+            {
+                raw.extend_from_slice(line);
+                if !line.ends_with(b"\n") {
+                    raw.push(b'\n');
+                }
+            }
+            match event {
                 None | Some(Event::Trying(_)) => {}
                 Some(Event::Hangup) => self.saw_hangup(),
-                Some(Event::Response(r)) => return Ok(r),
+                Some(Event::Response(r)) if self.late_probe_replies > 0 => {
+                    self.skip_late_probe_reply(&r);
+                    if let Some(raw) = raw.as_deref_mut() {
+                        raw.truncate(start);
+                    }
+                }
+                Some(Event::Response(r)) => {
+                    if r == Response::DeadChannel {
+                        self.saw_hangup();
+                    }
+                    return Ok(r);
+                }
             }
+        }
+    }
+
+    /// A reply to a probe that timed out, arriving at last: it still says whether the channel
+    /// is dead.
+    fn skip_late_probe_reply(&mut self, r: &Response) {
+        debug_assert!(self.late_probe_replies > 0);
+        self.late_probe_replies -= 1;
+        if *r == Response::DeadChannel {
+            self.saw_hangup();
         }
     }
 
@@ -255,42 +311,74 @@ impl Session {
         self.hung_up = true;
     }
 
-    /// Consumes `HANGUP` lines that have arrived, waiting at most `wait` for one. Used after a
-    /// `-1`, to tell a hangup from a plain failure. Any other line is left for the next reader.
-    async fn probe_hangup(&mut self, wait: Duration) {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            while let Some(is_hangup) = self.conn.take_hangup_line() {
-                if !is_hangup {
-                    return;
-                }
+    /// After a `-1` from `command`, which needs a live channel: true if the caller hung up,
+    /// false if the command failed on a live channel. A `HANGUP` already received settles it
+    /// at no cost; otherwise one `CHANNEL STATUS` does (see the module's documentation).
+    pub(crate) async fn hung_up_after_minus_one(
+        &mut self,
+        command: &str,
+    ) -> Result<bool, AgiError> {
+        if !self.take_arrived_hangups() {
+            if self.conn.at_eof() {
+                // Asterisk closed right after the -1 (AGIEXITONHANGUP=yes does): the call is over.
                 self.saw_hangup();
-            }
-            if self.hung_up || self.conn.at_eof() {
-                return;
-            }
-            if self.conn.fill_nonblocking() {
-                continue;
-            }
-            match tokio::time::timeout_at(deadline, self.conn.fill()).await {
-                Ok(Ok(())) => continue,
-                _ => return,
+            } else {
+                self.probe_channel(command).await?;
             }
         }
+        if self.hung_up && self.hangup_during.is_none() {
+            self.hangup_during = Some(command.to_string());
+        }
+        Ok(self.hung_up)
+    }
+
+    /// Sends `CHANNEL STATUS` and reads its reply for at most `hangup_probe_timeout_ms`. A reply
+    /// that does not come in time is skipped when it does, and the `-1` stands as a failure.
+    async fn probe_channel(&mut self, command: &str) -> Result<(), AgiError> {
+        const PROBE: &[u8] = b"CHANNEL STATUS\n";
+        match self.conn.write_all(PROBE).await {
+            Ok(()) => {}
+            // Asterisk is gone, and the channel with it.
+            Err(AgiError::Io(_)) => {
+                self.saw_hangup();
+                self.metrics.probe_answered("gone");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        self.metrics.commands_sent.inc();
+        match tokio::time::timeout(self.hangup_probe_timeout, self.read_response(None)).await {
+            Ok(Ok(Response::DeadChannel)) => self.metrics.probe_answered("dead"),
+            Ok(Ok(_)) if self.hung_up => self.metrics.probe_answered("dead"),
+            Ok(Ok(_)) => self.metrics.probe_answered("live"),
+            Ok(Err(AgiError::Disconnected)) => {
+                self.saw_hangup();
+                self.metrics.probe_answered("gone");
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                self.late_probe_replies += 1;
+                self.metrics.probe_answered("timeout");
+                warn!(
+                    session = self.id,
+                    command,
+                    hangup_probe_timeout_ms = self.hangup_probe_timeout.as_millis() as u64,
+                    "no reply to CHANNEL STATUS after a -1; taking the -1 as a failure"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// A `-1` from a command that needs the channel: a hangup if Asterisk says so, else failure.
     async fn minus_one(&mut self, name: &str, reply: Reply) -> AgiError {
-        if !self.hung_up {
-            self.probe_hangup(self.hangup_probe).await;
-        }
-        if self.hung_up {
-            AgiError::Hangup
-        } else {
-            AgiError::Failed {
+        match self.hung_up_after_minus_one(name).await {
+            Ok(true) => AgiError::Hangup,
+            Ok(false) => AgiError::Failed {
                 command: name.to_string(),
                 result: reply.result,
-            }
+            },
+            Err(e) => e,
         }
     }
 
@@ -421,7 +509,11 @@ impl Session {
     /// HANGUP of this channel. Asterisk then sends `HANGUP`; later commands follow the rules of
     /// a dead channel.
     pub async fn hangup(&mut self) -> Result<(), AgiError> {
-        self.send("HANGUP", &[]).await.map(drop)
+        let reply = self.send("HANGUP", &[]).await?;
+        if reply.result == "1" {
+            self.saw_hangup();
+        }
+        Ok(())
     }
 
     async fn expect_one(&mut self, name: &'static str, args: &[&str]) -> Result<(), AgiError> {

@@ -4,25 +4,31 @@
 
 use asterisk_emu::{AgiStatus, Plan};
 use fastagi::script::{ScriptConfig, ScriptMetrics, ScriptRoute, ScriptRunner};
-use fastagi::{Metrics, Router, Server, ServerConfig};
+use fastagi::{Router, ServerConfig};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
 struct Running {
-    addr: std::net::SocketAddr,
-    stop: tokio::sync::watch::Sender<bool>,
-    done: tokio::task::JoinHandle<fastagi::RunSummary>,
+    server: common::Running,
     scripts: Arc<ScriptMetrics>,
     dir: PathBuf,
     _tmp: tempfile::TempDir,
 }
 
+impl std::ops::Deref for Running {
+    type Target = common::Running;
+    fn deref(&self) -> &common::Running {
+        &self.server
+    }
+}
+
 impl Running {
     async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.done.await.unwrap();
+        self.server.stop().await;
     }
 
     /// What the script of session `seq` wrote (it names its file after agi_uniqueid).
@@ -98,19 +104,11 @@ async fn start(config: ScriptConfig, scripts: &[(&str, &str)]) -> Running {
     let runner = ScriptRunner::new(config, 8192, metrics.clone()).unwrap();
     let router = Router::new().fallback("script", runner);
     let server_config = ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
         workers: 1,
-        close_linger_ms: 1_000,
-        ..ServerConfig::default()
+        ..common::test_config()
     };
-    let server = Server::bind(server_config, router, Arc::new(Metrics::unregistered())).unwrap();
-    let addr = server.local_addr();
-    let (stop, rx) = fastagi::shutdown_channel();
-    let done = tokio::spawn(server.run(rx));
     Running {
-        addr,
-        stop,
-        done,
+        server: common::start(server_config, router).await,
         scripts: metrics,
         dir,
         _tmp: tmp,
@@ -287,10 +285,12 @@ async fn python_and_perl_scripts_round_trip_commands() {
     server.stop().await;
 }
 
-/// Answers, waits for a digit (the caller hangs up meanwhile), then listens for anything on
-/// stdin that is not a reply, then uses the dead channel.
+/// Answers, runs the media command given as its first argument, then waits (up to its second
+/// argument, in seconds) for SIGHUP before it says anything more: a classic script learns of a
+/// hangup only that way. Then it listens for anything on stdin that is not a reply, and uses
+/// the channel again.
 const HANGUP_PY: &str = r####"#!/usr/bin/env python3
-import os, select, signal, sys
+import os, select, signal, sys, time
 got = []
 signal.signal(signal.SIGHUP, lambda s, f: got.append("SIGHUP"))
 env = {}
@@ -303,38 +303,92 @@ for line in sys.stdin:
 def cmd(c):
     sys.stdout.write(c + "\n"); sys.stdout.flush()
     return sys.stdin.readline().rstrip("\n")
-replies = [cmd("ANSWER"), cmd("WAIT FOR DIGIT 5000")]
-ready, _, _ = select.select([sys.stdin], [], [], 0.5)
+replies = [cmd("ANSWER"), cmd(sys.argv[1])]
+deadline = time.monotonic() + float(sys.argv[2])
+while not got and time.monotonic() < deadline:
+    time.sleep(0.005)
+before_next = " ".join(got) or "none"
+ready, _, _ = select.select([sys.stdin], [], [], 0.2)
 unexpected = sys.stdin.readline().rstrip("\n") if ready else ""
-replies += [cmd("GET VARIABLE CHANNEL"), cmd("ANSWER")]
+replies += [cmd("GET VARIABLE CHANNEL"), cmd('STREAM FILE beep ""')]
 with open(os.path.join(os.environ["AST_AGI_DIR"], "out-" + env["agi_uniqueid"]), "w") as f:
-    f.write("### signals\n%s\n### unexpected\n%s\n### replies\n%s\n### end\n" % (" ".join(got), unexpected, "\n".join(replies)))
+    f.write("### signals\n%s\n### before_next\n%s\n### unexpected\n%s\n### replies\n%s\n### end\n"
+            % (" ".join(got), before_next, unexpected, "\n".join(replies)))
 "####;
 
+const DEAD: &str = "511 Command Not Permitted on a dead channel or intercept routine";
+
 #[tokio::test]
-async fn hangup_is_a_sighup_never_a_line_and_dead_channel_replies_are_relayed() {
+async fn a_relayed_script_sees_the_minus_one_then_sighup_never_a_hangup_line() {
+    let server = start(ScriptConfig::default(), &[("hup.py", HANGUP_PY)]).await;
+    // As recorded: HANGUP 44 ms after the -1 (S07), 545 ms after it (S15), or only when the
+    // next command arrives (S16). In each the script must get SIGHUP before it says anything
+    // more, so Tandem has to find the hangup out itself.
+    for (seq, (name, during, delay)) in (3..).zip(common::recorded_hangups()) {
+        let p = common::hangup_plan("hup.py", during, delay);
+        let p = Plan {
+            args: vec!["WAIT FOR DIGIT 5000".into(), "10".into()],
+            ..p
+        };
+        let out = asterisk_emu::run(server.addr, &p, seq).await.unwrap();
+        assert_eq!(out.status, AgiStatus::Hangup, "{name}");
+        let record = server.record(seq).await;
+        assert_eq!(section(&record, "before_next"), ["SIGHUP"], "{name}");
+        assert_eq!(section(&record, "signals"), ["SIGHUP"], "{name}: once");
+        assert_eq!(
+            section(&record, "unexpected"),
+            [""],
+            "{name}: no HANGUP line reached the script"
+        );
+        assert_eq!(
+            section(&record, "replies"),
+            [
+                "200 result=0".to_string(),
+                "200 result=-1".to_string(),
+                format!("200 result=1 (Local/100@tandem-{seq:08x};2)"),
+                DEAD.to_string(),
+            ],
+            "{name}"
+        );
+        if delay.is_none() {
+            assert_eq!(
+                out.exchanges[2],
+                ("CHANNEL STATUS".to_string(), format!("HANGUP\n{DEAD}\n")),
+                "{name}: Tandem asked, right after the -1"
+            );
+        }
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_relayed_failure_on_a_live_channel_is_no_hangup() {
     let server = start(ScriptConfig::default(), &[("hup.py", HANGUP_PY)]).await;
     let p = Plan {
-        hangup_during: Some(2),
+        args: vec!["STREAM FILE nosuchfile \"\"".into(), "0.3".into()],
         ..plan("hup.py", &[])
     };
-    let out = asterisk_emu::run(server.addr, &p, 3).await.unwrap();
-    assert_eq!(out.status, AgiStatus::Hangup);
-    let record = server.record(3).await;
-    assert_eq!(section(&record, "signals"), ["SIGHUP"]);
+    let out = asterisk_emu::run(server.addr, &p, 7).await.unwrap();
     assert_eq!(
-        section(&record, "unexpected"),
-        [""],
-        "no HANGUP line reached the script"
+        out.status,
+        AgiStatus::Failure,
+        "a missing file fails on a live channel (S13)"
     );
+    let record = server.record(7).await;
+    assert_eq!(section(&record, "signals"), [""]);
     assert_eq!(
         section(&record, "replies"),
         [
             "200 result=0",
-            "200 result=-1",
-            "200 result=1 (Local/100@tandem-00000003;2)",
-            "511 Command Not Permitted on a dead channel or intercept routine",
+            "200 result=-1 endpos=0",
+            "200 result=1 (Local/100@tandem-00000007;2)",
+            "200 result=0 endpos=8000",
         ]
+    );
+    assert_eq!(
+        out.exchanges[2],
+        ("CHANNEL STATUS".to_string(), "200 result=6\n".to_string()),
+        "the probe found the channel up"
     );
     server.stop().await;
 }
@@ -385,6 +439,34 @@ async fn when_asterisk_disconnects_the_script_and_its_children_are_killed_and_re
     drop(raw);
     for pid in pids(&record) {
         assert!(gone(pid).await, "process {pid} outlived the session");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn scripts_over_max_running_are_refused_at_once() {
+    let config = ScriptConfig {
+        max_running: 1,
+        ..ScriptConfig::default()
+    };
+    let server = start(config, &[("sleeper.sh", SLEEPER_SH)]).await;
+    // The first call keeps its script running until the emulator gives up on it.
+    let first = Plan {
+        idle_timeout: Duration::from_secs(2),
+        ..plan("sleeper.sh", &[])
+    };
+    let addr = server.addr;
+    let running = tokio::spawn(async move { asterisk_emu::run(addr, &first, 8).await });
+    let pids = pids(&server.record(8).await);
+    let out = asterisk_emu::run(server.addr, &plan("sleeper.sh", &[]), 9)
+        .await
+        .unwrap();
+    assert!(out.failure_line, "the second call is refused with failure");
+    assert_eq!(out.commands, 0);
+    assert_eq!(server.scripts.refused_count("max_running"), 1);
+    running.await.unwrap().unwrap();
+    for pid in pids {
+        assert!(gone(pid).await, "process {pid} outlived its session");
     }
     server.stop().await;
 }

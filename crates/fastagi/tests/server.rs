@@ -2,51 +2,16 @@
 
 use agi::Command;
 use asterisk_emu::{AgiStatus, Plan, Violation};
-use fastagi::{AgiError, Handler, Metrics, Router, Server, ServerConfig, Session, builtin};
+use fastagi::{AgiError, Handler, Router, ServerConfig, Session, SessionOutcome, builtin};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-struct Running {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::watch::Sender<bool>>,
-    done: tokio::task::JoinHandle<fastagi::RunSummary>,
-    metrics: Arc<Metrics>,
-}
+mod common;
 
-impl Running {
-    async fn stop(mut self) -> fastagi::RunSummary {
-        let _ = self.stop.take().unwrap().send(true);
-        self.done.await.unwrap()
-    }
-}
-
-fn test_config() -> ServerConfig {
-    ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        header_timeout_ms: 2_000,
-        // Two listening sockets on one address, as on a two-core machine.
-        workers: 2,
-        close_linger_ms: 1_000,
-        ..ServerConfig::default()
-    }
-}
-
-async fn start(config: ServerConfig, router: Router) -> Running {
-    let metrics = Arc::new(Metrics::unregistered());
-    let server = Server::bind(config, router, metrics.clone()).unwrap();
-    let addr = server.local_addr();
-    let (tx, rx) = fastagi::shutdown_channel();
-    let done = tokio::spawn(server.run(rx));
-    Running {
-        addr,
-        stop: Some(tx),
-        done,
-        metrics,
-    }
-}
+use common::{start, test_config};
 
 fn plan(script: &str) -> Plan {
     Plan {
@@ -152,13 +117,21 @@ async fn hangup_mid_command_is_a_typed_error_and_dead_channel_commands_still_wor
     let server = start(test_config(), router).await;
     let p = Plan {
         hangup_during: Some(2),
+        // As in S16: Asterisk writes HANGUP only when the next command arrives.
+        hangup_line_delay: Duration::from_secs(3600),
         ..plan("callerhangup")
     };
     let out = asterisk_emu::run(server.addr, &p, 1).await.unwrap();
     assert_eq!(out.status, AgiStatus::Hangup);
+    assert_eq!(out.exchanges[1].1, "200 result=-1\n");
     assert_eq!(
-        out.exchanges[1].1, "200 result=-1\nHANGUP\n",
-        "as recorded in S07"
+        out.exchanges[2],
+        (
+            "CHANNEL STATUS".to_string(),
+            "HANGUP\n511 Command Not Permitted on a dead channel or intercept routine\n"
+                .to_string()
+        ),
+        "the probe that tells the hangup from a failure"
     );
     assert_eq!(
         *seen.0.lock().unwrap(),
@@ -169,12 +142,19 @@ async fn hangup_mid_command_is_a_typed_error_and_dead_channel_commands_still_wor
             "answer: 511 ANSWER",
         ]
     );
-    assert_eq!(out.commands, 5);
+    assert_eq!(out.commands, 6);
     assert_eq!(
         out.hangup_lines_sent, 2,
         "one at hangup, one when the session ended"
     );
     assert_eq!(server.metrics.hangups.get(), 1);
+    assert_eq!(
+        server
+            .metrics
+            .ended_count("callerhangup", SessionOutcome::Hangup),
+        1
+    );
+    assert_eq!(server.metrics.failed_count("failed"), 0);
     server.stop().await;
 }
 

@@ -53,6 +53,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    // A session holds a socket (and a script's pipes): take every descriptor the system allows
+    // before the session limit is sized from them.
+    match fastagi::runtime::raise_fd_limit() {
+        Ok((before, after)) if after > before => {
+            info!(
+                before,
+                after, "raised the open-file limit to the hard limit"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit; keeping it"),
+    }
     let mut registry = Registry::default();
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;

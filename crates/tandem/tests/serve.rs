@@ -94,12 +94,16 @@ fn serve_answers_asterisk_and_exports_metrics() {
     // The start-up probe's bare connection is counted apart, not as a failed header.
     assert!(metrics.contains("tandem_agi_sessions_failed_total{reason=\"closed_before_header\"}"));
     assert!(!metrics.contains("reason=\"header\""), "{metrics}");
+    // Sized from the open-file limit, which tandem raises to the hard limit at start.
+    let (_, hard) = fastagi::runtime::fd_limits().unwrap();
+    let max_sessions = fastagi::runtime::sessions_for_fd_limit(hard);
     for expected in [
-        "tandem_agi_commands_sent_total 10",
-        "tandem_agi_sessions_max 1024",
-        "tandem_agi_session_duration_seconds_count{route=\"bench\"} 1",
+        "tandem_agi_commands_sent_total 10".to_string(),
+        format!("tandem_agi_sessions_max {max_sessions}"),
+        "tandem_agi_session_duration_seconds_count{route=\"bench\"} 1".to_string(),
+        "tandem_agi_sessions_ended_total{route=\"bench\",outcome=\"success\"} 1".to_string(),
     ] {
-        assert!(metrics.contains(expected), "{expected} not in:\n{metrics}");
+        assert!(metrics.contains(&expected), "{expected} not in:\n{metrics}");
     }
 }
 
@@ -189,4 +193,85 @@ fn a_taken_port_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+/// The log without terminal colour codes.
+fn plain(log: &[u8]) -> String {
+    let text = String::from_utf8_lossy(log);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_session_limit_is_sized_from_the_raised_open_file_limit_and_logged() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    // An older file: hangup_probe_ms is read, ignored and named in a warning.
+    std::fs::write(&config, "[fastagi]\nhangup_probe_ms = 20\n").unwrap();
+    let agi = free_addr();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tandem"));
+    cmd.args(["serve", "--config"])
+        .arg(&config)
+        .args([
+            "--agi-listen",
+            &agi.to_string(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("TANDEM_DATA_DIR", dir.path())
+        .env("TANDEM_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // As systemd starts a service: a low soft limit under a higher hard one.
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+            l.rlim_cur = l.rlim_max.min(256);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(agi).is_err() {
+        assert!(Instant::now() < deadline, "tandem serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let mut log = Vec::new();
+    child.stderr.take().unwrap().read_to_end(&mut log).unwrap();
+    child.wait().unwrap();
+    let log = plain(&log);
+    let (_, hard) = fastagi::runtime::fd_limits().unwrap();
+    if hard > 256 {
+        assert!(
+            log.contains(&format!("before=256 after={hard}")),
+            "the raise is logged:\n{log}"
+        );
+    }
+    let sized = fastagi::runtime::sessions_for_fd_limit(hard);
+    assert!(
+        log.contains(&format!("max_sessions={sized}"))
+            && log.contains(&format!("file-descriptor limit {hard}")),
+        "the limit and its source are logged:\n{log}"
+    );
+    assert!(
+        log.contains("fastagi.hangup_probe_ms is no longer used"),
+        "{log}"
+    );
 }

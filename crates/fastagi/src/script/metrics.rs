@@ -36,6 +36,9 @@ pub struct ScriptMetrics {
     timeouts: Family<ScriptLabel, Counter>,
     prewarmed: Family<ScriptLabel, Gauge>,
     refused: Family<ReasonLabel, Counter>,
+    /// Script processes serving a session now, against `scripts.max_running`.
+    pub running: Gauge,
+    pub running_max: Gauge,
 }
 
 /// One script's handles, resolved once per session.
@@ -63,6 +66,8 @@ impl ScriptMetrics {
             timeouts: Family::default(),
             prewarmed: Family::default(),
             refused: Family::default(),
+            running: Gauge::default(),
+            running_max: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("tandem_agi_script");
         r.register(
@@ -104,6 +109,16 @@ impl ScriptMetrics {
             "refused",
             "Script requests refused, by reason",
             m.refused.clone(),
+        );
+        r.register(
+            "running",
+            "Script processes serving a session now",
+            m.running.clone(),
+        );
+        r.register(
+            "running_max",
+            "Limit on script processes serving sessions (scripts.max_running)",
+            m.running_max.clone(),
         );
         m
     }

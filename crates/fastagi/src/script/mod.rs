@@ -66,6 +66,10 @@ pub struct ScriptConfig {
     pub kill_grace_ms: u64,
     /// Wall-clock limit of one script run; 0 = none (the default: a script may Dial).
     pub max_run_ms: u64,
+    /// Script processes serving sessions at once. One more session is refused at once with
+    /// `failure`: each is a whole interpreter (tens of MiB for PHP), and `fastagi.max_sessions`
+    /// is sized for native sessions of a few KiB.
+    pub max_running: usize,
     /// Most stderr lines logged per run; the rest are counted.
     pub max_stderr_lines: usize,
     /// Longest stderr line logged; longer ones are cut.
@@ -89,6 +93,7 @@ impl Default for ScriptConfig {
             sighup: true,
             kill_grace_ms: 2_000,
             max_run_ms: 0,
+            max_running: 512,
             max_stderr_lines: 1_000,
             max_stderr_line_bytes: 4_096,
             extra_commands: Vec::new(),
@@ -201,6 +206,8 @@ pub enum ScriptError {
     LineTooLong { script: String, max: usize },
     #[error("script {script} ran over its limit of {limit_ms} ms and was killed")]
     TimedOut { script: String, limit_ms: u64 },
+    #[error("script {script} refused: {max} scripts already running (scripts.max_running)")]
+    Busy { script: String, max: usize },
 }
 
 /// The handler behind every script route: register it as the router's fallback.
@@ -212,6 +219,7 @@ pub struct ScriptRunner {
     metrics: Arc<ScriptMetrics>,
     pools: prewarm::Pools,
     intercept: Option<Arc<dyn Intercept>>,
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 impl ScriptRunner {
@@ -246,9 +254,16 @@ impl ScriptRunner {
             warm.push((script, r.prewarm));
         }
         let pools = prewarm::Pools::start(warm, config.working_dir.clone(), env, metrics.clone());
+        if config.max_running == 0 {
+            return Err(std::io::Error::other(
+                "scripts.max_running must be at least 1",
+            ));
+        }
+        metrics.running_max.set(config.max_running as i64);
         info!(dir = %dir.display(), prewarmed = config.route.iter().filter(|r| r.prewarm > 0).count(),
-              "serving AGI scripts");
+              max_running = config.max_running, "serving AGI scripts");
         Ok(ScriptRunner {
+            running: Arc::new(tokio::sync::Semaphore::new(config.max_running)),
             config,
             dir,
             max_line_bytes,
@@ -315,6 +330,15 @@ impl Handler for ScriptRunner {
             }
         };
         let name = script.name.clone();
+        let Ok(_running) = self.running.clone().try_acquire_owned() else {
+            self.metrics.refused("max_running");
+            return Err(AgiError::handler(ScriptError::Busy {
+                script: name,
+                max: self.config.max_running,
+            }));
+        };
+        self.metrics.running.inc();
+        let _counted = RunningGauge(&self.metrics.running);
         let m = self.metrics.for_script(&name);
         m.sessions.inc();
 
@@ -341,6 +365,15 @@ impl Handler for ScriptRunner {
         let outcome = self.relay(session, child, &name, header, started).await;
         m.run_seconds.observe(started.elapsed().as_secs_f64());
         outcome
+    }
+}
+
+/// Takes one off the running-scripts gauge when the session's script is done with.
+struct RunningGauge<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for RunningGauge<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -443,16 +476,26 @@ impl ScriptRunner {
                         },
                         None => session.relay(line, &mut reply).await,
                     };
-                    match relayed {
-                        Ok(()) => {}
+                    let response = match relayed {
+                        Ok(r) => r,
                         Err(AgiError::Disconnected) => break End::AsteriskGone,
                         Err(e) => break End::Failed(e),
-                    }
-                    // A hangup that came with the reply is signalled before the reply is read,
-                    // as Asterisk signals a classic script at the moment of hangup.
-                    session.take_arrived_hangups();
-                    sighup(session, &mut sighup_sent);
+                    };
+                    // The script reads its reply first and learns of the hangup after, as from
+                    // Asterisk's own loop, which signals a classic script on its next turn.
                     let _ = stdin.write_all(&reply).await;
+                    if !session.take_arrived_hangups() && is_minus_one(&response) {
+                        let command = agi::command_name(&String::from_utf8_lossy(line))
+                            .filter(|name| agi::needs_live_channel(name));
+                        if let Some(command) = command {
+                            match session.hung_up_after_minus_one(command).await {
+                                Ok(_) => {}
+                                Err(AgiError::Disconnected) => break End::AsteriskGone,
+                                Err(e) => break End::Failed(e),
+                            }
+                        }
+                    }
+                    sighup(session, &mut sighup_sent);
                 }
                 said = session.unsolicited() => match said {
                     Ok(crate::session::Unsolicited::Hangup) => sighup(session, &mut sighup_sent),
@@ -516,6 +559,12 @@ impl ScriptRunner {
         record_exit(&self.metrics, name, id, exit);
         result
     }
+}
+
+/// A `200` whose result is negative: from a command that needs the channel, the caller may have
+/// hung up while it ran.
+fn is_minus_one(response: &agi::Response) -> bool {
+    matches!(response, agi::Response::Success(r) if r.result.starts_with('-'))
 }
 
 /// Counts how a script ended, and logs a failure code.

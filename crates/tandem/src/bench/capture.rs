@@ -157,15 +157,7 @@ impl BenchReport for CaptureBench {
 
 /// Resident set size now, bytes (Linux /proc).
 fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u64>().ok())
-        })
-        .map(|pages| pages * 4096)
-        .unwrap_or(0)
+    crate::capture_status::proc_stat::rss_bytes().unwrap_or(0)
 }
 
 /// Peak resident set size, bytes.

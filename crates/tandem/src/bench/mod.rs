@@ -2,6 +2,7 @@
 //! `--json`, and compares against a baseline or peer measured in the same run.
 
 pub mod agi;
+mod agi_memory;
 mod agi_scripts;
 mod archive;
 pub mod capture;
@@ -18,6 +19,9 @@ pub enum BenchCommand {
     /// FastAGI sessions/s and latency: Tandem's native `bench` route (ten commands) against the
     /// wire floor and any --peer, driven by the Asterisk emulator in the same run.
     Agi(agi::AgiArgs),
+    /// Memory per FastAGI session, idle and in a long command: a `tandem serve` holding N
+    /// sessions at once; the figure behind the default `max_sessions`.
+    AgiMemory(agi_memory::MemoryArgs),
     /// The wire-floor server `bench agi` measures against (started by it; not for direct use).
     #[command(hide = true)]
     AgiFloor(floor::FloorArgs),
@@ -37,6 +41,7 @@ pub enum BenchCommand {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Agi(args) => agi::run(args),
+        BenchCommand::AgiMemory(args) => agi_memory::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),
         BenchCommand::Taskpool(args) => taskpool::run(args),
         BenchCommand::Kv(args) => kv::run(args),

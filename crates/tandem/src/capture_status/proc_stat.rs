@@ -57,7 +57,16 @@ pub fn ticks_per_second() -> u64 {
 
 /// Resident set size: the second field of `/proc/self/statm` (pages) times the page size.
 pub fn rss_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/statm").ok()?;
+    rss_bytes_at("/proc/self/statm")
+}
+
+/// Resident set size of another process.
+pub fn process_rss_bytes(pid: u32) -> Option<u64> {
+    rss_bytes_at(&format!("/proc/{pid}/statm"))
+}
+
+fn rss_bytes_at(statm: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(statm).ok()?;
     let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
