@@ -295,7 +295,7 @@ impl HeaderReader {
                 max: self.limits.max_variables,
             });
         }
-        let text = String::from_utf8_lossy(line);
+        let text = crate::line_text(line);
         let malformed = || HeaderError::Malformed {
             line: self.lines,
             text: text.to_string(),

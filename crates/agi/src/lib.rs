@@ -28,3 +28,12 @@ pub use command::{
 pub use header::{Header, HeaderError, HeaderLimits, HeaderReader};
 pub use reply::{ChannelStatus, Event, GetDataResult, Reply, ReplyError, ReplyParser, Response};
 pub use route::{Route, percent_decode};
+
+/// A line as text: borrowed when it is valid UTF-8, as Asterisk's lines nearly always are (the
+/// check is a fast scan), else with U+FFFD for each bad sequence.
+fn line_text(line: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(line) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(line),
+    }
+}

@@ -110,7 +110,7 @@ impl ReplyParser {
             usage.push_str(&String::from_utf8_lossy(line));
             return Ok(None);
         }
-        let text = String::from_utf8_lossy(line);
+        let text = crate::line_text(line);
         let malformed = || ReplyError::Malformed {
             line: text.to_string(),
         };
@@ -156,12 +156,13 @@ fn parse_result(rest: &str) -> Option<Reply> {
         result: result.to_string(),
         ..Reply::default()
     };
-    if let Some(i) = tail.rfind("endpos=")
-        && (i == 0 || tail.as_bytes()[i - 1] == b' ')
-        && let Ok(pos) = tail[i + 7..].parse::<i64>()
+    // `endpos=<n>` is the last word when present.
+    let (before, last) = tail.rsplit_once(' ').unwrap_or(("", tail));
+    if let Some(pos) = last.strip_prefix("endpos=")
+        && let Ok(pos) = pos.parse::<i64>()
     {
         reply.endpos = Some(pos);
-        tail = tail[..i].trim_end_matches(' ');
+        tail = before.trim_end_matches(' ');
     }
     if let Some(inner) = tail.strip_prefix('(') {
         // The data runs to the last `)`: Asterisk does not escape parentheses inside it.

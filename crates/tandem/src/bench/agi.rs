@@ -52,9 +52,28 @@ pub struct AgiArgs {
     /// machine can sustain, where prewarming shows; at full load no pool can outrun the CPU).
     #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
+    /// Warm-up per server before the measured runs, seconds (0: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup_seconds: f64,
+    /// End each run after this many sessions, if it comes before --seconds: with --target and
+    /// --warmup-seconds 0, the server serves exactly one readiness session plus runs × N (for
+    /// counting its instructions per session under callgrind).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<u64>,
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How the load is played against every subject.
+pub(super) struct RunShape {
+    pub concurrency: usize,
+    pub seconds: f64,
+    pub runs: usize,
+    pub warmup_seconds: f64,
+    pub max_sessions: Option<u64>,
+    /// No progress bar (JSON output).
+    pub quiet: bool,
 }
 
 /// One server's figures, medians over the runs.
@@ -248,7 +267,15 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         cmd.args(&words[1..]);
         subjects.push(spawn(name, cmd, port, &plan, expect)?);
     }
-    let servers = measure(&subjects, concurrency, args.seconds, args.runs, args.json)?;
+    let shape = RunShape {
+        concurrency,
+        seconds: args.seconds,
+        runs: args.runs,
+        warmup_seconds: args.warmup_seconds,
+        max_sessions: args.max_sessions,
+        quiet: args.json,
+    };
+    let servers = measure(&subjects, &shape)?;
     let main = servers
         .get("tandem")
         .or_else(|| servers.get("target"))
@@ -278,15 +305,24 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
 }
 
 /// Plays `concurrency` sessions at once against each subject, `runs` times for `seconds`, the
-/// subjects taking turns, after a one-second warm-up each. Figures are medians over the runs.
+/// subjects taking turns, after a warm-up each. Figures are medians over the runs.
 pub(super) fn measure(
     subjects: &[Subject],
-    concurrency: usize,
-    seconds: f64,
-    runs: usize,
-    quiet: bool,
+    shape: &RunShape,
 ) -> anyhow::Result<BTreeMap<String, ServerFigures>> {
+    let RunShape {
+        concurrency,
+        seconds,
+        runs,
+        warmup_seconds,
+        max_sessions,
+        quiet,
+    } = *shape;
     anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(
+        warmup_seconds >= 0.0,
+        "--warmup-seconds must not be negative"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -298,7 +334,7 @@ pub(super) fn measure(
         plan: s.plan.clone(),
         concurrency,
         duration: Duration::from_secs_f64(seconds),
-        max_sessions: None,
+        max_sessions,
         expect_commands: s.expect_commands,
         rate_per_sec: s.rate_per_sec,
     };
@@ -312,9 +348,9 @@ pub(super) fn measure(
         "{bar:30} {pos}/{len} runs  {msg}",
     )?);
     // Warm up every subject (connection paths, allocator, page cache) before measuring.
-    for s in subjects {
+    for s in subjects.iter().filter(|_| warmup_seconds > 0.0) {
         bar.set_message(format!("warming up {}", s.name));
-        runtime.block_on(run_load(load(s, 1.0)));
+        runtime.block_on(run_load(load(s, warmup_seconds)));
     }
     let mut per_subject: Vec<Vec<(asterisk_emu::LoadReport, Option<f64>)>> =
         subjects.iter().map(|_| Vec::new()).collect();

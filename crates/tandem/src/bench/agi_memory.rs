@@ -8,8 +8,10 @@
 //! - **long command**: the `example` route after six commands, inside STREAM FILE (a prompt, or a
 //!   `Dial` through EXEC: Asterisk answers only when it ends).
 //!
-//! The kernel's TCP memory (`/proc/net/sockstat`) is read alongside; it covers both ends of each
-//! loopback connection. Each run starts a fresh server, so no run inherits another's heap.
+//! The kernel's side is read alongside: its slab memory (`Slab` in /proc/meminfo: sockets, files,
+//! epoll entries) and its TCP buffers (`mem` in /proc/net/sockstat), both for the two ends of each
+//! loopback connection and machine-wide, so other activity blurs them a little. Each run starts a
+//! fresh server, so no run inherits another's heap.
 
 use super::report::{BenchReport, Table, median};
 use asterisk_emu::Plan;
@@ -70,8 +72,10 @@ pub struct StateFigures {
     pub held_at_command: usize,
     /// Server RSS growth per session held, bytes (median over runs).
     pub rss_bytes_per_session: f64,
-    /// Kernel TCP memory per connection, both ends, bytes (median over runs).
+    /// Kernel TCP buffer memory per connection, both ends, bytes (median over runs).
     pub kernel_tcp_bytes_per_connection: f64,
+    /// Kernel slab memory per connection, both ends, bytes (median over runs).
+    pub kernel_slab_bytes_per_connection: f64,
     /// Server RSS with no session, bytes (median over runs).
     pub rss_baseline_bytes: f64,
     pub runs_rss_bytes_per_session: Vec<f64>,
@@ -102,6 +106,7 @@ impl BenchReport for MemoryReport {
             "state",
             "held at",
             "RSS KiB/session",
+            "kernel slab KiB/connection",
             "kernel TCP KiB/connection",
             "server RSS at rest MiB",
         ]);
@@ -110,6 +115,7 @@ impl BenchReport for MemoryReport {
                 format!("{} ({})", s.state, state.what),
                 format!("{} command {}", s.route, s.held_at_command),
                 format!("{:.2}", s.rss_bytes_per_session / 1024.0),
+                format!("{:.2}", s.kernel_slab_bytes_per_connection / 1024.0),
                 format!("{:.2}", s.kernel_tcp_bytes_per_connection / 1024.0),
                 format!("{:.1}", s.rss_baseline_bytes / 1048576.0),
             ]);
@@ -172,7 +178,13 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
                 kernel_tcp_bytes_per_connection: median(
                     &runs
                         .iter()
-                        .map(|s| s.kernel_per_connection)
+                        .map(|s| s.kernel_tcp_per_connection)
+                        .collect::<Vec<_>>(),
+                ),
+                kernel_slab_bytes_per_connection: median(
+                    &runs
+                        .iter()
+                        .map(|s| s.kernel_slab_per_connection)
                         .collect::<Vec<_>>(),
                 ),
                 rss_baseline_bytes: median(&runs.iter().map(|s| s.baseline).collect::<Vec<_>>()),
@@ -199,7 +211,8 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
 struct Sample {
     baseline: f64,
     rss_per_session: f64,
-    kernel_per_connection: f64,
+    kernel_tcp_per_connection: f64,
+    kernel_slab_per_connection: f64,
 }
 
 /// A `tandem serve` child with a session limit above the sessions to hold.
@@ -256,6 +269,7 @@ async fn measure(state: &HeldState, sessions: usize, bar: &ProgressBar) -> anyho
     };
     let baseline = rss()? as f64;
     let kernel_before = kernel_tcp_bytes()?;
+    let slab_before = slab_bytes()?;
     let held = Arc::new(AtomicUsize::new(0));
     let plan = Plan {
         hold_at: Some(state.hold_at),
@@ -279,13 +293,16 @@ async fn measure(state: &HeldState, sessions: usize, bar: &ProgressBar) -> anyho
     tokio::time::sleep(Duration::from_millis(300)).await;
     let holding = rss()? as f64;
     let kernel_held = kernel_tcp_bytes()?;
+    let slab_held = slab_bytes()?;
     for t in &tasks {
         t.abort();
     }
     Ok(Sample {
         baseline,
         rss_per_session: (holding - baseline) / sessions as f64,
-        kernel_per_connection: kernel_held.saturating_sub(kernel_before) as f64 / sessions as f64,
+        kernel_tcp_per_connection: kernel_held.saturating_sub(kernel_before) as f64
+            / sessions as f64,
+        kernel_slab_per_connection: (slab_held as f64 - slab_before as f64) / sessions as f64,
     })
 }
 
@@ -350,4 +367,15 @@ fn kernel_tcp_bytes() -> anyhow::Result<u64> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     Ok(pages * page)
+}
+
+/// The kernel's slab memory: `Slab` of /proc/meminfo, in bytes.
+fn slab_bytes() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Slab:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|kib| kib.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| anyhow::anyhow!("/proc/meminfo: no Slab figure"))
 }

@@ -8,7 +8,7 @@
 //! for what prewarming saves a caller. (At full load prewarming cannot help: the pool refills no
 //! faster than the CPU starts interpreters. It moves the start-up off the call's path.)
 
-use super::agi::{AgiArgs, ServerFigures, Subject, free_port, load_plan, measure, spawn};
+use super::agi::{AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn};
 use super::report::{BenchReport, Table};
 use asterisk_emu::Target;
 use serde::Serialize;
@@ -175,6 +175,14 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
         pid: None,
         child: None,
     };
+    let shape = RunShape {
+        concurrency,
+        seconds: args.seconds,
+        runs: args.runs,
+        warmup_seconds: args.warmup_seconds,
+        max_sessions: args.max_sessions,
+        quiet: args.json,
+    };
     let throughput = measure(
         &[
             with(
@@ -192,10 +200,7 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
             ),
             with("py tandem", addr.clone(), "bench.py", None),
         ],
-        concurrency,
-        args.seconds,
-        args.runs,
-        args.json,
+        &shape,
     )?;
     let rate = Some(args.rate);
     // In flight at once in the open loop: generous, so that a slow start shows as latency.
@@ -218,10 +223,10 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
             with("py tandem", addr.clone(), "bench.py", rate),
             with("py prewarmed", addr, "warm/bench.py", rate),
         ],
-        64,
-        args.seconds,
-        args.runs,
-        args.json,
+        &RunShape {
+            concurrency: 64,
+            ..shape
+        },
     )?;
     drop(tandem);
     let tp = |n: &str| throughput.get(n).expect("measured");
