@@ -6,7 +6,7 @@
 //! archive writer (its queue), the live capture ring (kernel drops, buffer use). A field whose
 //! part is absent stays `None` and is left out of the line and the metrics, never shown as a
 //! made-up zero. The board itself adds CPU time per thread and resident memory from
-//! `/proc/self` (`proc_stat.rs`); the threads Tandem starts are named so that the line says
+//! `/proc/self` (the `procstat` crate); the threads Tandem starts are named so that the line says
 //! which is busy.
 //!
 //! A line reads:
@@ -18,14 +18,13 @@
 //! ```
 
 pub mod metrics;
-pub mod proc_stat;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ::cdr::{CdrWriterStats, CdrWriterWatch};
 use monitor::LiveCounters;
-pub use proc_stat::ThreadCpu;
+pub use procstat::ThreadCpu;
 
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
@@ -142,9 +141,9 @@ impl StatusBoard {
     /// Every source's figures, with threads and memory from /proc.
     pub fn sample(&self) -> Sample {
         let mut s = Sample {
-            threads: proc_stat::threads(),
-            ticks_per_s: proc_stat::ticks_per_second(),
-            rss_bytes: proc_stat::rss_bytes(),
+            threads: procstat::threads(),
+            ticks_per_s: procstat::ticks_per_second(),
+            rss_bytes: procstat::rss_bytes(),
             ..Sample::default()
         };
         for source in self

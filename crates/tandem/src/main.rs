@@ -14,8 +14,6 @@ mod cdr;
 mod cdr_pcap;
 mod config;
 mod db;
-mod http;
-mod kv_routes;
 mod replay;
 mod serve;
 

@@ -69,7 +69,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
-    let mut router = crate::kv_routes::add(fastagi::builtin::routes(), &store)?;
+    let mut router = agi_routes::db::add(fastagi::builtin::routes(), &store)?;
     if config.scripts.dir.is_some() {
         // Every path no native route takes goes to the script directory.
         let script_metrics = Arc::new(fastagi::script::ScriptMetrics::new(&mut registry));
@@ -80,7 +80,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         )?;
         if !config.kv.script_families.is_empty() {
             info!(families = ?config.kv.script_families, "scripts' DATABASE commands on these families use Tandem's store");
-            runner = runner.with_intercept(Arc::new(crate::kv_routes::DatabaseIntercept {
+            runner = runner.with_intercept(Arc::new(agi_routes::db::DatabaseIntercept {
                 store: store.clone(),
                 families: config.kv.script_families.iter().cloned().collect(),
             }));
@@ -105,14 +105,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         None
     };
-    let http = crate::http::bind(config.metrics.listen).await?;
+    let http = metrics_http::bind(config.metrics.listen).await?;
     info!(metrics = %http.local_addr()?, "metrics on http://{}/metrics", http.local_addr()?);
 
     let (stop_tx, stop_rx) = fastagi::shutdown_channel();
     let stopped = |mut rx: fastagi::Shutdown| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let http_task = tokio::spawn(crate::http::serve(
+    let http_task = tokio::spawn(metrics_http::serve(
         http,
         Arc::new(registry),
         stopped(stop_rx.clone()),

@@ -360,9 +360,9 @@ pub(super) fn measure(
             let i = (k + run) % subjects.len();
             let s = &subjects[i];
             bar.set_message(format!("run {} of {runs}: {}", run + 1, s.name));
-            let cpu_before = s.pid.and_then(cpu_seconds);
+            let cpu_before = s.pid.and_then(procstat::process_cpu_seconds);
             let report = runtime.block_on(run_load(load(s, seconds)));
-            let cpu = match (cpu_before, s.pid.and_then(cpu_seconds)) {
+            let cpu = match (cpu_before, s.pid.and_then(procstat::process_cpu_seconds)) {
                 (Some(a), Some(b)) => Some(b - a),
                 _ => None,
             };
@@ -470,17 +470,4 @@ async fn wait_until_serving(s: &Subject) -> anyhow::Result<()> {
             Err(e) => anyhow::bail!("{} did not start serving on {addr}: {e}", s.name),
         }
     }
-}
-
-/// User + system CPU seconds a process has used, from /proc/PID/stat.
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may contain spaces.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions; _SC_CLK_TCK is a valid name.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((utime + stime) / ticks)
 }

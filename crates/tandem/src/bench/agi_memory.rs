@@ -264,7 +264,7 @@ async fn measure(state: &HeldState, sessions: usize, bar: &ProgressBar) -> anyho
     wait_until_serving(server.addr).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let rss = || {
-        crate::capture_status::proc_stat::process_rss_bytes(pid)
+        procstat::process_rss_bytes(pid)
             .ok_or_else(|| anyhow::anyhow!("cannot read the memory of process {pid}"))
     };
     let baseline = rss()? as f64;

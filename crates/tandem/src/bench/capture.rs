@@ -157,51 +157,15 @@ impl BenchReport for CaptureBench {
 
 /// Resident set size now, bytes (Linux /proc).
 fn rss_bytes() -> u64 {
-    crate::capture_status::proc_stat::rss_bytes().unwrap_or(0)
+    procstat::rss_bytes().unwrap_or(0)
 }
 
-/// Peak resident set size, bytes.
-fn peak_rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .and_then(|k| k.parse::<u64>().ok())
-            })
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
-}
-
-/// CPU time this thread has run, seconds (Linux /proc/thread-self/schedstat, in ns).
 fn thread_cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .map(|ns| ns as f64 / 1e9)
-        .unwrap_or(f64::NAN)
+    procstat::thread_cpu_seconds().unwrap_or(f64::NAN)
 }
 
-/// CPU time of the whole process (all threads), seconds: utime + stime from /proc/self/stat,
-/// in clock ticks of 1/100 s (Linux's USER_HZ).
 fn process_cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            // Fields after the command name, which is in parentheses and may contain spaces.
-            let rest = &s[s.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = f.get(11)?.parse().ok()?;
-            let stime: u64 = f.get(12)?.parse().ok()?;
-            Some((utime + stime) as f64 / 100.0)
-        })
-        .unwrap_or(f64::NAN)
+    procstat::process_cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
 }
 
 /// Analyses `path`: (wall seconds, CPU seconds of this thread, streams found).
@@ -353,7 +317,7 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         sip_only_concurrent_calls: held,
         bytes_per_sip_call,
         sip_calls_per_sec_per_core,
-        peak_rss_bytes: peak_rss_bytes(),
+        peak_rss_bytes: procstat::peak_rss_bytes().unwrap_or(0),
         streams_found,
         streams_expected,
     })

@@ -1,5 +1,5 @@
 //! The status figures as Prometheus metrics (`tandem_capture_*`), taken from the board at each
-//! scrape, and the `capture-metrics` thread that serves them with `crate::http::serve`.
+//! scrape, and the `capture-metrics` thread that serves them with `metrics_http::serve`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -217,7 +217,7 @@ impl MetricsServer {
                 runtime.block_on(async move {
                     let served = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => {
-                            crate::http::serve(l, registry, async {
+                            metrics_http::serve(l, registry, async {
                                 let _ = stop_rx.await;
                             })
                             .await

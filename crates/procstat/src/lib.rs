@@ -1,4 +1,6 @@
-//! CPU time per thread and resident memory of this process, from `/proc/self`.
+//! What /proc says about a process: CPU time per thread (`/proc/self/task`), CPU time and
+//! resident memory of this process or another one. Linux only; a figure that cannot be read is
+//! `None` (or an empty list), never a made-up zero.
 //!
 //! A thread's line in `/proc/self/task/TID/stat` is `TID (NAME) STATE ...` with `utime` and
 //! `stime` (clock ticks) as fields 14 and 15 (proc(5)). NAME is the thread's name (at most 15
@@ -65,6 +67,34 @@ pub fn process_rss_bytes(pid: u32) -> Option<u64> {
     rss_bytes_at(&format!("/proc/{pid}/statm"))
 }
 
+/// Peak resident set size of this process (`VmHWM` of `/proc/self/status`).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU time the calling thread has run, in seconds, to the nanosecond
+/// (`/proc/thread-self/schedstat`).
+pub fn thread_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+/// User plus system CPU seconds a process has used (`/proc/PID/stat`).
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, ticks) = parse_stat(&stat)?;
+    Some(ticks as f64 / ticks_per_second() as f64)
+}
+
 fn rss_bytes_at(statm: &str) -> Option<u64> {
     let text = std::fs::read_to_string(statm).ok()?;
     let pages: u64 = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
@@ -119,6 +149,10 @@ mod tests {
         let me = threads();
         assert!(me.len() >= 2, "{me:?}");
         assert!(rss_bytes().unwrap() > 0);
+        assert!(peak_rss_bytes().unwrap() >= rss_bytes().unwrap() / 2);
+        assert!(process_rss_bytes(std::process::id()).unwrap() > 0);
+        assert!(process_cpu_seconds(std::process::id()).unwrap() > 0.0);
+        assert!(thread_cpu_seconds().unwrap() >= 0.0);
         assert!(ticks_per_second() > 0);
     }
 }

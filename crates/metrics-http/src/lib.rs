@@ -1,4 +1,9 @@
-//! The HTTP side of `tandem serve`: Prometheus metrics and a health check.
+//! Prometheus metrics and a health check over HTTP: `GET /metrics` encodes a registry in the
+//! OpenMetrics text format at each scrape, `GET /health` answers `OK`. `tandem serve` and a
+//! running capture each serve their own registry this way.
+//!
+//! Never: holds state of its own (everything comes from the registry at each scrape), or binds
+//! an address the caller did not give (keep it on loopback: there is no authentication).
 
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
@@ -10,10 +15,26 @@ use std::sync::Arc;
 
 const PROMETHEUS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+/// Why the metrics endpoint could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("metrics server: {0}")]
+    Serve(#[from] std::io::Error),
+}
+
+/// Binds the metrics address now, so that a taken port is reported at start.
+pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener, HttpError> {
     tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {listen}: {e}"))
+        .map_err(|source| HttpError::Bind {
+            addr: listen,
+            source,
+        })
 }
 
 /// Serves `/metrics` and `/health` until `shutdown` completes.
@@ -21,7 +42,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), HttpError> {
     let app = Router::new()
         .route(
             "/metrics",
