@@ -1,20 +1,18 @@
-//! `tandem capture --read FILE...`: analyses capture files into calls, RTP streams and CDRs.
-//! `tandem capture --hep-listen ADDR`: the same from HEP v3 packets that Kamailio, OpenSIPS,
-//! FreeSWITCH, Asterisk's res_hep or heplify send over UDP.
-//! `tandem capture --interface IF`: the same from a live interface (`capture_live.rs`).
+//! `tandem capture`: the sensor (`sensor` crate) run from the command line. `--read FILE...`
+//! analyses capture files, `--hep-listen ADDR` HEP v3 from Kamailio, OpenSIPS, FreeSWITCH,
+//! Asterisk's res_hep or heplify, `--interface IF` a live interface. This file holds the options,
+//! turns them into a [`SensorConfig`], turns SIGTERM and ctrl-c into a stop, and prints.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::Duration;
 
-use ::cdr::{CdrCall, CdrStore, CdrStream, SqliteStore, format_time_us};
-use anyhow::Context;
-use monitor::pcap::CaptureReader;
-use monitor::{Analysis, CallRecord, Monitor, MonitorConfig, StreamRecord};
-use serde_json::json;
+use sensor::config::{DEFAULT_FILTER, DEFAULT_JOURNAL_BYTES_MAX, DEFAULT_QUEUE_RECORDS_MAX};
+use sensor::{
+    ArchiveSettings, CdrConfig, LiveConfig, Report, Sensor, SensorConfig, SensorHandle, Source,
+    StatusConfig, StoreMode,
+};
 
-/// Closed records are printed and stored every this many packets.
-const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -36,7 +34,12 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// SQLite file the CDRs are written to.
-    #[arg(long, default_value = "tandem-data/cdr.sqlite3", env = "TANDEM_CDR_DB")]
+    #[arg(
+        long,
+        visible_alias = "db",
+        default_value = "tandem-data/cdr.sqlite3",
+        env = "TANDEM_CDR_DB"
+    )]
     pub cdr_db: PathBuf,
     /// Write CDRs to PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
     #[arg(long, env = "TANDEM_CDR_POSTGRES")]
@@ -47,502 +50,251 @@ pub struct Args {
     /// Call shards (threads) behind the decoding thread; 1 runs everything on one thread.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
-    /// Set by `tandem serve`, which handles SIGTERM itself and stops the capture with
-    /// [`request_stop`].
-    #[arg(skip)]
-    pub signals_handled_elsewhere: bool,
     /// Most calls tracked at once.
-    #[arg(long, default_value_t = MonitorConfig::default().max_calls)]
+    #[arg(long, default_value_t = sensor::config::MonitorConfig::default().max_calls)]
     pub max_calls: usize,
     #[command(flatten)]
-    pub cdr_writer: crate::capture_cdr::CdrWriterArgs,
+    pub cdr_writer: CdrWriterArgs,
     #[command(flatten)]
-    pub status: crate::capture_status::StatusArgs,
+    pub status: StatusArgs,
     #[command(flatten)]
-    pub archive: crate::capture_archive::ArchiveArgs,
+    pub archive: ArchiveArgs,
     #[command(flatten)]
-    pub live: crate::capture_live::LiveArgs,
+    pub live: LiveArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CdrWriterArgs {
+    /// Journal of CDRs the database cannot take yet (down, slow, read-only): replayed in order
+    /// when it is back, or by the next run. Default: beside --cdr-db, `cdr.journal`
+    /// (`cdr-postgres.journal` with --cdr-postgres).
+    #[arg(long, value_name = "FILE")]
+    pub cdr_journal: Option<PathBuf>,
+    /// Size limit of the journal (1 GiB: about 600 000 calls); CDRs that do not fit are
+    /// dropped, counted and logged.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_JOURNAL_BYTES_MAX)]
+    pub cdr_journal_bytes_max: u64,
+    /// CDRs queued for the database at most; past it the capture thread journals them itself.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_QUEUE_RECORDS_MAX)]
+    pub cdr_queue_records_max: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Log a status line (calls, packets/s, CDR queue, CPU per thread, memory) every this many
+    /// seconds while capturing; 0 turns it off. With --read it appears only when the run lasts
+    /// longer than that.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub status_interval_s: u64,
+    /// Serve the same figures as Prometheus metrics at http://ADDR/metrics while capturing.
+    /// Off unless given; keep it on loopback (127.0.0.1:PORT): it has no authentication.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+}
+
+/// What the archive keeps, as `--archive-store` spells it.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreArg {
+    /// SIP only.
+    Sip,
+    /// SIP, and RTP cut after its RTP header (sequence, timing, loss; no audio).
+    Headers,
+    /// SIP and whole RTP packets (audio can be replayed).
+    Full,
+}
+
+impl From<StoreArg> for StoreMode {
+    fn from(a: StoreArg) -> StoreMode {
+        match a {
+            StoreArg::Sip => StoreMode::SipOnly,
+            StoreArg::Headers => StoreMode::SipAndRtpHeaders,
+            StoreArg::Full => StoreMode::FullRtp,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ArchiveArgs {
+    /// Store each call's packets (SIP zstd-compressed, RTP and RTCP) in one tar file per minute
+    /// of call start under DIR (DIR/YYYY-MM-DD/HH/MM/sip.tar and rtp.tar, UTC), and record in
+    /// each CDR where they are (`tandem cdr pcap CALL-ID` reads them back).
+    #[arg(long, value_name = "DIR")]
+    pub archive: Option<PathBuf>,
+    /// What to keep of each call.
+    #[arg(long, value_enum, default_value = "headers", requires = "archive")]
+    pub archive_store: StoreArg,
+    /// Delete minute directories that ended more than this many seconds before the newest
+    /// packet.
+    #[arg(long, value_name = "SECONDS", requires = "archive")]
+    pub archive_max_age_sec: Option<u64>,
+    /// Delete the oldest minute directories while the archive holds more than this many bytes.
+    #[arg(long, value_name = "BYTES", requires = "archive")]
+    pub archive_max_total_bytes: Option<u64>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LiveArgs {
+    /// Capture live from this network interface (AF_PACKET with a TPACKET_V3 ring; needs root
+    /// or CAP_NET_RAW). Runs until SIGTERM or ctrl-c (or --max-packets / --duration-s);
+    /// finished calls are printed and stored every second.
+    #[arg(long, value_name = "IF", conflicts_with_all = ["read", "hep_listen"])]
+    pub interface: Option<String>,
+    /// Kernel ring per capture thread, in MiB (256 KiB blocks handed over every 10 ms at least).
+    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
+    pub ring_mib: usize,
+    /// pcap-filter expression (a documented subset: udp, tcp, ip, ip6, [src|dst] port,
+    /// portrange, host, net, proto, vlan, and/or/not, parentheses). "" captures everything.
+    #[arg(long, value_name = "EXPR", default_value = DEFAULT_FILTER, requires = "interface")]
+    pub filter: String,
+    /// Also receive frames addressed to other hosts (a mirror or SPAN port).
+    #[arg(long, requires = "interface")]
+    pub promiscuous: bool,
+    /// Capture threads sharing the interface by flow hash (PACKET_FANOUT); each has its ring.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "interface")]
+    pub capture_threads: usize,
+    /// The bounded buffer between the capture threads and the analysis, in MiB of frames.
+    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
+    pub buffer_mib: usize,
+    /// Stop after analysing this many frames (for tests and trials).
+    #[arg(long, value_name = "N", requires = "interface")]
+    pub max_packets: Option<u64>,
+    /// Stop after this many seconds (for tests and trials).
+    #[arg(long, value_name = "SECONDS", requires = "interface")]
+    pub duration_s: Option<u64>,
+}
+
+impl Args {
+    /// The sensor these options describe.
+    pub fn to_config(&self) -> SensorConfig {
+        let source = match (&self.live.interface, self.hep_listen) {
+            (Some(interface), _) => {
+                let l = &self.live;
+                Source::Interface(LiveConfig {
+                    interface: interface.clone(),
+                    ring_mib: l.ring_mib,
+                    filter: l.filter.clone(),
+                    promiscuous: l.promiscuous,
+                    capture_threads: l.capture_threads,
+                    buffer_mib: l.buffer_mib,
+                    max_packets: l.max_packets,
+                    duration_s: l.duration_s,
+                })
+            }
+            (None, Some(listen)) => Source::Hep {
+                listen,
+                max_packets: self.hep_max_packets,
+            },
+            (None, None) => Source::Files(self.read.clone()),
+        };
+        let mut config = SensorConfig::new(source);
+        config.monitor.max_calls = self.max_calls;
+        config.shards = self.shards;
+        config.cdr = (!self.no_store).then(|| CdrConfig {
+            db: self.cdr_db.clone(),
+            postgres: self.cdr_postgres.clone(),
+            journal: self.cdr_writer.cdr_journal.clone(),
+            journal_bytes_max: self.cdr_writer.cdr_journal_bytes_max,
+            queue_records_max: self.cdr_writer.cdr_queue_records_max,
+        });
+        config.archive = self.archive.archive.as_ref().map(|dir| ArchiveSettings {
+            dir: dir.clone(),
+            store: self.archive.archive_store.into(),
+            max_age_sec: self.archive.archive_max_age_sec,
+            max_total_bytes: self.archive.archive_max_total_bytes,
+        });
+        config.status = StatusConfig {
+            interval_s: self.status.status_interval_s,
+            metrics_listen: self.status.metrics_listen,
+        };
+        config
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let cfg = MonitorConfig {
-        max_calls: args.max_calls,
-        ..MonitorConfig::default()
-    };
-    // Every source feeds this monitor; with --archive its taps archive each call's packets
-    // (waiting for the archive only when reading files: live sources never wait).
-    let from_files = !args.read.is_empty();
-    let (mut mon, mut archive) =
-        crate::capture_archive::monitor(cfg, args.shards, &args.archive, from_files)?;
-    let total: u64 = args
-        .read
-        .iter()
-        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-        .sum();
-    let bar = (total >= PROGRESS_MIN_BYTES && std::io::stderr().is_terminal()).then(|| {
-        let b = indicatif::ProgressBar::new(total);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
-            )
-            .expect("progress template"),
+    let config = args.to_config();
+    let from_files = !config.source.is_live();
+    let observer: Option<Box<dyn sensor::RecordObserver>> = args
+        .json
+        .then(|| Box::new(sensor::json::JsonLines::new(std::io::stdout())) as _);
+    let handle = Sensor::start(config, observer)?;
+    if let Some(addr) = handle.hep_addr() {
+        eprintln!("listening for HEP v3 on udp://{addr}");
+    }
+    if let Some(l) = handle.live() {
+        eprintln!(
+            "capturing on {}: {} thread(s), ring {} MiB each, buffer {} MiB, filter {:?}",
+            l.interface, l.capture_threads, l.ring_mib, l.buffer_mib, l.filter
         );
-        b
-    });
-    let started = Instant::now();
-    // CDRs are stored on a thread of their own: capture never waits for the database.
-    let cdr = (!args.no_store)
-        .then(|| {
-            crate::capture_cdr::CdrSink::start(
-                &args.cdr_db,
-                args.cdr_postgres.as_deref(),
-                &args.cdr_writer,
-            )
-        })
+    }
+    // Files end by themselves; a live or HEP source runs until SIGTERM or ctrl-c, and then its
+    // calls in progress are reported and stored.
+    let signals = (!from_files)
+        .then(|| crate::signals::stop_on_signals(handle.stop_signal()))
         .transpose()?;
-    let status = crate::capture_status::CaptureStatus::start(
-        &args.status,
-        mon.live(),
-        cdr.as_ref().map(|c| c.watch()),
-    )?;
-    if let Some(a) = &archive {
-        status.board.add(a.gauges());
+    let report = wait(handle);
+    if let Some(s) = signals {
+        s.close();
     }
-    let mut totals = Totals::default();
-    // Records closed so far are printed and stored as the capture goes, so memory stays
-    // bounded by the calls in progress, not by the length of the capture.
-    // `finished`: the monitor is done; wait for the archive to write everything.
-    let mut flush = |part: Analysis, totals: &mut Totals, finished: bool| -> anyhow::Result<()> {
-        // Calls whose archive location is not known yet are held back for a later flush.
-        let part = match archive.as_mut() {
-            Some(a) => a.release(part, finished),
-            None => part,
-        };
-        totals.add(&part);
-        if args.json {
-            print_json(&part)?;
-        }
-        if let Some(c) = &cdr {
-            c.submit(&part, archive.as_ref());
-        }
-        Ok(())
-    };
-    let mut packets = 0u64;
-    let mut read_error = None;
-    if args.read.is_empty() && !args.signals_handled_elsewhere {
-        stop_on_signals();
+    let report = report?;
+    if report.hep_invalid > 0 {
+        eprintln!(
+            "{} datagrams were not HEP v3 and were skipped",
+            report.hep_invalid
+        );
     }
-    match args.hep_listen {
-        _ if args.live.interface.is_some() => {
-            crate::capture_live::live_source(
-                &args.live,
-                &mut mon,
-                &mut packets,
-                &status.board,
-                |part| flush(part, &mut totals, false),
-            )?;
-        }
-        Some(addr) => {
-            hep_source(addr, args.hep_max_packets, &mut mon, &mut packets, |part| {
-                flush(part, &mut totals, false)
-            })?;
-        }
-        None => {
-            read_error = read_files(&args.read, &mut mon, &mut packets, bar.as_ref(), |part| {
-                flush(part, &mut totals, false)
-            })?;
-        }
+    if let Some((interface, stats)) = &report.live {
+        eprintln!("live capture on {interface}: {stats}");
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
+    print_summary(&report, args.json)?;
+    if let Some(a) = &report.archive_summary {
+        eprintln!("{a}");
     }
-    let last = mon.finish();
-    let counters = last.counters;
-    let sip_messages = last.sip.messages;
-    flush(last, &mut totals, true)?;
-    drop(status);
-    if let Some(c) = cdr {
-        c.close();
-    }
-    let elapsed = started.elapsed();
-    let analysis = Summary {
-        totals,
-        counters,
-        sip_messages,
-    };
-    print_summary(&analysis, packets, elapsed.as_secs_f64(), args.json)?;
-    if let Some(a) = &archive {
-        eprintln!("{}", a.summary());
-    }
-    if let Some(e) = read_error {
+    if let Some(e) = report.read_error {
         return Err(anyhow::Error::new(e)
             .context("capture stopped early; the calls above were decoded before the error"));
     }
     Ok(())
 }
 
-/// Feeds the files' packets to the monitor, flushing closed records as it goes. A read error
-/// ends the reading and is returned, so that everything decoded before it is still reported.
-fn read_files(
-    paths: &[PathBuf],
-    mon: &mut Monitor,
-    packets: &mut u64,
-    bar: Option<&indicatif::ProgressBar>,
-    mut flush: impl FnMut(Analysis) -> anyhow::Result<()>,
-) -> anyhow::Result<Option<monitor::pcap::CaptureError>> {
-    let mut done_bytes = 0u64;
-    for path in paths {
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let mut reader = match CaptureReader::open(path) {
-            Ok(r) => r,
-            Err(e) => return Ok(Some(e)),
-        };
-        loop {
-            match reader.next_packet() {
-                Ok(Some(p)) => {
-                    let (ts, lt) = (p.ts_ns, p.link_type);
-                    mon.packet(ts, lt, p.data);
-                    *packets += 1;
-                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
-                        if let Some(b) = bar {
-                            b.set_position(done_bytes + reader.offset().min(size));
-                        }
-                        flush(mon.take_finished())?;
-                    }
-                }
-                Ok(None) => break,
-                // Keep every call decoded so far: the caller reports after the output.
-                Err(e) => return Ok(Some(e)),
-            }
-        }
-        done_bytes += size;
+/// Waits for the sensor, with a progress bar for large files when stderr is a terminal.
+fn wait(handle: SensorHandle) -> Result<Report, sensor::SensorError> {
+    let (_, total) = handle.progress();
+    if total < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
+        return handle.join();
     }
-    Ok(None)
-}
-
-/// Set by SIGTERM or SIGINT (or [`request_stop`]) while a HEP or live source runs.
-static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn stop_on_signal(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Makes SIGTERM and SIGINT stop the running source (its calls are then reported and stored).
-/// `tandem serve` keeps its own handlers and calls [`request_stop`] instead.
-fn stop_on_signals() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            stop_on_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGINT,
-            stop_on_signal as *const () as libc::sighandler_t,
-        );
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .expect("progress template"),
+    );
+    while !handle.is_finished() {
+        bar.set_position(handle.progress().0);
+        std::thread::sleep(Duration::from_millis(100));
     }
+    bar.finish_and_clear();
+    handle.join()
 }
 
-/// Stops a running HEP or live source as SIGTERM does.
-pub fn request_stop() {
-    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// True once a stop was asked for.
-pub fn stop_requested() -> bool {
-    STOP.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Receives HEP v3 datagrams on `addr` and analyses the packets they carry, as raw IP.
-/// Datagrams that are not valid HEP are counted and skipped, never fatal.
-fn hep_source(
-    addr: std::net::SocketAddr,
-    max_packets: Option<u64>,
-    mon: &mut Monitor,
-    packets: &mut u64,
-    mut flush: impl FnMut(Analysis) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    /// Link type of the packets rebuilt from HEP: raw IP.
-    const LINKTYPE_RAW: u32 = 101;
-    let socket = std::net::UdpSocket::bind(addr)
-        .with_context(|| format!("cannot listen for HEP on {addr}"))?;
-    // Wake up at least once a second to flush finished calls and look at the stop flag.
-    socket.set_read_timeout(Some(std::time::Duration::from_secs(1)))?;
-    eprintln!("listening for HEP v3 on udp://{}", socket.local_addr()?);
-    let limits = hep::DecodeLimits::default();
-    let mut buf = vec![0u8; 65_536];
-    let mut datagram = Vec::with_capacity(2048);
-    let (mut invalid, mut last_flush) = (0u64, Instant::now());
-    while !stop_requested() && max_packets.is_none_or(|m| *packets + invalid < m) {
-        match socket.recv_from(&mut buf) {
-            Ok((n, from)) => match hep::decode(&buf[..n], &limits) {
-                Ok(p) => {
-                    datagram.clear();
-                    if p.to_udp_datagram(&mut datagram).is_ok() {
-                        let ts_ns =
-                            i64::from(p.ts_sec) * 1_000_000_000 + i64::from(p.ts_usec) * 1_000;
-                        mon.packet(ts_ns, LINKTYPE_RAW, &datagram);
-                        *packets += 1;
-                    } else {
-                        invalid += 1;
-                    }
-                }
-                Err(e) => {
-                    invalid += 1;
-                    if invalid.is_power_of_two() {
-                        tracing::warn!(%from, error = %e, invalid, "datagram is not HEP v3; skipped");
-                    }
-                }
-            },
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e).context("receiving HEP"),
-        }
-        if last_flush.elapsed() >= std::time::Duration::from_secs(1) {
-            flush(mon.take_finished())?;
-            last_flush = Instant::now();
-        }
-    }
-    if invalid > 0 {
-        eprintln!("{invalid} datagrams were not HEP v3 and were skipped");
-    }
-    Ok(())
-}
-
-fn us(ns: i64) -> i64 {
-    ns.div_euclid(1000)
-}
-
-fn opt_time(ns: Option<i64>) -> serde_json::Value {
-    ns.map(|n| json!(format_time_us(us(n))))
-        .unwrap_or(serde_json::Value::Null)
-}
-
-fn round3(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
-}
-
-fn stream_json(s: &StreamRecord) -> serde_json::Value {
-    let st = &s.stream;
-    let w = &st.wireshark;
-    json!({
-        "kind": "rtp_stream",
-        "call_id": s.call_id.as_deref(),
-        "src": st.key.src.to_string(),
-        "dst": st.key.dst.to_string(),
-        "ssrc": format!("0x{:08X}", st.key.ssrc),
-        "payload": st.payload_names(),
-        "payload_types": st.payload_types,
-        "start": format_time_us(us(st.first_ns)),
-        "end": format_time_us(us(st.last_ns)),
-        "packets": st.packets,
-        "lost": w.lost(),
-        "duplicates": st.sequence.duplicates,
-        "out_of_order": st.sequence.out_of_order,
-        "min_delta_ms": round3(w.min_delta_ms),
-        "mean_delta_ms": round3(w.mean_delta_ms),
-        "max_delta_ms": round3(w.max_delta_ms),
-        "min_jitter_ms": round3(w.min_jitter_ms),
-        "mean_jitter_ms": round3(w.mean_jitter_ms),
-        "max_jitter_ms": round3(w.max_jitter_ms),
-        "mos": st.mos().map(|m| (m * 100.0).round() / 100.0),
-        "rtcp": st.rtcp.map(|r| json!({
-            "reports": r.reports,
-            "fraction_lost_pct": round3(r.fraction_lost_pct),
-            "cumulative_lost": r.cumulative_lost,
-            "jitter_ms": round3(r.jitter_ms),
-        })),
-    })
-}
-
-fn call_json(c: &CallRecord) -> serde_json::Value {
-    let d = &c.dialog;
-    json!({
-        "kind": "call",
-        "call_id": &*d.call_id,
-        "caller": &*d.caller,
-        "called": &*d.called,
-        "caller_addr": d.caller_addr.to_string(),
-        "callee_addr": d.callee_addr.to_string(),
-        "start": format_time_us(us(d.invite_ns)),
-        "ringing": opt_time(d.ringing_ns),
-        "answer": opt_time(d.answer_ns),
-        "end": opt_time(d.end_ns),
-        "state": d.state.as_str(),
-        "last_response": (d.last_code != 0).then_some(d.last_code),
-        "last_reason": &*d.last_reason,
-        "hangup_by": d.hangup_by.map(|p| p.as_str()),
-        "q850_cause": d.q850_cause,
-        "sip_messages": d.sip_messages,
-        "reinvites": d.reinvites,
-        "streams": c.streams.iter().map(|s| json!({
-            "src": s.stream.key.src.to_string(),
-            "dst": s.stream.key.dst.to_string(),
-            "ssrc": format!("0x{:08X}", s.stream.key.ssrc),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-fn print_json(a: &Analysis) -> anyhow::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    for c in &a.calls {
-        serde_json::to_writer(&mut out, &call_json(c))?;
-        writeln!(out)?;
-        for s in &c.streams {
-            serde_json::to_writer(&mut out, &stream_json(s))?;
-            writeln!(out)?;
-        }
-    }
-    for s in &a.streams {
-        serde_json::to_writer(&mut out, &stream_json(s))?;
-        writeln!(out)?;
-    }
-    for r in &a.registrations {
-        let v = json!({
-            "kind": "registration",
-            "call_id": &*r.call_id,
-            "user": &*r.user,
-            "src": r.src.to_string(),
-            "dst": r.dst.to_string(),
-            "start": format_time_us(us(r.first_ns)),
-            "end": format_time_us(us(r.last_ns)),
-            "requests": r.requests,
-            "last_response": (r.last_code != 0).then_some(r.last_code),
-            "outcome": r.outcome(),
-        });
-        serde_json::to_writer(&mut out, &v)?;
-        writeln!(out)?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
-/// The CDR row of a call.
-pub fn cdr_call(c: &CallRecord) -> CdrCall {
-    let d = &c.dialog;
-    CdrCall {
-        call_id: d.call_id.to_string(),
-        caller: d.caller.to_string(),
-        called: d.called.to_string(),
-        caller_addr: d.caller_addr.to_string(),
-        callee_addr: d.callee_addr.to_string(),
-        start_us: us(d.invite_ns),
-        ringing_us: d.ringing_ns.map(us),
-        answer_us: d.answer_ns.map(us),
-        end_us: d.end_ns.map(us),
-        state: d.state.as_str().to_string(),
-        last_response: (d.last_code != 0).then_some(d.last_code),
-        last_reason: d.last_reason.to_string(),
-        hangup_by: d.hangup_by.map(|p| p.as_str().to_string()),
-        q850_cause: d.q850_cause,
-        sip_messages: d.sip_messages,
-        reinvites: d.reinvites as u32,
-        mos_min: c
-            .streams
-            .iter()
-            .filter_map(|s| s.stream.mos())
-            .min_by(|a, b| a.total_cmp(b)),
-        ..CdrCall::default()
-    }
-}
-
-/// The CDR row of a stream.
-pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
-    let st = &s.stream;
-    let w = &st.wireshark;
-    CdrStream {
-        call_id: s.call_id.as_deref().map(str::to_string),
-        src: st.key.src.to_string(),
-        dst: st.key.dst.to_string(),
-        ssrc: st.key.ssrc,
-        payload: st.payload_names(),
-        start_us: us(st.first_ns),
-        end_us: us(st.last_ns),
-        packets: st.packets,
-        lost: w.lost(),
-        duplicates: st.sequence.duplicates,
-        out_of_order: st.sequence.out_of_order,
-        min_delta_ms: w.min_delta_ms,
-        mean_delta_ms: w.mean_delta_ms,
-        max_delta_ms: w.max_delta_ms,
-        mean_jitter_ms: w.mean_jitter_ms,
-        max_jitter_ms: w.max_jitter_ms,
-        mos: st.mos(),
-        rtcp_reports: st.rtcp.map(|r| r.reports).unwrap_or(0),
-        rtcp_fraction_lost_pct: st.rtcp.map(|r| r.fraction_lost_pct),
-        rtcp_jitter_ms: st.rtcp.map(|r| r.jitter_ms),
-    }
-}
-
-/// The CDR store: PostgreSQL when a connection string is given, else the SQLite file (its
-/// directory is created).
-pub fn open_store(
-    path: &std::path::Path,
-    postgres: Option<&str>,
-) -> anyhow::Result<Box<dyn CdrStore>> {
-    if let Some(conninfo) = postgres {
-        return Ok(Box::new(::cdr::PgStore::connect(conninfo)?));
-    }
-    if let Some(dir) = path.parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    Ok(Box::new(SqliteStore::open(path)?))
-}
-
-/// What was printed and stored, for the summary.
-#[derive(Default)]
-struct Totals {
-    calls: u64,
-    answered: u64,
-    streams: u64,
-    registrations: u64,
-}
-
-impl Totals {
-    fn add(&mut self, a: &Analysis) {
-        self.calls += a.calls.len() as u64;
-        self.answered += a
-            .calls
-            .iter()
-            .filter(|c| c.dialog.answer_ns.is_some())
-            .count() as u64;
-        self.streams += a.all_streams().count() as u64;
-        self.registrations += a.registrations.len() as u64;
-    }
-}
-
-struct Summary {
-    totals: Totals,
-    counters: monitor::analyzer::Counters,
-    sip_messages: u64,
-}
-
-fn print_summary(s: &Summary, packets: u64, secs: f64, to_stderr: bool) -> std::io::Result<()> {
+fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
     let mut out: Box<dyn Write> = if to_stderr {
         Box::new(std::io::stderr())
     } else {
         Box::new(std::io::stdout())
     };
-    let c = &s.counters;
-    let t = &s.totals;
+    let (c, t) = (&r.counters, &r.totals);
+    let secs = r.elapsed.as_secs_f64();
     writeln!(
         out,
-        "{packets} packets in {secs:.3} s ({:.0} packets/s): {} calls ({} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
-        packets as f64 / secs.max(1e-9),
+        "{} packets in {secs:.3} s ({:.0} packets/s): {} calls ({} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
+        r.packets,
+        r.packets as f64 / secs.max(1e-9),
         t.calls,
         t.answered,
         t.streams,
         t.registrations,
-        s.sip_messages,
+        r.sip_messages,
         c.rtp_packets,
         c.rtcp_packets,
         c.malformed,

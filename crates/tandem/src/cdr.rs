@@ -1,5 +1,5 @@
 //! `tandem cdr list|show|pcap`: queries the call records `tandem capture` stored; `pcap` reads a
-//! call's archived packets back (`cdr_pcap.rs`).
+//! call's archived packets back (`sensor::call_pcap`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,6 +62,16 @@ pub enum CdrCommand {
     Pcap { call_id: String },
 }
 
+/// Binary on a terminal garbles it and helps nobody: refuse before any work.
+fn refuse_terminal() -> anyhow::Result<()> {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        anyhow::bail!(
+            "refusing to write a pcap to a terminal: redirect it (`tandem cdr pcap CALL-ID > call.pcap`) or pipe it (`| tshark -r -`)"
+        );
+    }
+    Ok(())
+}
+
 fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
     v.map(|s| {
         parse_time_us(&s).with_context(|| {
@@ -73,7 +83,7 @@ fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let CdrCommand::Pcap { .. } = &args.command {
-        crate::cdr_pcap::refuse_terminal()?;
+        refuse_terminal()?;
     }
     if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
         anyhow::bail!(
@@ -81,7 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.cdr_db.display()
         );
     }
-    let mut store = crate::capture::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
+    let mut store = sensor::records::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.command {
@@ -132,7 +142,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     args.cdr_db.display()
                 );
             };
-            crate::cdr_pcap::write_call_pcap(&c, &mut out)?;
+            sensor::call_pcap::write_call_pcap(&c, &mut out).map_err(|e| match e {
+                sensor::call_pcap::CallPcapError::Write(e) => {
+                    anyhow::Error::new(e).context("writing the pcap to stdout")
+                }
+                other => other.into(),
+            })?;
         }
         CdrCommand::Show { call_id, json } => {
             let Some((c, streams)) = store.show(&call_id)? else {

@@ -116,9 +116,14 @@ impl CaptureConfig {
         !self.interface.is_empty() || !self.hep_listen.is_empty()
     }
 
-    /// The `tandem capture` command line these settings mean, parsed as the command parses it
-    /// (so the checks and defaults are the command's).
-    pub fn to_args(&self) -> anyhow::Result<crate::capture::Args> {
+    /// The sensor these settings mean: the `tandem capture` command line they stand for, parsed
+    /// as the command parses it (so the checks and defaults are the command's).
+    pub fn to_sensor(&self) -> anyhow::Result<sensor::SensorConfig> {
+        Ok(self.to_args()?.to_config())
+    }
+
+    /// The `tandem capture` command line these settings mean, parsed as the command parses it.
+    fn to_args(&self) -> anyhow::Result<crate::capture::Args> {
         let mut argv: Vec<String> = vec!["capture".into()];
         let mut opt = |name: &str, value: &dyn std::fmt::Display| {
             argv.push(format!("--{name}"));
@@ -151,10 +156,9 @@ impl CaptureConfig {
         if self.promiscuous && !self.interface.is_empty() {
             argv.push("--promiscuous".into());
         }
-        let mut args = <CaptureCommand as clap::Parser>::try_parse_from(&argv)
+        let args = <CaptureCommand as clap::Parser>::try_parse_from(&argv)
             .map_err(|e| anyhow::anyhow!("[capture]: {}", e.render().to_string().trim()))?
             .args;
-        args.signals_handled_elsewhere = true;
         Ok(args)
     }
 }
@@ -205,11 +209,13 @@ mod tests {
             interface: "eth1".into(),
             ..CaptureConfig::default()
         };
-        let mut from_config = capture.to_args().unwrap();
-        assert!(from_config.signals_handled_elsewhere);
-        from_config.signals_handled_elsewhere = false;
+        let from_config = capture.to_args().unwrap();
         let from_command = CaptureCommand::parse_from(["capture", "--interface", "eth1"]).args;
         assert_eq!(format!("{from_config:?}"), format!("{from_command:?}"));
+        assert_eq!(
+            format!("{:?}", capture.to_sensor().unwrap()),
+            format!("{:?}", from_command.to_config())
+        );
 
         let hep = CaptureConfig {
             hep_listen: "127.0.0.1:9060".into(),

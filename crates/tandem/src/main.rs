@@ -6,16 +6,12 @@
 
 mod bench;
 mod capture;
-mod capture_archive;
-mod capture_cdr;
-mod capture_live;
-mod capture_status;
 mod cdr;
-mod cdr_pcap;
 mod config;
 mod db;
 mod replay;
 mod serve;
+mod signals;
 
 use clap::{Parser, Subcommand};
 

@@ -1,15 +1,11 @@
 //! `tandem replay --interface IF --read FILE...`: sends the frames of capture files onto an
-//! interface, at their original pace, a scaled pace or a fixed rate, to feed a live capture
-//! (tests, trials, the `bench capture-live` benchmark). Frames of any link type the monitor
-//! reads are rewritten to Ethernet; the IP packet inside is sent unchanged.
+//! interface (`sensor::replay`), at their original pace, a scaled pace or a fixed rate, to feed
+//! a live capture (tests, trials, the `bench capture-live` benchmark). Frames of any link type
+//! the monitor reads are rewritten to Ethernet; the IP packet inside is sent unchanged.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use afpacket::Sender;
-use anyhow::Context;
-use monitor::decode::link as linktype;
-use monitor::pcap::CaptureReader;
+use sensor::replay::{ReplayConfig, replay};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,158 +37,16 @@ pub struct Args {
     pub json: bool,
 }
 
-/// What was sent.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
-pub struct ReplayStats {
-    pub sent: u64,
-    pub bytes: u64,
-    /// Frames the kernel refused (over the MTU, queue full, link down).
-    pub failed: u64,
-    /// Frames of a link type that cannot be rewritten to Ethernet.
-    pub skipped: u64,
-    pub seconds: f64,
-}
-
-/// Source and destination MACs of frames built from link types without one.
-const SRC_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const DST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-
-/// Rewrites a frame of `link_type` to an Ethernet frame in `out`; `None` when the link type
-/// is not one the monitor reads or the frame is too short for its header.
-pub fn to_ethernet<'a>(link_type: u32, data: &'a [u8], out: &'a mut Vec<u8>) -> Option<&'a [u8]> {
-    let by_version = |ip: &[u8]| match ip.first().map(|b| b >> 4) {
-        Some(4) => Some(0x0800u16),
-        Some(6) => Some(0x86dd),
-        _ => None,
-    };
-    let (ethertype, payload) = match link_type {
-        linktype::ETHERNET => return Some(data),
-        linktype::RAW | linktype::RAW_ALT | linktype::IPV4 | linktype::IPV6 => {
-            (by_version(data)?, data)
-        }
-        linktype::LINUX_SLL => {
-            let p = data.get(16..)?;
-            (u16::from_be_bytes([data[14], data[15]]), p)
-        }
-        linktype::LINUX_SLL2 => {
-            let p = data.get(20..)?;
-            (u16::from_be_bytes([data[0], data[1]]), p)
-        }
-        linktype::NULL | linktype::LOOP => {
-            let p = data.get(4..)?;
-            (by_version(p)?, p)
-        }
-        _ => return None,
-    };
-    out.clear();
-    out.extend_from_slice(&DST_MAC);
-    out.extend_from_slice(&SRC_MAC);
-    out.extend_from_slice(&ethertype.to_be_bytes());
-    out.extend_from_slice(payload);
-    Some(out)
-}
-
-/// When each frame is due, from the start of the replay.
-pub struct Pace {
-    pps: Option<f64>,
-    speed: f64,
-    max_gap_ns: i64,
-    prev_ts: Option<i64>,
-    /// The files' time elapsed so far, with gaps cut to `max_gap_ns`.
-    file_ns: i64,
-    n: u64,
-}
-
-impl Pace {
-    pub fn new(pps: Option<f64>, speed: f64, max_gap_ms: Option<u64>) -> Pace {
-        Pace {
-            pps,
-            speed,
-            max_gap_ns: max_gap_ms.map_or(i64::MAX, |m| m as i64 * 1_000_000),
-            prev_ts: None,
-            file_ns: 0,
-            n: 0,
-        }
-    }
-
-    /// The offset from the start at which the frame stamped `ts_ns` is due. Frames stamped
-    /// earlier than the one before them are due at once.
-    pub fn due(&mut self, ts_ns: i64) -> Duration {
-        let n = self.n;
-        self.n += 1;
-        if let Some(pps) = self.pps {
-            return Duration::from_secs_f64(n as f64 / pps);
-        }
-        if let Some(prev) = self.prev_ts {
-            self.file_ns += ts_ns.saturating_sub(prev).clamp(0, self.max_gap_ns);
-        }
-        self.prev_ts = Some(ts_ns);
-        Duration::from_secs_f64(self.file_ns as f64 / 1e9 / self.speed)
-    }
-
-    /// The next file's first frame follows the last one at once (its own timing from there).
-    pub fn next_file(&mut self) {
-        self.prev_ts = None;
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.speed > 0.0 && args.speed.is_finite(),
-        "--speed must be above 0"
-    );
-    if let Some(p) = args.pps {
-        anyhow::ensure!(p > 0.0 && p.is_finite(), "--pps must be above 0");
-    }
-    let sender = Sender::open(&args.interface)?;
-    if args.realtime {
-        let param = libc::sched_param { sched_priority: 10 };
-        // SAFETY: changes this thread's scheduling policy; `param` is a valid sched_param.
-        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-        anyhow::ensure!(
-            r == 0,
-            "--realtime: SCHED_FIFO refused ({}); it needs root or CAP_SYS_NICE",
-            std::io::Error::last_os_error()
-        );
-    }
-    let mut pace = Pace::new(args.pps, args.speed, args.max_gap_ms);
-    let mut st = ReplayStats::default();
-    let mut buf = Vec::with_capacity(65_536);
-    let mut first_error: Option<std::io::Error> = None;
-    let start = Instant::now();
-    for _ in 0..args.loops {
-        for path in &args.read {
-            let mut reader = CaptureReader::open(path)?;
-            pace.next_file();
-            while let Some(p) = reader
-                .next_packet()
-                .with_context(|| format!("reading {}", path.display()))?
-            {
-                let due = pace.due(p.ts_ns);
-                let Some(frame) = to_ethernet(p.link_type, p.data, &mut buf) else {
-                    st.skipped += 1;
-                    continue;
-                };
-                // Sleep only when ahead of time; behind, send at once to catch up.
-                if let Some(wait) = due.checked_sub(start.elapsed())
-                    && !wait.is_zero()
-                {
-                    std::thread::sleep(wait);
-                }
-                match sender.send(frame) {
-                    Ok(()) => {
-                        st.sent += 1;
-                        st.bytes += frame.len() as u64;
-                    }
-                    Err(e) => {
-                        st.failed += 1;
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-        }
-    }
-    st.seconds = start.elapsed().as_secs_f64();
+    let st = replay(&ReplayConfig {
+        interface: args.interface.clone(),
+        files: args.read,
+        pps: args.pps,
+        speed: args.speed,
+        max_gap_ms: args.max_gap_ms,
+        loops: args.loops,
+        realtime: args.realtime,
+    })?;
     if args.json {
         println!("{}", serde_json::to_string(&st)?);
     }
@@ -200,51 +54,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "replayed on {}: {} frames sent ({} bytes) in {:.3} s, {} failed, {} skipped (link type not convertible to Ethernet)",
         args.interface, st.sent, st.bytes, st.seconds, st.failed, st.skipped
     );
-    if let Some(e) = first_error {
+    if let Some(e) = st.first_error {
         eprintln!("first send error: {e}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn link_layers_become_ethernet_around_the_same_ip_packet() {
-        let ip = [
-            0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8,
-        ];
-        let mut out = Vec::new();
-        let e = to_ethernet(linktype::RAW, &ip, &mut out).unwrap().to_vec();
-        assert_eq!(&e[12..14], &[0x08, 0x00]);
-        assert_eq!(&e[14..], &ip);
-        let mut sll = vec![0u8; 16];
-        sll[14..16].copy_from_slice(&[0x86, 0xdd]);
-        sll.extend_from_slice(&ip);
-        let e = to_ethernet(linktype::LINUX_SLL, &sll, &mut out).unwrap();
-        assert_eq!(&e[12..14], &[0x86, 0xdd]);
-        assert_eq!(&e[14..], &ip);
-        let mut null = vec![2, 0, 0, 0];
-        null.extend_from_slice(&ip);
-        assert_eq!(
-            &to_ethernet(linktype::NULL, &null, &mut out).unwrap()[14..],
-            &ip
-        );
-        assert!(to_ethernet(9999, &ip, &mut out).is_none());
-        assert!(to_ethernet(linktype::LINUX_SLL, &ip[..10], &mut out).is_none());
-    }
-
-    #[test]
-    fn pace_follows_the_files_scaled_with_gaps_cut() {
-        let mut p = Pace::new(None, 2.0, Some(1000));
-        let s = 1_000_000_000i64;
-        assert_eq!(p.due(10 * s), Duration::ZERO);
-        assert_eq!(p.due(11 * s), Duration::from_millis(500));
-        assert_eq!(p.due(3600 * s), Duration::from_millis(1000)); // an hour cut to 1 s
-        assert_eq!(p.due(3599 * s), Duration::from_millis(1000)); // backwards: at once
-        let mut fixed = Pace::new(Some(100.0), 1.0, None);
-        fixed.due(0);
-        assert_eq!(fixed.due(0), Duration::from_millis(10));
-    }
 }

@@ -88,20 +88,23 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         router = router.fallback("script", runner);
     }
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
-    // The call monitor, when configured, on a thread of its own (it blocks on its sources).
+    // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
-        let args = config.capture.to_args()?;
+        let sensor_config = config.capture.to_sensor()?;
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
-        Some(
-            std::thread::Builder::new()
-                .name("capture".into())
-                .spawn(move || {
-                    // Said at once: FastAGI goes on serving without the monitor.
-                    if let Err(e) = crate::capture::run(args) {
-                        tracing::error!(error = format!("{e:#}"), "call monitor stopped");
-                    }
-                })?,
-        )
+        match sensor::Sensor::start(sensor_config, None) {
+            Ok(handle) => {
+                if let Some(addr) = handle.hep_addr() {
+                    info!(%addr, "call monitor listening for HEP v3");
+                }
+                Some(handle)
+            }
+            // Said at once; FastAGI goes on serving without the monitor.
+            Err(e) => {
+                tracing::error!(error = %e, "call monitor stopped");
+                None
+            }
+        }
     } else {
         None
     };
@@ -131,13 +134,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     );
     http_task.await??;
     if let Some(capture) = capture {
-        // Its calls in progress are reported and stored as the command does at SIGTERM.
-        crate::capture::request_stop();
-        if tokio::task::spawn_blocking(move || capture.join())
-            .await?
-            .is_err()
-        {
-            tracing::error!("the call monitor thread panicked");
+        // Its calls in progress are reported and stored as `tandem capture` does at SIGTERM.
+        capture.stop();
+        match tokio::task::spawn_blocking(move || capture.join()).await? {
+            Ok(report) => info!(
+                calls = report.totals.calls,
+                packets = report.packets,
+                "call monitor stopped"
+            ),
+            Err(e) => tracing::error!(error = %e, "call monitor stopped"),
         }
     }
     Ok(())

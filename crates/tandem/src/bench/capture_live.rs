@@ -20,7 +20,7 @@ use monitor::{Monitor, MonitorConfig};
 use serde::Serialize;
 
 use super::report::{self, BenchReport, Table};
-use crate::capture_live::{LiveCapture, LiveOptions, LiveStatsSnapshot};
+use sensor::live::{LiveCapture, LiveOptions, LiveStatsSnapshot, Popped};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -234,7 +234,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut n = 0u64;
                 loop {
                     match buffer.pop(Duration::from_millis(100)) {
-                        Ok(Some(batch)) => {
+                        Popped::Batch(batch) => {
                             for (ts, f) in batch.frames() {
                                 mon.packet(ts, 1, f);
                                 n += 1;
@@ -244,9 +244,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             }
                             buffer.recycle(batch);
                         }
-                        Ok(None) if done.load(Ordering::Relaxed) => break,
-                        Ok(None) => {}
-                        Err(()) => break,
+                        Popped::Waiting if done.load(Ordering::Relaxed) => break,
+                        Popped::Waiting => {}
+                        Popped::Ended => break,
                     }
                 }
             })

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use super::{Sample, StatusBoard};
+use crate::SensorError;
 
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
     let c = ConstCounter::new(v);
@@ -190,11 +191,11 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Binds `addr` now (an error names it) and serves until dropped.
-    pub fn start(addr: SocketAddr, board: StatusBoard) -> anyhow::Result<MetricsServer> {
-        let listener = std::net::TcpListener::bind(addr)
-            .map_err(|e| anyhow::anyhow!("cannot listen for metrics on {addr}: {e}"))?;
-        listener.set_nonblocking(true)?;
-        let local = listener.local_addr()?;
+    pub fn start(addr: SocketAddr, board: StatusBoard) -> Result<MetricsServer, SensorError> {
+        let bind_error = |source| metrics_http::HttpError::Bind { addr, source };
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
         let mut registry = Registry::default();
         registry
             .sub_registry_with_prefix("tandem_capture")
@@ -222,12 +223,16 @@ impl MetricsServer {
                             })
                             .await
                         }
-                        Err(e) => Err(e.into()),
+                        Err(e) => Err(metrics_http::HttpError::Serve(e)),
                     };
                     if let Err(e) = served {
                         tracing::error!(error = %e, "the metrics server stopped");
                     }
                 });
+            })
+            .map_err(|source| SensorError::Thread {
+                thread: "capture-metrics",
+                source,
             })?;
         tracing::info!(metrics = %local, "metrics on http://{local}/metrics");
         Ok(MetricsServer {

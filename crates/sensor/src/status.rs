@@ -1,5 +1,5 @@
-//! The status of a running `tandem capture`: a line logged every `--status-interval-s` seconds
-//! and the same figures as Prometheus metrics on `--metrics-listen`.
+//! The status of a running sensor: a line logged every `interval_s` seconds (`tandem capture
+//! --status-interval-s`) and the same figures as Prometheus metrics on `metrics_listen`.
 //!
 //! Each part of the capture registers a [`StatusSource`] on the [`StatusBoard`] and fills its
 //! own fields of a [`Sample`]: the monitor (calls, packets), the CDR writer (queue, journal), the
@@ -22,22 +22,9 @@ pub mod metrics;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use ::cdr::{CdrWriterStats, CdrWriterWatch};
+use cdr::{CdrWriterStats, CdrWriterWatch};
 use monitor::LiveCounters;
 pub use procstat::ThreadCpu;
-
-#[derive(clap::Args, Debug)]
-pub struct StatusArgs {
-    /// Log a status line (calls, packets/s, CDR queue, CPU per thread, memory) every this many
-    /// seconds while capturing; 0 turns it off. With --read it appears only when the run lasts
-    /// longer than that.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub status_interval_s: u64,
-    /// Serve the same figures as Prometheus metrics at http://ADDR/metrics while capturing.
-    /// Off unless given; keep it on loopback (127.0.0.1:PORT): it has no authentication.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
-}
 
 /// Calls, from the monitor.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -341,19 +328,23 @@ impl CaptureStatus {
     /// Starts what `args` asks for, with the monitor's counters and, when CDRs are stored, the
     /// writer's. Other parts add theirs with `board.add`.
     pub fn start(
-        args: &StatusArgs,
+        config: &crate::config::StatusConfig,
         monitor: Arc<LiveCounters>,
         cdr: Option<CdrWriterWatch>,
-    ) -> anyhow::Result<CaptureStatus> {
+    ) -> Result<CaptureStatus, crate::SensorError> {
         let board = StatusBoard::default();
         board.add(monitor);
         if let Some(w) = cdr {
             board.add(w);
         }
-        let line = (args.status_interval_s > 0)
-            .then(|| StatusLine::start(board.clone(), Duration::from_secs(args.status_interval_s)))
-            .transpose()?;
-        let metrics = args
+        let line = (config.interval_s > 0)
+            .then(|| StatusLine::start(board.clone(), Duration::from_secs(config.interval_s)))
+            .transpose()
+            .map_err(|source| crate::SensorError::Thread {
+                thread: "capture-status",
+                source,
+            })?;
+        let metrics = config
             .metrics_listen
             .map(|addr| metrics::MetricsServer::start(addr, board.clone()))
             .transpose()?;

@@ -1,23 +1,32 @@
-//! `tandem cdr pcap CALL-ID`: one call's archived packets, SIP and RTP merged in time order, as
-//! one classic pcap on stdout. The CDR row says where the members are (tar file, member name,
+//! One call's archived packets, SIP and RTP merged in time order, as one classic pcap
+//! (`tandem cdr pcap CALL-ID`). The CDR row says where the members are (tar file, member name,
 //! data offset and length, compression); each is read with one positioned read and checked
 //! against the tar header before it is trusted.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
-use ::cdr::CdrCall;
-use anyhow::Context;
 use archive::{ArchiveError, Compression, LinkType, MemberRecord, pcap};
+use cdr::CdrCall;
 
-/// Binary on a terminal garbles it and helps nobody: refuse before any work.
-pub fn refuse_terminal() -> anyhow::Result<()> {
-    if std::io::stdout().is_terminal() {
-        anyhow::bail!(
-            "refusing to write a pcap to a terminal: redirect it (`tandem cdr pcap CALL-ID > call.pcap`) or pipe it (`| tshark -r -`)"
-        );
-    }
-    Ok(())
+/// Why a call's pcap cannot be written: the message names the call, the file and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CallPcapError {
+    #[error("{0}")]
+    Archive(String),
+    #[error("call {call_id:?}: {source}")]
+    Read {
+        call_id: String,
+        source: ArchiveError,
+    },
+    #[error("writing the pcap: {0}")]
+    Write(std::io::Error),
+}
+
+macro_rules! fail {
+    ($($arg:tt)*) => {
+        return Err(CallPcapError::Archive(format!($($arg)*)))
+    };
 }
 
 /// The member a CDR's archive columns point at, or `None` when that kind was not archived.
@@ -29,14 +38,14 @@ fn member(
     offset: Option<u64>,
     len: Option<u64>,
     compression: &Option<String>,
-) -> anyhow::Result<Option<MemberRecord>> {
+) -> Result<Option<MemberRecord>, CallPcapError> {
     let (Some(tar), Some(name), Some(offset), Some(len)) = (tar, name, offset, len) else {
         return Ok(None);
     };
     let compression = match compression.as_deref() {
         Some("zstd") => Compression::Zstd,
         Some("none") | None => Compression::None,
-        Some(other) => anyhow::bail!(
+        Some(other) => fail!(
             "call {call_id:?}: the CDR names an unknown compression {other:?} for its {kind} member"
         ),
     };
@@ -52,42 +61,46 @@ fn member(
 }
 
 /// Reads one member back, with errors that say what is wrong with the file.
-fn read_member(call_id: &str, m: &MemberRecord) -> anyhow::Result<Vec<u8>> {
+fn read_member(call_id: &str, m: &MemberRecord) -> Result<Vec<u8>, CallPcapError> {
     let tar = m.tar_path.display();
+    let damaged = |text: String| CallPcapError::Archive(text);
     archive::extract(m).map_err(|e| match e {
         ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            anyhow::anyhow!(
+            damaged(format!(
                 "call {call_id:?}: archive file {tar} is missing (deleted by retention, or moved)"
-            )
+            ))
         }
         ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
-            anyhow::anyhow!(
+            damaged(format!(
                 "call {call_id:?}: archive file {tar} is damaged: it ends before member {} (offset {}, {} bytes)",
                 m.member_name,
                 m.data_offset,
                 m.data_len
-            )
+            ))
         }
         ArchiveError::MemberMismatch {
             expected, found, ..
-        } => anyhow::anyhow!(
+        } => damaged(format!(
             "call {call_id:?}: archive file {tar} is damaged or was rewritten: at offset {} the CDR expects member {} ({} bytes), the tar header says {:?} ({} bytes)",
             m.data_offset,
             expected.0,
             expected.1,
             found.0,
             found.1
-        ),
-        ArchiveError::Zstd { source, .. } => anyhow::anyhow!(
+        )),
+        ArchiveError::Zstd { source, .. } => damaged(format!(
             "call {call_id:?}: archive file {tar} is damaged: member {} does not decompress: {source}",
             m.member_name
-        ),
-        other => anyhow::Error::new(other).context(format!("call {call_id:?}")),
+        )),
+        other => CallPcapError::Read {
+            call_id: call_id.to_string(),
+            source: other,
+        },
     })
 }
 
 /// Writes the call's SIP and RTP members, merged in time order, as one pcap to `out`.
-pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> Result<(), CallPcapError> {
     let id = c.call_id.as_str();
     let sip = member(
         id,
@@ -108,7 +121,7 @@ pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> anyhow::Result<()> {
         &c.rtp_compression,
     )?;
     if sip.is_none() && rtp.is_none() {
-        anyhow::bail!(
+        fail!(
             "call {id:?} has no archived packets: it was captured without --archive, or nothing of it was kept"
         );
     }
@@ -116,19 +129,19 @@ pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> anyhow::Result<()> {
         .into_iter()
         .flatten()
         .map(|m| read_member(id, &m).map(|bytes| (m, bytes)))
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, _>>()?;
     let mut link: Option<LinkType> = None;
     let mut records = Vec::new();
     for (m, bytes) in &members {
         let Some((lt, recs)) = pcap::records(bytes) else {
-            anyhow::bail!(
+            fail!(
                 "call {id:?}: archive file {} is damaged: member {} is not a pcap written by Tandem",
                 m.tar_path.display(),
                 m.member_name
             );
         };
         match link {
-            Some(l) if l != lt => anyhow::bail!(
+            Some(l) if l != lt => fail!(
                 "call {id:?}: its members have different link types ({} and {}); they cannot share one pcap",
                 l.0,
                 lt.0
@@ -151,6 +164,6 @@ pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> anyhow::Result<()> {
     match out.write_all(&buf).and_then(|()| out.flush()) {
         // A reader that stopped early (`| head -c`) is not an error of ours.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("writing the pcap to stdout"),
+        other => other.map_err(CallPcapError::Write),
     }
 }

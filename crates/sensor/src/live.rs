@@ -1,4 +1,4 @@
-//! `tandem capture --interface IF`: calls from a live interface.
+//! The live source: calls from a network interface.
 //!
 //! ```text
 //! kernel ring (TPACKET_V3, per capture thread) ──▶ capture thread(s) ──batches──▶ FrameBuffer
@@ -20,10 +20,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use afpacket::filter::{DEFAULT_FILTER, Filter};
+use afpacket::filter::Filter;
 use afpacket::{Capture, CaptureConfig, Fanout, RingConfig};
-use anyhow::Context;
-use monitor::{Analysis, Monitor};
+
+use crate::SensorError;
+use crate::config::LiveConfig;
+use crate::pipeline::{Feed, FlushClock, StopSignal};
 
 /// Frames of live interfaces are Ethernet (LINKTYPE_ETHERNET).
 const LINKTYPE_ETHERNET: u32 = 1;
@@ -32,37 +34,6 @@ const LINKTYPE_ETHERNET: u32 = 1;
 pub const BATCH_BYTES_MAX: usize = 1 << 20;
 /// How long a capture or analysis thread waits before looking at the stop flag again.
 const POLL_MS: i32 = 100;
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct LiveArgs {
-    /// Capture live from this network interface (AF_PACKET with a TPACKET_V3 ring; needs root
-    /// or CAP_NET_RAW). Runs until SIGTERM or ctrl-c (or --max-packets / --duration-s);
-    /// finished calls are printed and stored every second.
-    #[arg(long, value_name = "IF", conflicts_with_all = ["read", "hep_listen"])]
-    pub interface: Option<String>,
-    /// Kernel ring per capture thread, in MiB (256 KiB blocks handed over every 10 ms at least).
-    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
-    pub ring_mib: usize,
-    /// pcap-filter expression (a documented subset: udp, tcp, ip, ip6, [src|dst] port,
-    /// portrange, host, net, proto, vlan, and/or/not, parentheses). "" captures everything.
-    #[arg(long, value_name = "EXPR", default_value = DEFAULT_FILTER, requires = "interface")]
-    pub filter: String,
-    /// Also receive frames addressed to other hosts (a mirror or SPAN port).
-    #[arg(long, requires = "interface")]
-    pub promiscuous: bool,
-    /// Capture threads sharing the interface by flow hash (PACKET_FANOUT); each has its ring.
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "interface")]
-    pub capture_threads: usize,
-    /// The bounded buffer between the capture threads and the analysis, in MiB of frames.
-    #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
-    pub buffer_mib: usize,
-    /// Stop after analysing this many frames (for tests and trials).
-    #[arg(long, value_name = "N", requires = "interface")]
-    pub max_packets: Option<u64>,
-    /// Stop after this many seconds (for tests and trials).
-    #[arg(long, value_name = "SECONDS", requires = "interface")]
-    pub duration_s: Option<u64>,
-}
 
 /// The live capture's counters, updated by the capture threads as they go. Read with
 /// [`LiveStats::snapshot`] from any thread.
@@ -102,10 +73,10 @@ pub struct LiveStatsSnapshot {
 }
 
 /// Kernel drops and buffer use on the status line and in the metrics.
-impl crate::capture_status::StatusSource for Arc<LiveStats> {
-    fn sample(&self, s: &mut crate::capture_status::Sample) {
+impl crate::status::StatusSource for Arc<LiveStats> {
+    fn sample(&self, s: &mut crate::status::Sample) {
         let l = self.snapshot();
-        s.capture = Some(crate::capture_status::CaptureFigures {
+        s.capture = Some(crate::status::CaptureFigures {
             kernel_drops: l.kernel_drops,
             buffer_used_pct: if l.buffer_bytes_max == 0 {
                 0.0
@@ -186,6 +157,16 @@ impl Batch {
                 .map(|&(ts, at, len)| (ts, base + at, len)),
         );
     }
+}
+
+/// What [`FrameBuffer::pop`] found.
+#[derive(Debug)]
+pub enum Popped {
+    Batch(Batch),
+    /// Nothing arrived in time; more may come.
+    Waiting,
+    /// Every capture thread has ended and the buffer is empty.
+    Ended,
 }
 
 /// The bounded buffer between the capture threads and the analysis. Its bound is on frame
@@ -273,17 +254,16 @@ impl FrameBuffer {
         self.ready.notify_all();
     }
 
-    /// The next batch, waiting up to `timeout`. `Err(())` once every capture thread has ended
-    /// and the buffer is empty.
-    pub fn pop(&self, timeout: Duration) -> Result<Option<Batch>, ()> {
+    /// The next batch, waiting up to `timeout`.
+    pub fn pop(&self, timeout: Duration) -> Popped {
         let mut q = self.queue.lock().expect("buffer lock");
         if q.full.is_empty() && q.producers > 0 {
             q = self.ready.wait_timeout(q, timeout).expect("buffer lock").0;
         }
         match q.full.pop_front() {
-            Some(b) => Ok(Some(b)),
-            None if q.producers == 0 => Err(()),
-            None => Ok(None),
+            Some(b) => Popped::Batch(b),
+            None if q.producers == 0 => Popped::Ended,
+            None => Popped::Waiting,
         }
     }
 
@@ -315,34 +295,37 @@ pub struct LiveOptions {
 }
 
 impl LiveOptions {
-    pub fn from_args(a: &LiveArgs, interface: &str) -> anyhow::Result<LiveOptions> {
-        anyhow::ensure!(
-            (1..=64).contains(&a.capture_threads),
-            "--capture-threads must be between 1 and 64, not {}",
-            a.capture_threads
-        );
-        anyhow::ensure!(
-            (1..=1 << 20).contains(&a.buffer_mib),
-            "--buffer-mib must be between 1 and 1048576"
-        );
-        let filter = if a.filter.trim().is_empty() {
+    /// Checks `c` and compiles its filter.
+    pub fn from_config(c: &LiveConfig) -> Result<LiveOptions, SensorError> {
+        if !(1..=64).contains(&c.capture_threads) {
+            return Err(SensorError::Config(format!(
+                "--capture-threads must be between 1 and 64, not {}",
+                c.capture_threads
+            )));
+        }
+        if !(1..=1 << 20).contains(&c.buffer_mib) {
+            return Err(SensorError::Config(
+                "--buffer-mib must be between 1 and 1048576".into(),
+            ));
+        }
+        let filter = if c.filter.trim().is_empty() {
             None
         } else {
-            Some(Filter::compile(&a.filter)?)
+            Some(Filter::compile(&c.filter)?)
         };
         Ok(LiveOptions {
-            interface: interface.to_string(),
-            ring: RingConfig::with_mib(a.ring_mib),
+            interface: c.interface.clone(),
+            ring: RingConfig::with_mib(c.ring_mib),
             filter,
-            promiscuous: a.promiscuous,
-            capture_threads: a.capture_threads,
-            buffer_bytes_max: (a.buffer_mib as u64) << 20,
+            promiscuous: c.promiscuous,
+            capture_threads: c.capture_threads,
+            buffer_bytes_max: (c.buffer_mib as u64) << 20,
         })
     }
 
     /// Opens one ring per capture thread (in the calling thread's network namespace), all in
     /// one fanout group when there are several.
-    pub fn open(&self) -> anyhow::Result<Vec<Capture>> {
+    pub fn open(&self) -> Result<Vec<Capture>, afpacket::Error> {
         let fanout = (self.capture_threads > 1).then(|| Fanout {
             group_id: (std::process::id() & 0xffff) as u16,
         });
@@ -353,7 +336,7 @@ impl LiveOptions {
             filter: self.filter.clone(),
         };
         (0..self.capture_threads)
-            .map(|_| Capture::open(&self.interface, &cfg).map_err(anyhow::Error::from))
+            .map(|_| Capture::open(&self.interface, &cfg))
             .collect()
     }
 }
@@ -363,12 +346,17 @@ pub struct LiveCapture {
     pub buffer: Arc<FrameBuffer>,
     pub stats: Arc<LiveStats>,
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<anyhow::Result<()>>>,
+    threads: Vec<JoinHandle<Result<(), afpacket::Error>>>,
+    interface: String,
 }
 
 impl LiveCapture {
     /// Starts one thread per ring.
     pub fn start(captures: Vec<Capture>, buffer_bytes_max: u64) -> LiveCapture {
+        let interface = captures
+            .first()
+            .map(|c| c.interface().to_string())
+            .unwrap_or_default();
         let stats = Arc::new(LiveStats::default());
         let buffer = Arc::new(FrameBuffer::new(
             buffer_bytes_max,
@@ -396,6 +384,7 @@ impl LiveCapture {
             stats,
             stop,
             threads,
+            interface,
         }
     }
 
@@ -406,13 +395,17 @@ impl LiveCapture {
     }
 
     /// Waits for the capture threads; the first error one of them met.
-    pub fn join(self) -> anyhow::Result<()> {
+    pub fn join(self) -> Result<(), SensorError> {
         self.request_stop();
         let mut first = Ok(());
         for t in self.threads {
-            let r = t
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("a capture thread panicked")));
+            let r = match t.join() {
+                Ok(r) => r.map_err(|source| SensorError::CaptureThread {
+                    interface: self.interface.clone(),
+                    source,
+                }),
+                Err(_) => Err(SensorError::Panicked),
+            };
             if first.is_ok() {
                 first = r;
             }
@@ -429,12 +422,12 @@ fn capture_loop(
     buffer: &FrameBuffer,
     stats: &LiveStats,
     stop: &AtomicBool,
-) -> anyhow::Result<()> {
+) -> Result<(), afpacket::Error> {
     let mut batch = buffer.empty_batch();
     let mut last = afpacket::KernelStats::default();
     let mut last_stats_at = Instant::now();
     let mut draining_until: Option<Instant> = None;
-    let mut update = |cap: &mut Capture| -> anyhow::Result<()> {
+    let mut update = |cap: &mut Capture| -> Result<(), afpacket::Error> {
         let now = cap.stats()?;
         stats
             .kernel_packets
@@ -497,68 +490,50 @@ fn capture_loop(
     Ok(())
 }
 
-/// Runs the live capture for `tandem capture --interface`: analyses frames on this thread
-/// until a signal, `--max-packets` or `--duration-s`, flushing finished records every second
-/// through `flush` (the same output and CDR path as `--read`).
-pub fn live_source(
-    args: &LiveArgs,
-    mon: &mut Monitor,
+/// Analyses frames on the sensor's thread until stopped, `max_packets` or `duration_s`,
+/// handing finished records to the sinks every second (the same path as capture files).
+pub(crate) fn analyse(
+    live: LiveCapture,
+    config: &LiveConfig,
+    sink: &mut Feed<'_>,
     packets: &mut u64,
-    status: &crate::capture_status::StatusBoard,
-    mut flush: impl FnMut(Analysis) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let interface = args.interface.as_deref().expect("--interface given");
-    let opts = LiveOptions::from_args(args, interface)?;
-    let captures = opts
-        .open()
-        .with_context(|| format!("cannot capture on {interface}"))?;
-    let live = LiveCapture::start(captures, opts.buffer_bytes_max);
-    status.add(live.stats.clone());
-    eprintln!(
-        "capturing on {interface}: {} thread(s), ring {} MiB each, buffer {} MiB, filter {:?}",
-        opts.capture_threads,
-        opts.ring.ring_bytes() >> 20,
-        opts.buffer_bytes_max >> 20,
-        args.filter
-    );
-    let deadline = args
+    stop: &StopSignal,
+) -> Result<(), SensorError> {
+    let deadline = config
         .duration_s
         .map(|s| Instant::now() + Duration::from_secs(s));
-    let mut last_flush = Instant::now();
+    let mut clock = FlushClock::new();
     let mut stopping = false;
     loop {
-        let limit_reached = args.max_packets.is_some_and(|m| *packets >= m);
+        let limit_reached = config.max_packets.is_some_and(|m| *packets >= m);
         if !stopping
-            && (crate::capture::stop_requested()
-                || limit_reached
-                || deadline.is_some_and(|d| Instant::now() >= d))
+            && (stop.is_stopped() || limit_reached || deadline.is_some_and(|d| Instant::now() >= d))
         {
             live.request_stop();
             stopping = true;
         }
         match live.buffer.pop(Duration::from_millis(POLL_MS as u64)) {
-            Ok(Some(batch)) => {
+            Popped::Batch(batch) => {
                 for (ts, frame) in batch.frames() {
-                    if args.max_packets.is_some_and(|m| *packets >= m) {
+                    if config.max_packets.is_some_and(|m| *packets >= m) {
                         break;
                     }
-                    mon.packet(ts, LINKTYPE_ETHERNET, frame);
+                    sink.packet(ts, LINKTYPE_ETHERNET, frame);
                     *packets += 1;
                 }
                 live.buffer.recycle(batch);
             }
-            Ok(None) => {}
-            Err(()) => break,
+            Popped::Waiting => {}
+            Popped::Ended => break,
         }
-        if last_flush.elapsed() >= Duration::from_secs(1) {
-            flush(mon.take_finished())?;
-            last_flush = Instant::now();
+        if clock.due()
+            && let Err(e) = sink.flush_finished()
+        {
+            let _ = live.join();
+            return Err(e);
         }
     }
-    let stats = live.stats.clone();
-    let result = live.join();
-    eprintln!("live capture on {interface}: {}", stats.snapshot());
-    result
+    live.join()
 }
 
 #[cfg(test)]
@@ -590,7 +565,9 @@ mod tests {
         // Once analysed, the bytes leave the count and room comes back.
         let back = buf.push(batch_of(&[&[0; 60], &[0; 40]]));
         assert!(back.is_empty());
-        let b = buf.pop(Duration::ZERO).unwrap().unwrap();
+        let Popped::Batch(b) = buf.pop(Duration::ZERO) else {
+            panic!("a batch")
+        };
         assert_eq!(b.len(), 2);
         buf.recycle(b);
         assert!(buf.reserve(100));
@@ -604,9 +581,11 @@ mod tests {
         buf.push(batch_of(&[b"one"]));
         buf.push(batch_of(&[b"two", b"three"]));
         buf.producer_done();
-        let b = buf.pop(Duration::ZERO).unwrap().unwrap();
+        let Popped::Batch(b) = buf.pop(Duration::ZERO) else {
+            panic!("a batch")
+        };
         let got: Vec<&[u8]> = b.frames().map(|(_, f)| f).collect();
         assert_eq!(got, [&b"one"[..], b"two", b"three"]);
-        assert!(buf.pop(Duration::ZERO).is_err());
+        assert!(matches!(buf.pop(Duration::ZERO), Popped::Ended));
     }
 }

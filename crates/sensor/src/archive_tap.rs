@@ -1,5 +1,5 @@
-//! `tandem capture --archive DIR`: every packet the monitor attributes to a call is stored with
-//! the call, in per-minute tar files (`DIR/YYYY-MM-DD/HH/MM/sip.tar` and `rtp.tar`, see the
+//! The archive sink (`tandem capture --archive DIR`): every packet the monitor attributes to a
+//! call is stored with the call, in per-minute tar files (`DIR/YYYY-MM-DD/HH/MM/sip.tar` and `rtp.tar`, see the
 //! `archive` crate), and each call's CDR says where.
 //!
 //! The flow: [`monitor`] builds the [`Monitor`] with one [`ArchiveTap`] per shard, so every
@@ -27,13 +27,15 @@ use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ::cdr::CdrCall;
-use anyhow::Context;
 use archive::{
     Archive, ArchiveConfig, CallArchive, CallHandle, Compression, LinkType, MemberRecord, Packet,
     Retention, StoreMode,
 };
+use cdr::CdrCall;
 use monitor::{Analysis, CallRecord, CallTap, Monitor, MonitorConfig, TapFrame, TapKind};
+
+use crate::SensorError;
+use crate::config::ArchiveSettings;
 
 /// Batches waiting for the archive thread. With [`BATCH_BYTES_MAX`] this bounds the queue to
 /// about 16 MiB of frames (a batch may exceed its byte bound by one frame).
@@ -49,47 +51,6 @@ const HANDOVER_INTERVAL: Duration = Duration::from_millis(100);
 const RECENT_ENDS_MAX: usize = 65_536;
 /// How often (capture time) the archive thread applies retention and forgets orphaned calls.
 const HOUSEKEEPING_EVERY_NS: i64 = 60_000_000_000;
-
-/// What the archive keeps, as `--archive-store` spells it.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreArg {
-    /// SIP only.
-    Sip,
-    /// SIP, and RTP cut after its RTP header (sequence, timing, loss; no audio).
-    Headers,
-    /// SIP and whole RTP packets (audio can be replayed).
-    Full,
-}
-
-impl From<StoreArg> for StoreMode {
-    fn from(a: StoreArg) -> StoreMode {
-        match a {
-            StoreArg::Sip => StoreMode::SipOnly,
-            StoreArg::Headers => StoreMode::SipAndRtpHeaders,
-            StoreArg::Full => StoreMode::FullRtp,
-        }
-    }
-}
-
-/// The archive options of `tandem capture`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ArchiveArgs {
-    /// Store each call's packets (SIP zstd-compressed, RTP and RTCP) in one tar file per minute
-    /// of call start under DIR (DIR/YYYY-MM-DD/HH/MM/sip.tar and rtp.tar, UTC), and record in
-    /// each CDR where they are (`tandem cdr pcap CALL-ID` reads them back).
-    #[arg(long, value_name = "DIR")]
-    pub archive: Option<PathBuf>,
-    /// What to keep of each call.
-    #[arg(long, value_enum, default_value = "headers", requires = "archive")]
-    pub archive_store: StoreArg,
-    /// Delete minute directories that ended more than this many seconds before the newest
-    /// packet.
-    #[arg(long, value_name = "SECONDS", requires = "archive")]
-    pub archive_max_age_sec: Option<u64>,
-    /// Delete the oldest minute directories while the archive holds more than this many bytes.
-    #[arg(long, value_name = "BYTES", requires = "archive")]
-    pub archive_max_total_bytes: Option<u64>,
-}
 
 /// Counters of the archive pipeline, shared by the taps, the archive thread and the status line.
 #[derive(Debug, Default)]
@@ -148,10 +109,10 @@ pub struct ArchiveStatus {
 }
 
 /// The archive's queue on the status line and in the metrics.
-impl crate::capture_status::StatusSource for Arc<ArchiveGauges> {
-    fn sample(&self, s: &mut crate::capture_status::Sample) {
+impl crate::status::StatusSource for Arc<ArchiveGauges> {
+    fn sample(&self, s: &mut crate::status::Sample) {
         let st = self.status();
-        s.archive = Some(crate::capture_status::QueueFigures {
+        s.archive = Some(crate::status::QueueFigures {
             depth: st.archive_queue,
             bound: QUEUE_BATCHES_MAX as u64,
             dropped: st.dropped,
@@ -362,28 +323,30 @@ fn key_of(c: &CallRecord) -> (Arc<str>, i64) {
     (Arc::from(&*c.dialog.call_id), c.dialog.invite_ns)
 }
 
-/// The monitor every capture source feeds, with the archive behind it when `--archive` is given.
+/// The monitor every capture source feeds, with the archive behind it when one is configured.
 /// `from_files`: the packets come from capture files, so the taps wait for room in the queue
 /// rather than drop (a file loses nothing by waiting); live sources never wait.
-pub fn monitor(
+pub(crate) fn monitor(
     cfg: MonitorConfig,
     shards: usize,
-    args: &ArchiveArgs,
+    settings: Option<&ArchiveSettings>,
     from_files: bool,
-) -> anyhow::Result<(Monitor, Option<CaptureArchive>)> {
-    let Some(dir) = &args.archive else {
+) -> Result<(Monitor, Option<CaptureArchive>), SensorError> {
+    let Some(settings) = settings else {
         return Ok((Monitor::new(cfg, shards), None));
     };
     // CDRs record tar paths: absolute, so that they can be read from any directory.
-    let dir = &std::path::absolute(dir)
-        .with_context(|| format!("archive directory {}", dir.display()))?;
+    let dir = &std::path::absolute(&settings.dir).map_err(|source| SensorError::CreateDir {
+        path: settings.dir.display().to_string(),
+        source,
+    })?;
     let config = ArchiveConfig {
-        store: args.archive_store.into(),
+        store: settings.store,
         ..ArchiveConfig::new(dir)
     };
     let retention = Retention {
-        max_age_sec: args.archive_max_age_sec,
-        max_total_bytes: args.archive_max_total_bytes,
+        max_age_sec: settings.max_age_sec,
+        max_total_bytes: settings.max_total_bytes,
     };
     // A call the monitor still tracks has had a packet within its longest idle timeout; an
     // archived call idle for longer was never going to be closed.
@@ -391,8 +354,10 @@ pub fn monitor(
         + cfg.call_linger_ms) as i64
         * 1_000_000
         + HOUSEKEEPING_EVERY_NS;
-    let archive = Archive::new(config.clone())
-        .with_context(|| format!("cannot open the archive directory {}", dir.display()))?;
+    let archive = Archive::new(config.clone()).map_err(|source| SensorError::Archive {
+        dir: dir.display().to_string(),
+        source,
+    })?;
     let gauges = Arc::new(ArchiveGauges::default());
     let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUE_BATCHES_MAX);
     let (results_tx, results) = std::sync::mpsc::channel();
@@ -413,7 +378,10 @@ pub fn monitor(
     let thread = std::thread::Builder::new()
         .name("archive".into())
         .spawn(move || writer.run(rx))
-        .context("cannot start the archive thread")?;
+        .map_err(|source| SensorError::Thread {
+            thread: "archive",
+            source,
+        })?;
     let store = config.store;
     let mon = Monitor::with_tap(cfg, shards, |i| {
         Box::new(ArchiveTap {

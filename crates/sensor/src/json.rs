@@ -1,0 +1,133 @@
+//! The records as JSON lines (`tandem capture --json`): one object per call
+//! (`"kind":"call"`), per RTP stream (`"kind":"rtp_stream"`) and per REGISTER chain
+//! (`"kind":"registration"`). The keys are an interface: scripts read them.
+
+use std::io::Write;
+
+use cdr::format_time_us;
+use monitor::{Analysis, CallRecord, StreamRecord};
+use serde_json::json;
+
+use crate::records::us;
+
+/// Writes every record of each batch as JSON lines to `out`.
+pub struct JsonLines<W: Write + Send> {
+    out: W,
+}
+
+impl<W: Write + Send> JsonLines<W> {
+    pub fn new(out: W) -> Self {
+        JsonLines { out }
+    }
+}
+
+impl<W: Write + Send> crate::RecordObserver for JsonLines<W> {
+    fn records(&mut self, part: &Analysis) -> std::io::Result<()> {
+        write_json(part, &mut self.out)
+    }
+}
+
+fn opt_time(ns: Option<i64>) -> serde_json::Value {
+    ns.map(|n| json!(format_time_us(us(n))))
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+pub fn stream_json(s: &StreamRecord) -> serde_json::Value {
+    let st = &s.stream;
+    let w = &st.wireshark;
+    json!({
+        "kind": "rtp_stream",
+        "call_id": s.call_id.as_deref(),
+        "src": st.key.src.to_string(),
+        "dst": st.key.dst.to_string(),
+        "ssrc": format!("0x{:08X}", st.key.ssrc),
+        "payload": st.payload_names(),
+        "payload_types": st.payload_types,
+        "start": format_time_us(us(st.first_ns)),
+        "end": format_time_us(us(st.last_ns)),
+        "packets": st.packets,
+        "lost": w.lost(),
+        "duplicates": st.sequence.duplicates,
+        "out_of_order": st.sequence.out_of_order,
+        "min_delta_ms": round3(w.min_delta_ms),
+        "mean_delta_ms": round3(w.mean_delta_ms),
+        "max_delta_ms": round3(w.max_delta_ms),
+        "min_jitter_ms": round3(w.min_jitter_ms),
+        "mean_jitter_ms": round3(w.mean_jitter_ms),
+        "max_jitter_ms": round3(w.max_jitter_ms),
+        "mos": st.mos().map(|m| (m * 100.0).round() / 100.0),
+        "rtcp": st.rtcp.map(|r| json!({
+            "reports": r.reports,
+            "fraction_lost_pct": round3(r.fraction_lost_pct),
+            "cumulative_lost": r.cumulative_lost,
+            "jitter_ms": round3(r.jitter_ms),
+        })),
+    })
+}
+
+pub fn call_json(c: &CallRecord) -> serde_json::Value {
+    let d = &c.dialog;
+    json!({
+        "kind": "call",
+        "call_id": &*d.call_id,
+        "caller": &*d.caller,
+        "called": &*d.called,
+        "caller_addr": d.caller_addr.to_string(),
+        "callee_addr": d.callee_addr.to_string(),
+        "start": format_time_us(us(d.invite_ns)),
+        "ringing": opt_time(d.ringing_ns),
+        "answer": opt_time(d.answer_ns),
+        "end": opt_time(d.end_ns),
+        "state": d.state.as_str(),
+        "last_response": (d.last_code != 0).then_some(d.last_code),
+        "last_reason": &*d.last_reason,
+        "hangup_by": d.hangup_by.map(|p| p.as_str()),
+        "q850_cause": d.q850_cause,
+        "sip_messages": d.sip_messages,
+        "reinvites": d.reinvites,
+        "streams": c.streams.iter().map(|s| json!({
+            "src": s.stream.key.src.to_string(),
+            "dst": s.stream.key.dst.to_string(),
+            "ssrc": format!("0x{:08X}", s.stream.key.ssrc),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Writes `a`'s calls (each followed by its streams), its lone streams and its registrations.
+pub fn write_json(a: &Analysis, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(out);
+    for c in &a.calls {
+        serde_json::to_writer(&mut out, &call_json(c))?;
+        writeln!(out)?;
+        for s in &c.streams {
+            serde_json::to_writer(&mut out, &stream_json(s))?;
+            writeln!(out)?;
+        }
+    }
+    for s in &a.streams {
+        serde_json::to_writer(&mut out, &stream_json(s))?;
+        writeln!(out)?;
+    }
+    for r in &a.registrations {
+        let v = json!({
+            "kind": "registration",
+            "call_id": &*r.call_id,
+            "user": &*r.user,
+            "src": r.src.to_string(),
+            "dst": r.dst.to_string(),
+            "start": format_time_us(us(r.first_ns)),
+            "end": format_time_us(us(r.last_ns)),
+            "requests": r.requests,
+            "last_response": (r.last_code != 0).then_some(r.last_code),
+            "outcome": r.outcome(),
+        });
+        serde_json::to_writer(&mut out, &v)?;
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
+}

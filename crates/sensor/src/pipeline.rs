@@ -1,0 +1,440 @@
+//! The sensor itself: everything that can fail at start is set up by [`Sensor::start`] on the
+//! caller's thread (sinks opened, sockets bound, rings opened), then one `sensor` thread feeds
+//! the source's packets to the monitor and hands each batch of closed records to the sinks.
+//!
+//! ```text
+//! source (files | HEP | interface) ──packets──▶ Monitor (+ archive taps) ──closed records──┐
+//!                                                                                          ▼
+//!        archive (holds a call until its packets are written) → observer (--json) → CDR writer
+//! ```
+//!
+//! Data flows one way; the only thing that flows back is [`SensorHandle::stop`], a flag the
+//! source reads.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use monitor::pcap::CaptureReader;
+use monitor::{Analysis, Monitor};
+
+use crate::archive_tap::CaptureArchive;
+use crate::cdr_sink::CdrSink;
+use crate::config::{SensorConfig, Source};
+use crate::live::{LiveCapture, LiveOptions, LiveStatsSnapshot};
+use crate::status::{CaptureStatus, Sample, StatusBoard};
+use crate::{RecordObserver, SensorError};
+
+/// Closed records are handed to the sinks every this many packets of a file.
+const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
+/// Live and HEP sources hand closed records to the sinks this often.
+const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Asks a running sensor to stop: its source ends, the calls in progress are closed, reported
+/// and stored. Cloneable; stopping twice is stopping once.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal(Arc<AtomicBool>);
+
+impl StopSignal {
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// How far a file source has read, for a progress bar.
+#[derive(Debug, Default)]
+pub struct FileProgress {
+    pub bytes_read: AtomicU64,
+    pub bytes_total: AtomicU64,
+}
+
+/// The source, set up and ready to run.
+enum Ready {
+    Files(Vec<PathBuf>),
+    Hep {
+        socket: std::net::UdpSocket,
+        max_packets: Option<u64>,
+    },
+    Live {
+        capture: LiveCapture,
+        config: crate::config::LiveConfig,
+    },
+}
+
+/// What a live source was started with, to tell the person who started it.
+#[derive(Debug, Clone)]
+pub struct LiveDescription {
+    pub interface: String,
+    pub capture_threads: usize,
+    pub ring_mib: u64,
+    pub buffer_mib: u64,
+    pub filter: String,
+}
+
+/// What the records handed to the sinks added up to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    pub calls: u64,
+    pub answered: u64,
+    pub streams: u64,
+    pub registrations: u64,
+}
+
+impl Totals {
+    fn add(&mut self, a: &Analysis) {
+        self.calls += a.calls.len() as u64;
+        self.answered += a
+            .calls
+            .iter()
+            .filter(|c| c.dialog.answer_ns.is_some())
+            .count() as u64;
+        self.streams += a.all_streams().count() as u64;
+        self.registrations += a.registrations.len() as u64;
+    }
+}
+
+/// What a finished sensor did.
+#[derive(Debug)]
+pub struct Report {
+    /// Packets handed to the monitor.
+    pub packets: u64,
+    pub elapsed: Duration,
+    pub totals: Totals,
+    pub counters: monitor::analyzer::Counters,
+    pub sip_messages: u64,
+    /// A capture file that could not be read to its end; everything before it was reported.
+    pub read_error: Option<monitor::pcap::CaptureError>,
+    /// HEP datagrams that were not HEP v3 (skipped).
+    pub hep_invalid: u64,
+    /// The live capture's counters at the end.
+    pub live: Option<(String, LiveStatsSnapshot)>,
+    /// The archive's one-line summary.
+    pub archive_summary: Option<String>,
+    /// Where the CDRs went.
+    pub cdr: Option<cdr::CdrWriterStats>,
+}
+
+/// Starts sensors; see [`Sensor::start`].
+pub struct Sensor;
+
+/// A running sensor.
+pub struct SensorHandle {
+    stop: StopSignal,
+    board: StatusBoard,
+    progress: Arc<FileProgress>,
+    hep_addr: Option<std::net::SocketAddr>,
+    live: Option<LiveDescription>,
+    thread: JoinHandle<Result<Report, SensorError>>,
+}
+
+impl SensorHandle {
+    /// Ends the source; [`SensorHandle::join`] then returns once everything is stored.
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
+    /// A signal that stops this sensor, for another thread (a signal handler's).
+    pub fn stop_signal(&self) -> StopSignal {
+        self.stop.clone()
+    }
+    /// Every part's figures now (the status line's and the metrics').
+    pub fn status(&self) -> Sample {
+        self.board.sample()
+    }
+    /// Bytes of the capture files read so far, and in all.
+    pub fn progress(&self) -> (u64, u64) {
+        (
+            self.progress.bytes_read.load(Ordering::Relaxed),
+            self.progress.bytes_total.load(Ordering::Relaxed),
+        )
+    }
+    /// Where HEP is received, when that is the source.
+    pub fn hep_addr(&self) -> Option<std::net::SocketAddr> {
+        self.hep_addr
+    }
+    /// The live capture's setup, when that is the source.
+    pub fn live(&self) -> Option<&LiveDescription> {
+        self.live.as_ref()
+    }
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+    /// Waits for the end: the source done (or stopped), every record handed to the sinks,
+    /// the archive written, the CDRs stored or journaled.
+    pub fn join(self) -> Result<Report, SensorError> {
+        self.thread.join().map_err(|_| SensorError::Panicked)?
+    }
+}
+
+/// What the closed records go to, owned by the sensor's thread.
+struct Sinks {
+    archive: Option<CaptureArchive>,
+    cdr: Option<CdrSink>,
+    status: CaptureStatus,
+    observer: Option<Box<dyn RecordObserver>>,
+    totals: Totals,
+}
+
+impl Sinks {
+    /// Hands a batch of closed records to the sinks. `finished`: the monitor is done; the
+    /// archive writes everything first.
+    fn flush(&mut self, part: Analysis, finished: bool) -> Result<(), SensorError> {
+        // Calls whose archive location is not known yet are held back for a later flush.
+        let part = match self.archive.as_mut() {
+            Some(a) => a.release(part, finished),
+            None => part,
+        };
+        self.totals.add(&part);
+        if let Some(o) = self.observer.as_mut() {
+            o.records(&part).map_err(SensorError::Output)?;
+        }
+        if let Some(c) = &self.cdr {
+            c.submit(&part, self.archive.as_ref());
+        }
+        Ok(())
+    }
+}
+
+impl Sensor {
+    /// Sets the sensor up and starts its thread. Every error of the setup (a database that
+    /// cannot be created, an address in use, an interface that cannot be captured on) is
+    /// returned here; an unreachable CDR database is not one (CDRs wait in the journal).
+    /// `observer` sees every batch of closed records before the CDR writer does.
+    pub fn start(
+        config: SensorConfig,
+        observer: Option<Box<dyn RecordObserver>>,
+    ) -> Result<SensorHandle, SensorError> {
+        let live_source = config.source.is_live();
+        // Every source feeds this monitor; with an archive its taps archive each call's packets
+        // (waiting for the archive only when reading files: live sources never wait).
+        let (monitor, archive) = crate::archive_tap::monitor(
+            config.monitor.clone(),
+            config.shards,
+            config.archive.as_ref(),
+            !live_source,
+        )?;
+        // CDRs are stored on a thread of their own: capture never waits for the database.
+        let cdr = config.cdr.as_ref().map(CdrSink::start).transpose()?;
+        let status = CaptureStatus::start(
+            &config.status,
+            monitor.live(),
+            cdr.as_ref().map(|c| c.watch()),
+        )?;
+        if let Some(a) = &archive {
+            status.board.add(a.gauges());
+        }
+        let progress = Arc::new(FileProgress::default());
+        let (ready, hep_addr, live) = match &config.source {
+            Source::Files(paths) => {
+                let total = paths
+                    .iter()
+                    .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+                    .sum();
+                progress.bytes_total.store(total, Ordering::Relaxed);
+                (Ready::Files(paths.clone()), None, None)
+            }
+            Source::Hep {
+                listen,
+                max_packets,
+            } => {
+                let socket =
+                    std::net::UdpSocket::bind(listen).map_err(|source| SensorError::HepBind {
+                        addr: *listen,
+                        source,
+                    })?;
+                let addr = socket.local_addr().ok();
+                let ready = Ready::Hep {
+                    socket,
+                    max_packets: *max_packets,
+                };
+                (ready, addr, None)
+            }
+            Source::Interface(live) => {
+                let opts = LiveOptions::from_config(live)?;
+                let captures = opts.open().map_err(|source| SensorError::Live {
+                    interface: live.interface.clone(),
+                    source,
+                })?;
+                let capture = LiveCapture::start(captures, opts.buffer_bytes_max);
+                status.board.add(capture.stats.clone());
+                let description = LiveDescription {
+                    interface: live.interface.clone(),
+                    capture_threads: opts.capture_threads,
+                    ring_mib: (opts.ring.ring_bytes() >> 20) as u64,
+                    buffer_mib: opts.buffer_bytes_max >> 20,
+                    filter: live.filter.clone(),
+                };
+                let ready = Ready::Live {
+                    capture,
+                    config: live.clone(),
+                };
+                (ready, None, Some(description))
+            }
+        };
+        let board = status.board.clone();
+        let sinks = Sinks {
+            archive,
+            cdr,
+            status,
+            observer,
+            totals: Totals::default(),
+        };
+        let stop = StopSignal::default();
+        let thread = {
+            let (stop, progress) = (stop.clone(), progress.clone());
+            std::thread::Builder::new()
+                .name("sensor".into())
+                .spawn(move || run(monitor, sinks, ready, &stop, &progress))
+                .map_err(|source| SensorError::Thread {
+                    thread: "sensor",
+                    source,
+                })?
+        };
+        Ok(SensorHandle {
+            stop,
+            board,
+            progress,
+            hep_addr,
+            live,
+            thread,
+        })
+    }
+}
+
+/// The sensor's thread: the source to its end, then the last records, then the sinks closed.
+fn run(
+    mut monitor: Monitor,
+    mut sinks: Sinks,
+    ready: Ready,
+    stop: &StopSignal,
+    progress: &FileProgress,
+) -> Result<Report, SensorError> {
+    let started = Instant::now();
+    let mut packets = 0u64;
+    let mut read_error = None;
+    let mut hep_invalid = 0;
+    let mut live = None;
+    let mut feed = Feed {
+        monitor: &mut monitor,
+        sinks: &mut sinks,
+    };
+    match ready {
+        Ready::Files(paths) => {
+            read_error = read_files(&paths, &mut feed, &mut packets, progress)?;
+        }
+        Ready::Hep {
+            socket,
+            max_packets,
+        } => {
+            hep_invalid = crate::hep::receive(socket, max_packets, &mut feed, &mut packets, stop)?;
+        }
+        Ready::Live { capture, config } => {
+            let stats = capture.stats.clone();
+            let result = crate::live::analyse(capture, &config, &mut feed, &mut packets, stop);
+            live = Some((config.interface.clone(), stats.snapshot()));
+            result?;
+        }
+    }
+    let last = monitor.finish();
+    let counters = last.counters;
+    let sip_messages = last.sip.messages;
+    sinks.flush(last, true)?;
+    let Sinks {
+        archive,
+        cdr,
+        status,
+        totals,
+        ..
+    } = sinks;
+    drop(status);
+    let cdr = cdr.map(CdrSink::close);
+    Ok(Report {
+        packets,
+        elapsed: started.elapsed(),
+        totals,
+        counters,
+        sip_messages,
+        read_error,
+        hep_invalid,
+        live,
+        archive_summary: archive.as_ref().map(CaptureArchive::summary),
+        cdr,
+    })
+}
+
+/// What a source feeds: the monitor, and the sinks its closed records go to.
+pub(crate) struct Feed<'a> {
+    monitor: &'a mut Monitor,
+    sinks: &'a mut Sinks,
+}
+
+impl Feed<'_> {
+    pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
+        self.monitor.packet(ts_ns, link_type, data);
+    }
+    /// Hands the records the monitor has closed to the sinks.
+    pub fn flush_finished(&mut self) -> Result<(), SensorError> {
+        let part = self.monitor.take_finished();
+        self.sinks.flush(part, false)
+    }
+}
+
+/// Feeds the files' packets to the monitor, flushing closed records as it goes. A read error
+/// ends the reading and is returned, so that everything decoded before it is still reported.
+fn read_files(
+    paths: &[PathBuf],
+    feed: &mut Feed<'_>,
+    packets: &mut u64,
+    progress: &FileProgress,
+) -> Result<Option<monitor::pcap::CaptureError>, SensorError> {
+    let mut done_bytes = 0u64;
+    for path in paths {
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let mut reader = match CaptureReader::open(path) {
+            Ok(r) => r,
+            Err(e) => return Ok(Some(e)),
+        };
+        loop {
+            match reader.next_packet() {
+                Ok(Some(p)) => {
+                    let (ts, lt) = (p.ts_ns, p.link_type);
+                    feed.packet(ts, lt, p.data);
+                    *packets += 1;
+                    if packets.is_multiple_of(FLUSH_EVERY_PACKETS) {
+                        progress
+                            .bytes_read
+                            .store(done_bytes + reader.offset().min(size), Ordering::Relaxed);
+                        feed.flush_finished()?;
+                    }
+                }
+                Ok(None) => break,
+                // Keep every call decoded so far: the caller reports after the output.
+                Err(e) => return Ok(Some(e)),
+            }
+        }
+        done_bytes += size;
+        progress.bytes_read.store(done_bytes, Ordering::Relaxed);
+    }
+    Ok(None)
+}
+
+/// A timer for the live sources' flushes.
+pub(crate) struct FlushClock(Instant);
+
+impl FlushClock {
+    pub fn new() -> Self {
+        FlushClock(Instant::now())
+    }
+    /// True once a second.
+    pub fn due(&mut self) -> bool {
+        if self.0.elapsed() >= FLUSH_INTERVAL {
+            self.0 = Instant::now();
+            return true;
+        }
+        false
+    }
+}

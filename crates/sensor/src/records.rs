@@ -1,0 +1,93 @@
+//! A closed call and its streams as CDR rows, and the CDR database they go to.
+
+use std::path::Path;
+
+use cdr::{CdrCall, CdrStore, CdrStream, SqliteStore};
+use monitor::{CallRecord, StreamRecord};
+
+use crate::SensorError;
+
+/// Capture time in ns to the µs of CDR rows.
+pub(crate) fn us(ns: i64) -> i64 {
+    ns.div_euclid(1000)
+}
+
+/// The CDR row of a call.
+pub fn cdr_call(c: &CallRecord) -> CdrCall {
+    let d = &c.dialog;
+    CdrCall {
+        call_id: d.call_id.to_string(),
+        caller: d.caller.to_string(),
+        called: d.called.to_string(),
+        caller_addr: d.caller_addr.to_string(),
+        callee_addr: d.callee_addr.to_string(),
+        start_us: us(d.invite_ns),
+        ringing_us: d.ringing_ns.map(us),
+        answer_us: d.answer_ns.map(us),
+        end_us: d.end_ns.map(us),
+        state: d.state.as_str().to_string(),
+        last_response: (d.last_code != 0).then_some(d.last_code),
+        last_reason: d.last_reason.to_string(),
+        hangup_by: d.hangup_by.map(|p| p.as_str().to_string()),
+        q850_cause: d.q850_cause,
+        sip_messages: d.sip_messages,
+        reinvites: d.reinvites as u32,
+        mos_min: c
+            .streams
+            .iter()
+            .filter_map(|s| s.stream.mos())
+            .min_by(|a, b| a.total_cmp(b)),
+        ..CdrCall::default()
+    }
+}
+
+/// The CDR row of a stream.
+pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
+    let st = &s.stream;
+    let w = &st.wireshark;
+    CdrStream {
+        call_id: s.call_id.as_deref().map(str::to_string),
+        src: st.key.src.to_string(),
+        dst: st.key.dst.to_string(),
+        ssrc: st.key.ssrc,
+        payload: st.payload_names(),
+        start_us: us(st.first_ns),
+        end_us: us(st.last_ns),
+        packets: st.packets,
+        lost: w.lost(),
+        duplicates: st.sequence.duplicates,
+        out_of_order: st.sequence.out_of_order,
+        min_delta_ms: w.min_delta_ms,
+        mean_delta_ms: w.mean_delta_ms,
+        max_delta_ms: w.max_delta_ms,
+        mean_jitter_ms: w.mean_jitter_ms,
+        max_jitter_ms: w.max_jitter_ms,
+        mos: st.mos(),
+        rtcp_reports: st.rtcp.map(|r| r.reports).unwrap_or(0),
+        rtcp_fraction_lost_pct: st.rtcp.map(|r| r.fraction_lost_pct),
+        rtcp_jitter_ms: st.rtcp.map(|r| r.jitter_ms),
+    }
+}
+
+/// The CDR store: PostgreSQL when a connection string is given, else the SQLite file (its
+/// directory is created).
+pub fn open_store(path: &Path, postgres: Option<&str>) -> Result<Box<dyn CdrStore>, SensorError> {
+    if let Some(conninfo) = postgres {
+        return Ok(Box::new(cdr::PgStore::connect(conninfo)?));
+    }
+    create_parent(path)?;
+    Ok(Box::new(SqliteStore::open(path)?))
+}
+
+/// Creates the directory a file goes in.
+pub(crate) fn create_parent(path: &Path) -> Result<(), SensorError> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|source| SensorError::CreateDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
