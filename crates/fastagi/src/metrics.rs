@@ -30,7 +30,9 @@ pub struct AnswerLabel {
     pub answer: String,
 }
 
-/// How a session ended, as AGISTATUS would say it.
+/// How a session ended for Tandem. Close to AGISTATUS, but not the same: Asterisk keeps
+/// FAILURE for a session in which any command failed on a live channel (a missing sound file),
+/// even when the handler went on and the caller later hung up; here that session is a hangup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionOutcome {
     /// The handler finished on a live channel.
@@ -70,6 +72,28 @@ impl RouteMetrics {
         .inc();
     }
 }
+
+/// The reasons `sessions_failed` counts: the server's own, and each `AgiError::kind` a handler
+/// can end with.
+pub const FAILURE_REASONS: [&str; 17] = [
+    "closed_before_header",
+    "header",
+    "header_timeout",
+    "unknown_route",
+    "panic",
+    "dead_channel",
+    "invalid_command",
+    "usage",
+    "failed",
+    "no_such_application",
+    "disconnected",
+    "timeout",
+    "line_too_long",
+    "protocol",
+    "encode",
+    "io",
+    "handler",
+];
 
 pub struct Metrics {
     pub sessions_started: Counter,
@@ -131,7 +155,8 @@ impl Metrics {
         );
         r.register(
             "sessions_ended",
-            "Sessions ended, by route and outcome (success, hangup, failure: as AGISTATUS says)",
+            "Sessions ended, by route and outcome: success (the handler finished), hangup (the \
+             channel hung up), failure (the handler failed or panicked)",
             m.sessions_ended.clone(),
         );
         r.register(
@@ -155,6 +180,22 @@ impl Metrics {
             "Connections refused before a session started, by reason",
             m.refused.clone(),
         );
+        // Every known label starts at 0, so that a series reads 0 rather than being missing.
+        for reason in FAILURE_REASONS {
+            let _ = m.sessions_failed.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
+        for answer in ["dead", "live", "gone", "timeout"] {
+            let _ = m.hangup_probes.get_or_create(&AnswerLabel {
+                answer: answer.to_string(),
+            });
+        }
+        for reason in ["network", "max_sessions"] {
+            let _ = m.refused.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
         m
     }
 

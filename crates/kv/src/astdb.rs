@@ -3,8 +3,7 @@
 
 use crate::error::{KvError, Result, open_error, read_error};
 use crate::index::NsSql;
-use crate::path::{check_key, covers, key_path, tree_prefix};
-use crate::store::{DEFAULT_NAMESPACE, check_namespace};
+use crate::path::{DEFAULT_NAMESPACE, check_key, check_namespace, covers, key_path, tree_prefix};
 use crate::value::{Text, Value, column_bytes};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};

@@ -64,6 +64,7 @@ mod error;
 mod index;
 mod path;
 mod queue;
+mod shared;
 mod store;
 mod value;
 mod wal_file;
@@ -71,7 +72,8 @@ mod writer;
 
 pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore};
 pub use error::{KvError, Result};
-pub use path::{covers, key_path, tree_prefix};
+pub use path::{DEFAULT_NAMESPACE, covers, key_path, tree_prefix};
 pub use queue::{Commit, Durability};
-pub use store::{DEFAULT_NAMESPACE, FILE_NAME, Namespace, Options, Stats, Store};
+pub use shared::{Options, Stats};
+pub use store::{FILE_NAME, Namespace, Store};
 pub use value::Value;

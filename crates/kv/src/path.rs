@@ -1,4 +1,5 @@
-//! astdb key paths: `/family/key`, and key trees with whole-segment matching.
+//! Names: astdb key paths (`/family/key`, and key trees with whole-segment matching) and
+//! namespace names.
 
 use crate::error::{KvError, Result};
 
@@ -84,6 +85,32 @@ fn truncated(s: &str) -> String {
         end -= 1;
     }
     format!("{}...", &s[..end])
+}
+
+/// The namespace that holds astdb families (what `tandem db` and Asterisk's DATABASE commands
+/// use). Other namespaces are for Tandem's own modules, one table each.
+pub const DEFAULT_NAMESPACE: &str = "astdb";
+
+pub(crate) fn check_namespace(name: &str) -> Result<()> {
+    let bad = |problem| {
+        Err(KvError::InvalidNamespace {
+            name: name.to_string(),
+            problem,
+        })
+    };
+    if name.is_empty() || name.len() > 63 {
+        return bad("must be 1 to 63 characters");
+    }
+    if !name.as_bytes()[0].is_ascii_lowercase() {
+        return bad("must start with a lowercase letter");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return bad("may hold only lowercase letters, digits and '_'");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

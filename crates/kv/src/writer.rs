@@ -4,7 +4,7 @@
 use crate::error::{KvError, write_error};
 use crate::index::{MainEntry, Slot};
 use crate::queue::{Op, Queued};
-use crate::store::Shared;
+use crate::shared::Shared;
 use crate::value::Text;
 use rusqlite::{Connection, params};
 use std::cell::Cell;

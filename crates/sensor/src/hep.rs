@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::SensorError;
-use crate::pipeline::{Feed, FlushClock, StopSignal};
+use crate::feed::{Feed, FlushClock, StopSignal};
 
 /// Link type of the packets rebuilt from HEP: raw IP.
 const LINKTYPE_RAW: u32 = 101;

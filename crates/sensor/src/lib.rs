@@ -33,6 +33,7 @@ pub mod call_pcap;
 mod cdr_sink;
 pub mod config;
 mod error;
+mod feed;
 mod hep;
 pub mod json;
 pub mod live;
@@ -47,9 +48,8 @@ pub use config::{
     ArchiveSettings, CdrConfig, LiveConfig, SensorConfig, Source, StatusConfig, StoreMode,
 };
 pub use error::SensorError;
-pub use pipeline::{
-    FileProgress, LiveDescription, Report, Sensor, SensorHandle, StopSignal, Totals,
-};
+pub use feed::StopSignal;
+pub use pipeline::{FileProgress, LiveDescription, Report, Sensor, SensorHandle, Totals};
 
 /// Sees every batch of closed records before the CDR writer does (the `--json` output is one).
 /// Called on the sensor's thread; an error ends the sensor.

@@ -25,7 +25,7 @@ use afpacket::{Capture, CaptureConfig, Fanout, RingConfig};
 
 use crate::SensorError;
 use crate::config::LiveConfig;
-use crate::pipeline::{Feed, FlushClock, StopSignal};
+use crate::feed::{Feed, FlushClock, StopSignal};
 
 /// Frames of live interfaces are Ethernet (LINKTYPE_ETHERNET).
 const LINKTYPE_ETHERNET: u32 = 1;

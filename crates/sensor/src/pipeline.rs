@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -23,28 +23,13 @@ use monitor::{Analysis, Monitor};
 use crate::archive_tap::CaptureArchive;
 use crate::cdr_sink::CdrSink;
 use crate::config::{SensorConfig, Source};
+use crate::feed::{Feed, RecordSink, StopSignal};
 use crate::live::{LiveCapture, LiveOptions, LiveStatsSnapshot};
 use crate::status::{CaptureStatus, Sample, StatusBoard};
 use crate::{RecordObserver, SensorError};
 
 /// Closed records are handed to the sinks every this many packets of a file.
 const FLUSH_EVERY_PACKETS: u64 = 1 << 20;
-/// Live and HEP sources hand closed records to the sinks this often.
-const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Asks a running sensor to stop: its source ends, the calls in progress are closed, reported
-/// and stored. Cloneable; stopping twice is stopping once.
-#[derive(Debug, Clone, Default)]
-pub struct StopSignal(Arc<AtomicBool>);
-
-impl StopSignal {
-    pub fn stop(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-    pub fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// How far a file source has read, for a progress bar.
 #[derive(Debug, Default)]
@@ -179,7 +164,7 @@ struct Sinks {
     totals: Totals,
 }
 
-impl Sinks {
+impl RecordSink for Sinks {
     /// Hands a batch of closed records to the sinks. `finished`: the monitor is done; the
     /// archive writes everything first.
     fn flush(&mut self, part: Analysis, finished: bool) -> Result<(), SensorError> {
@@ -366,23 +351,6 @@ fn run(
     })
 }
 
-/// What a source feeds: the monitor, and the sinks its closed records go to.
-pub(crate) struct Feed<'a> {
-    monitor: &'a mut Monitor,
-    sinks: &'a mut Sinks,
-}
-
-impl Feed<'_> {
-    pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
-        self.monitor.packet(ts_ns, link_type, data);
-    }
-    /// Hands the records the monitor has closed to the sinks.
-    pub fn flush_finished(&mut self) -> Result<(), SensorError> {
-        let part = self.monitor.take_finished();
-        self.sinks.flush(part, false)
-    }
-}
-
 /// Feeds the files' packets to the monitor, flushing closed records as it goes. A read error
 /// ends the reading and is returned, so that everything decoded before it is still reported.
 fn read_files(
@@ -420,21 +388,4 @@ fn read_files(
         progress.bytes_read.store(done_bytes, Ordering::Relaxed);
     }
     Ok(None)
-}
-
-/// A timer for the live sources' flushes.
-pub(crate) struct FlushClock(Instant);
-
-impl FlushClock {
-    pub fn new() -> Self {
-        FlushClock(Instant::now())
-    }
-    /// True once a second.
-    pub fn due(&mut self) -> bool {
-        if self.0.elapsed() >= FLUSH_INTERVAL {
-            self.0 = Instant::now();
-            return true;
-        }
-        false
-    }
 }

@@ -4,7 +4,6 @@
 //! file (serde + TOML), logging, and the drivers of the benchmarks. Protocol logic lives in the
 //! library crates (see ARCHITECTURE.md).
 
-mod bench;
 mod capture;
 mod cdr;
 mod config;
@@ -15,9 +14,23 @@ mod signals;
 
 use clap::{Parser, Subcommand};
 
+const LOG_HELP: &str = "\
+Logging:
+  Logs go to stderr; stdout carries only data (tables, --json, db get).
+  TANDEM_LOG   a tracing filter, e.g. `info` (the default), `debug`, `info,fastagi=debug`
+  RUST_LOG     read when TANDEM_LOG is unset
+  NO_COLOR     set to any value: no colour even on a terminal (never any when not a terminal)";
+
 /// Tandem: a performance companion for Asterisk and FreePBX.
 #[derive(Parser, Debug)]
-#[command(name = "tandem", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "tandem",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = LOG_HELP
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,7 +42,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(::bench::BenchCommand),
     /// Read and write the key-value store; import and export Asterisk's astdb.sqlite3.
     Db(db::Args),
     /// Analyse capture files, a live interface or HEP: calls, RTP stream quality, CDRs.
@@ -45,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(cmd) => ::bench::run(cmd),
         Command::Db(args) => db::run(args),
         Command::Capture(args) => capture::run(*args),
         Command::Cdr(args) => self::cdr::run(args),
@@ -55,8 +68,12 @@ fn main() -> anyhow::Result<()> {
 
 /// Logs go to stderr so that stdout stays clean for data (`--json`, `db get`).
 /// `TANDEM_LOG` (or `RUST_LOG`) takes a tracing filter such as `info,fastagi=debug`.
+/// Colour only on a terminal, and never under `NO_COLOR`: a log written to a file, a pipe or
+/// journald carries no escape codes.
 fn init_logging() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let filter = std::env::var("TANDEM_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
@@ -64,5 +81,6 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && !no_color)
         .init();
 }

@@ -15,6 +15,12 @@
 //! holds with "queued" read as "queued or in the run-next place"; a task held there is ahead of
 //! everything in the queue, and goes back to the front of the queue if the serializer has to
 //! leave that place before running.
+//!
+//! This module and `pool` import each other, on purpose. A serializer is one kind of job of
+//! the pool, not a layer above it: the pool's executors run [`SerializerInner::run`] as a
+//! [`Job::Serial`], and a serializer schedules itself on the pool's queues. Cutting the circle
+//! would mean a trait object between them on every task, a virtual call on the hot path, to buy
+//! a split that a reader gains nothing from: read `pool.rs` first, then this file.
 
 use crate::error::PushError;
 use crate::pool::{Inner, Job, Task};

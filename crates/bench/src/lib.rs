@@ -1,5 +1,16 @@
 //! `tandem bench ...`: every benchmark prints a table for a person, or one JSON object with
 //! `--json`, and compares against a baseline or peer measured in the same run.
+//!
+//! The binary parses [`BenchCommand`] (each benchmark's options are defined beside it) and
+//! calls [`run`]. Benchmarks that measure a server start `tandem serve` (and the wire floor,
+//! `tandem bench agi-floor`) as child processes of the running executable, so that their CPU
+//! time can be read from /proc; peers and replicas (Asterisk's threadpool in
+//! `taskpool/threadpool.rs`, an astdb replica in `kv.rs`, panoramisk through `--peer`) run in the
+//! same run. `report.rs` holds the output contract and the statistics.
+//!
+//! Never: reports a figure it did not measure in that run, or asserts a timing (figures go to
+//! BENCHMARKS.md, not to tests). Errors are `anyhow` errors, reported to the person running the
+//! benchmark as the binary's are.
 
 pub mod agi;
 mod agi_memory;
@@ -40,6 +51,7 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
+        BenchCommand::Agi(args) if args.scripts => agi_scripts::run(&args),
         BenchCommand::Agi(args) => agi::run(args),
         BenchCommand::AgiMemory(args) => agi_memory::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),

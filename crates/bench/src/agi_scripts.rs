@@ -130,6 +130,7 @@ fn write_script(path: &Path, body: &str) -> anyhow::Result<()> {
 }
 
 pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
+    super::agi::check_args(args)?;
     let concurrency = args.concurrency.unwrap_or(4);
     let dir = tempfile::Builder::new()
         .prefix("tandem-bench-scripts")

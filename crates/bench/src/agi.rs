@@ -208,14 +208,19 @@ pub(super) fn load_plan(route: &str) -> Plan {
     }
 }
 
-pub fn run(args: AgiArgs) -> anyhow::Result<()> {
+/// Checks what both `bench agi` and `bench agi --scripts` need.
+pub fn check_args(args: &AgiArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.runs >= 1 && args.seconds > 0.0,
         "--runs and --seconds must be positive"
     );
-    if args.scripts {
-        return super::agi_scripts::run(&args);
-    }
+    Ok(())
+}
+
+/// `bench agi` against native routes; `--scripts` goes to [`super::agi_scripts::run`] instead,
+/// which builds on this module (never the other way round).
+pub fn run(args: AgiArgs) -> anyhow::Result<()> {
+    check_args(&args)?;
     let concurrency = args.concurrency.unwrap_or(64);
     let expect = (args.expect_commands > 0).then_some(args.expect_commands);
     let plan = load_plan(&args.route);
