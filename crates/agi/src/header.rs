@@ -203,10 +203,26 @@ impl Header {
         self.field("agi_accountcode")
     }
 
-    /// The route asked for: `agi_network_script` split into a path and query parameters.
+    /// The script part of the request: `agi_network_script`, or, from a client that leaves that
+    /// line out, the path and query of `agi_request` (`agi://host:port/PATH?QUERY`), which is
+    /// what Asterisk would have written. `None` when neither names one.
+    pub fn script(&self) -> Option<&str> {
+        self.network_script()
+            .or_else(|| script_of_request(self.get("agi_request")?))
+    }
+
+    /// The route asked for: [`Header::script`] split into a path and query parameters.
     /// A request without a path (`agi://127.0.0.1`) has the empty route.
     pub fn route(&self) -> Route {
-        Route::parse(self.network_script().unwrap_or(""))
+        Route::parse(self.script().unwrap_or(""))
+    }
+
+    /// The header lines a route is read from that this header lacks (both, or none).
+    pub fn missing_route_lines(&self) -> &'static [&'static str] {
+        match (self.get("agi_network_script"), self.get("agi_request")) {
+            (None, None) => &["agi_network_script", "agi_request"],
+            _ => &[],
+        }
     }
 
     /// Writes the header as Asterisk would: every variable, then the empty line. With
@@ -334,6 +350,17 @@ pub(crate) fn strip_eol(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
+/// `PATH?QUERY` of `agi://host[:port]/PATH?QUERY` (or `hagi://`, the scheme ignoring case).
+fn script_of_request(request: &str) -> Option<&str> {
+    let scheme_end = request.find("://")?;
+    let scheme = &request[..scheme_end];
+    if !scheme.eq_ignore_ascii_case("agi") && !scheme.eq_ignore_ascii_case("hagi") {
+        return None;
+    }
+    let (_, script) = request[scheme_end + 3..].split_once('/')?;
+    (!script.is_empty()).then_some(script)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +368,33 @@ mod tests {
     const S02: &[u8] = b"agi_network: yes\nagi_network_script: some/script.php?a=1&b=two\n\
 agi_request: agi://127.0.0.1:4573/some/script.php?a=1&b=two\nagi_channel: Local/101@agitest-00000002;2\n\
 agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
+
+    #[test]
+    fn without_agi_network_script_the_route_comes_from_agi_request() {
+        let parse = |text: &str| Header::parse(text.as_bytes(), HeaderLimits::default()).unwrap();
+        let h = parse("agi_network: yes\nagi_request: agi://[::1]:4573/ivr/main?lang=fr\n\n");
+        assert_eq!(h.script(), Some("ivr/main?lang=fr"));
+        assert_eq!(h.route().path, "ivr/main");
+        assert_eq!(h.route().param("lang"), Some("fr"));
+        assert!(h.missing_route_lines().is_empty());
+        let h = parse("agi_request: HAGI://pbx.example/dialparties.agi\n\n");
+        assert_eq!(h.route().path, "dialparties.agi");
+        // No path: the empty route, as with agi_network_script absent from Asterisk's header.
+        assert_eq!(parse("agi_request: agi://127.0.0.1\n\n").script(), None);
+        // A classic AGI request is a file name, not a URL: no route from it.
+        assert_eq!(
+            parse("agi_request: /var/lib/asterisk/agi-bin/x.php\n\n").script(),
+            None
+        );
+        let neither = parse("agi_channel: SIP/1\n\n");
+        assert_eq!(
+            neither.missing_route_lines(),
+            ["agi_network_script", "agi_request"]
+        );
+        // When both are there, agi_network_script wins, as Asterisk writes them the same.
+        let both = parse("agi_network_script: a\nagi_request: agi://h/b\n\n");
+        assert_eq!(both.route().path, "a");
+    }
 
     #[test]
     fn values_with_colons_and_empty_values() {

@@ -6,10 +6,11 @@
 //! without signalling). Times are microseconds since the Unix epoch (UTC). Inserts are batched:
 //! one transaction per [`CdrStore::insert`] call.
 //!
-//! Every row written through [`CdrStore::insert_records`] carries the stable unique id of its
-//! [`CdrRecord`] in a `uid` column with a UNIQUE index, and inserts skip rows whose `uid` is
-//! already stored (`ON CONFLICT DO NOTHING`): a record written again after a crash is stored
-//! once. Databases created before the `uid` column get it when they are opened.
+//! Every row written through [`CdrStore::insert_records`] carries the stable identity of its
+//! [`CdrRecord`] (sensor, Call-ID, start time) in a `uid` column with a UNIQUE index, and
+//! storing a record again updates its call row in place and replaces its streams
+//! (`ON CONFLICT (uid) DO UPDATE`): the same capture read twice, or a record written again after
+//! a crash, is stored once. Databases created before the `uid` column get it when opened.
 //!
 //! [`CdrWriter`] puts a store on a thread of its own behind a bounded queue, so that capture
 //! never waits for the database; records it cannot store go to a local [`journal`] and are
@@ -171,8 +172,9 @@ pub struct CdrFilter {
 /// Where CDRs are kept.
 pub trait CdrStore {
     /// Stores records in one transaction: each call with its streams linked to it, and streams
-    /// without a call unlinked. Rows whose record `uid` is already stored are skipped, so
-    /// inserting the same records twice stores them once (an empty `uid` is never skipped).
+    /// without a call unlinked. A record whose `uid` is already stored updates that call row
+    /// and replaces its streams, so inserting the same records twice stores them once (an empty
+    /// `uid` is never matched).
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError>;
     /// Stores calls and streams in one transaction, without unique ids. Streams are linked to
     /// the call with the same Call-ID in `calls` (or stored unlinked).
@@ -356,8 +358,24 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
     })
 }
 
+/// The columns of a stream row as inserted, `cdr_id` first.
+pub(crate) const STREAM_COLUMNS: &str = "cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
+     duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
+     mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms";
+
+/// `a = excluded.a, b = excluded.b, ...`: an upsert that replaces every column of `columns`
+/// (SQLite and PostgreSQL share the syntax).
+pub(crate) fn upsert_set(columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| c.trim())
+        .map(|c| format!("{c} = excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The columns of a call, in [`CdrCall`]'s order.
-const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
+pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
      rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
@@ -372,53 +390,55 @@ impl CdrStore for SqliteStore {
             let mut ins_call = tx.prepare_cached(&format!(
                 "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
                  ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) \
-                 ON CONFLICT DO NOTHING"
+                 ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
+                upsert_set(CALL_COLUMNS)
             ))?;
-            let mut ins_stream = tx.prepare_cached(
-                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
-                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, uid) \
+            let mut del_streams = tx.prepare_cached("DELETE FROM cdr_rtp WHERE cdr_id = ?1")?;
+            let mut ins_stream = tx.prepare_cached(&format!(
+                "INSERT INTO cdr_rtp ({STREAM_COLUMNS}, uid) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
-                 ON CONFLICT DO NOTHING",
-            )?;
+                 ON CONFLICT (uid) DO UPDATE SET {}",
+                upsert_set(STREAM_COLUMNS)
+            ))?;
             for rec in records {
                 let mut cdr_id = None;
                 if let Some(c) = &rec.call {
-                    let inserted = ins_call.execute(params![
-                        c.call_id,
-                        c.caller,
-                        c.called,
-                        c.caller_addr,
-                        c.callee_addr,
-                        c.start_us,
-                        c.ringing_us,
-                        c.answer_us,
-                        c.end_us,
-                        c.state,
-                        c.last_response,
-                        c.last_reason,
-                        c.hangup_by,
-                        c.q850_cause,
-                        c.sip_messages,
-                        c.reinvites,
-                        c.mos_min,
-                        c.sip_tar,
-                        c.sip_member,
-                        opt_i64(c.sip_offset),
-                        opt_i64(c.sip_len),
-                        c.sip_compression,
-                        c.rtp_tar,
-                        c.rtp_member,
-                        opt_i64(c.rtp_offset),
-                        opt_i64(c.rtp_len),
-                        c.rtp_compression,
-                        rec.call_uid()
-                    ])?;
-                    if inserted == 0 {
-                        // Stored before, with its streams, in one transaction.
-                        continue;
-                    }
-                    cdr_id = Some(tx.last_insert_rowid());
+                    let id: i64 = ins_call.query_row(
+                        params![
+                            c.call_id,
+                            c.caller,
+                            c.called,
+                            c.caller_addr,
+                            c.callee_addr,
+                            c.start_us,
+                            c.ringing_us,
+                            c.answer_us,
+                            c.end_us,
+                            c.state,
+                            c.last_response,
+                            c.last_reason,
+                            c.hangup_by,
+                            c.q850_cause,
+                            c.sip_messages,
+                            c.reinvites,
+                            c.mos_min,
+                            c.sip_tar,
+                            c.sip_member,
+                            opt_i64(c.sip_offset),
+                            opt_i64(c.sip_len),
+                            c.sip_compression,
+                            c.rtp_tar,
+                            c.rtp_member,
+                            opt_i64(c.rtp_offset),
+                            opt_i64(c.rtp_len),
+                            c.rtp_compression,
+                            rec.call_uid()
+                        ],
+                        |r| r.get(0),
+                    )?;
+                    // Stored before (the same call read again): its streams are replaced.
+                    del_streams.execute([id])?;
+                    cdr_id = Some(id);
                 }
                 for (i, s) in rec.streams.iter().enumerate() {
                     ins_stream.execute(params![

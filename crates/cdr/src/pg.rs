@@ -81,10 +81,7 @@ ALTER TABLE IF EXISTS cdr ADD COLUMN IF NOT EXISTS uid TEXT;
 ALTER TABLE IF EXISTS cdr_rtp ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
-const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
-     end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
-     sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
-     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
+use crate::CALL_COLUMNS;
 
 /// A byte count or offset as PostgreSQL stores it (BIGINT).
 fn opt_i64(v: Option<u64>) -> Option<i64> {
@@ -185,23 +182,27 @@ impl CdrStore for PgStore {
             .prepare(&format!(
                 "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
                  $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28) \
-                 ON CONFLICT DO NOTHING RETURNING id"
+                 ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
+                crate::upsert_set(CALL_COLUMNS)
             ))
             .map_err(wrap)?;
+        let del_streams = tx
+            .prepare("DELETE FROM cdr_rtp WHERE cdr_id = $1")
+            .map_err(wrap)?;
         let ins_stream = tx
-            .prepare(
-                "INSERT INTO cdr_rtp (cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
-                 duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-                 mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, uid) \
+            .prepare(&format!(
+                "INSERT INTO cdr_rtp ({}, uid) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
-                 ON CONFLICT DO NOTHING",
-            )
+                 ON CONFLICT (uid) DO UPDATE SET {}",
+                crate::STREAM_COLUMNS,
+                crate::upsert_set(crate::STREAM_COLUMNS)
+            ))
             .map_err(wrap)?;
         for rec in records {
             let mut cdr_id: Option<i64> = None;
             if let Some(c) = &rec.call {
                 let row = tx
-                    .query_opt(
+                    .query_one(
                         &ins_call,
                         &[
                             &c.call_id,
@@ -235,9 +236,10 @@ impl CdrStore for PgStore {
                         ],
                     )
                     .map_err(wrap)?;
-                // No row: stored before, with its streams, in one transaction.
-                let Some(row) = row else { continue };
-                cdr_id = Some(row.get(0));
+                let id: i64 = row.get(0);
+                // Stored before (the same call read again): its streams are replaced.
+                tx.execute(&del_streams, &[&id]).map_err(wrap)?;
+                cdr_id = Some(id);
             }
             for (i, s) in rec.streams.iter().enumerate() {
                 tx.execute(

@@ -6,11 +6,13 @@ use crate::{CdrCall, CdrStream};
 
 /// A call with its RTP streams, or one stream seen without signalling (`call` is `None`).
 ///
-/// `uid` identifies the record for as long as it exists: the call row is stored with it, and
-/// stream `i` with `{uid}/{i}`, under UNIQUE indexes, so that storing a record again (a journal
-/// replayed after a crash that came between the insert and the journal's truncation) adds
-/// nothing. [`crate::CdrWriter::submit`] gives a record without one a new uid; an empty uid is
-/// stored as NULL and never recognised.
+/// `uid` is the record's identity, stable across runs: [`CdrRecord::identity`], from the sensor,
+/// the Call-ID and the start time (for a stream without signalling: its addresses, SSRC and
+/// start). The call row is stored under it with a UNIQUE index, and storing a record again
+/// updates that row in place and replaces its streams (stream `i` stored as `{uid}/{i}`):
+/// reading the same capture twice, or replaying a journal after a crash that came between the
+/// insert and the journal's truncation, leaves one row per call. [`crate::CdrWriter::submit`]
+/// gives a record without one its identity; an empty uid is stored as NULL and never recognised.
 ///
 /// Serialized whole (serde) into the journal, so fields added to [`CdrCall`] or [`CdrStream`]
 /// flow through it unchanged.
@@ -38,6 +40,19 @@ impl CdrRecord {
             uid: String::new(),
             call: None,
             streams: vec![stream],
+        }
+    }
+
+    /// The record's stable identity as sensor `sensor` saw it: `sensor|Call-ID|start_us` for a
+    /// call, `sensor|rtp|src|dst|ssrc|start_us` for a stream without signalling. `|` cannot
+    /// occur in a Call-ID's token characters (RFC 3261 `word`), so the parts cannot run together.
+    pub fn identity(&self, sensor: &str) -> String {
+        match (&self.call, self.streams.first()) {
+            (Some(c), _) => format!("{sensor}|{}|{}", c.call_id, c.start_us),
+            (None, Some(s)) => {
+                format!("{sensor}|rtp|{}|{}|{}|{}", s.src, s.dst, s.ssrc, s.start_us)
+            }
+            (None, None) => String::new(),
         }
     }
 

@@ -21,8 +21,10 @@
 //! - A record is dropped only when the journal cannot take it: it is full
 //!   (`journal_bytes_max`), the disk fails, or one record serializes to more than
 //!   [`crate::journal::ENTRY_BYTES_MAX`]. Drops are counted (`dropped_records`) and logged.
-//! - Every record gets a unique id when submitted (`uid`; see [`CdrRecord`]), so a replay that
-//!   repeats records a crash left in the journal after they were stored adds nothing.
+//! - Every record gets its stable identity when submitted (`uid`: sensor, Call-ID and start
+//!   time; see [`CdrRecord`]), and storing it again updates the stored row: a replay that
+//!   repeats records a crash left in the journal after they were stored, or the same capture
+//!   read twice, adds nothing.
 //! - A journal left by an earlier run is replayed once the store is reachable.
 //! - [`CdrWriter::close`] stores or journals everything queued, makes one last attempt to
 //!   reach the store and replay the journal, and returns the final counters. If the thread is
@@ -69,7 +71,13 @@ pub struct CdrWriterConfig {
     pub reconnect_min_ms: u64,
     pub reconnect_max_ms: u64,
     pub close_timeout_ms: u64,
+    /// The sensor's name, the first part of every record's identity
+    /// ([`CdrRecord::identity`]). Default [`DEFAULT_SENSOR`].
+    pub sensor: String,
 }
+
+/// The sensor name of a capture that was not given one.
+pub const DEFAULT_SENSOR: &str = "local";
 
 impl CdrWriterConfig {
     /// The defaults, with the journal at `journal_path`.
@@ -83,6 +91,7 @@ impl CdrWriterConfig {
             reconnect_min_ms: DEFAULT_RECONNECT_MIN_MS,
             reconnect_max_ms: DEFAULT_RECONNECT_MAX_MS,
             close_timeout_ms: DEFAULT_CLOSE_TIMEOUT_MS,
+            sensor: DEFAULT_SENSOR.to_string(),
         }
     }
 }
@@ -159,8 +168,6 @@ struct Shared {
     wake: Condvar,
     /// Never locked while `queue` is held.
     journal: Mutex<Journal>,
-    uid_prefix: String,
-    next_uid: AtomicU64,
     counters: Counters,
 }
 
@@ -216,8 +223,6 @@ impl CdrWriter {
             }),
             wake: Condvar::new(),
             journal: Mutex::new(journal),
-            uid_prefix: uid_prefix(),
-            next_uid: AtomicU64::new(0),
             counters,
             cfg,
         });
@@ -239,11 +244,12 @@ impl CdrWriter {
         })
     }
 
-    /// Hands a record over without waiting for the database. A record without a uid gets one.
+    /// Hands a record over without waiting for the database. A record without a uid gets its
+    /// identity ([`CdrRecord::identity`] under `sensor`).
     pub fn submit(&self, mut record: CdrRecord) -> Submitted {
         let s = &self.shared;
         if record.uid.is_empty() {
-            record.uid = format!("{}-{}", s.uid_prefix, s.next_uid.fetch_add(1, Relaxed));
+            record.uid = record.identity(&s.cfg.sensor);
         }
         {
             let mut q = s.lock_queue();
@@ -632,22 +638,4 @@ impl WriterThread {
         }
         self.store = Some(store);
     }
-}
-
-/// A prefix no other run shares: 64 random bits (the time and process id if /dev/urandom
-/// cannot be read).
-fn uid_prefix() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 8];
-    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    let v = match random {
-        Ok(()) => u64::from_le_bytes(bytes),
-        Err(_) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            (now.as_nanos() as u64) ^ (u64::from(std::process::id()) << 40)
-        }
-    };
-    format!("{v:016x}")
 }

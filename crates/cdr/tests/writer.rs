@@ -126,6 +126,33 @@ fn records_inserted_twice_are_stored_once_in_sqlite() {
     // Streams stay linked to their call.
     let (c, s) = st.show("call-3@tandem.test").unwrap().unwrap();
     assert_eq!((c, s.len()), (call(3), 2));
+    // Stored again with new figures: the same row, updated in place; its streams replaced.
+    let mut again = records[3].clone();
+    again.call.as_mut().unwrap().last_reason = "stored again".into();
+    again.streams[0].packets += 1;
+    st.insert_records(&[again.clone()]).unwrap();
+    assert_eq!(sqlite_counts(&db, "cdr"), (calls, calls));
+    assert_eq!(sqlite_counts(&db, "cdr_rtp"), (streams, streams));
+    let (c, s) = st.show("call-3@tandem.test").unwrap().unwrap();
+    assert_eq!(c.last_reason, "stored again");
+    assert!(s.contains(&again.streams[0]), "{s:?}");
+}
+
+#[test]
+fn a_record_s_identity_is_its_sensor_call_id_and_start() {
+    let r = record(4);
+    let c = r.call.as_ref().unwrap();
+    assert_eq!(
+        r.identity("site-a"),
+        format!("site-a|{}|{}", c.call_id, c.start_us)
+    );
+    assert_ne!(r.identity("site-a"), r.identity("site-b"));
+    let lone = CdrRecord::lone_stream(r.streams[0].clone());
+    let s = &lone.streams[0];
+    assert_eq!(
+        lone.identity("local"),
+        format!("local|rtp|{}|{}|{}|{}", s.src, s.dst, s.ssrc, s.start_us)
+    );
 }
 
 /// The SQLite schema as it was before the `uid` column.
@@ -447,6 +474,14 @@ fn a_postgres_database_from_before_uids_is_upgraded_and_inserts_are_idempotent()
         let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
         assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
     }
+    // Stored again with new figures: updated in place, streams replaced.
+    let mut again = records[3].clone();
+    again.call.as_mut().unwrap().last_reason = "stored again".into();
+    st.insert_records(&[again]).unwrap();
+    let (c, s) = st.show("call-3@tandem.test").unwrap().unwrap();
+    assert_eq!((c.last_reason.as_str(), s.len()), ("stored again", 2));
+    let row = pg.query_one("SELECT COUNT(*) FROM cdr", &[]).unwrap();
+    assert_eq!(row.get::<_, i64>(0) as u64, calls);
 }
 
 /// The child side of the SIGKILL test: journals records (its database cannot be opened) and

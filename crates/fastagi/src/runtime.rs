@@ -16,6 +16,54 @@ pub fn reuseport_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpList
     Ok(socket.into())
 }
 
+/// Refuses a port that a listening socket outside `ours` also takes connections on. Workers
+/// bind with `SO_REUSEPORT`, so a second server started on the same address by the same user
+/// binds without error, and the kernel would split Asterisk's sessions between the two
+/// processes; checked after binding, so two servers starting at once both see each other.
+pub fn refuse_shared_port(addr: SocketAddr, ours: &[std::net::TcpListener]) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    let mine: Vec<u64> = ours
+        .iter()
+        .filter_map(|l| procstat::socket_inode(l.as_fd()))
+        .collect();
+    if mine.len() != ours.len() {
+        return Ok(()); // no /proc: nothing to compare with
+    }
+    let other = procstat::tcp_listeners_on_port(addr.port())
+        .into_iter()
+        .find(|e| !mine.contains(&e.inode) && procstat::listen_addrs_overlap(e.local, addr));
+    match other {
+        None => Ok(()),
+        Some(e) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "another process is already listening on {} ({}); two FastAGI servers on one \
+                 port would split Asterisk's sessions between them",
+                e.local,
+                holder_text(e.inode)
+            ),
+        )),
+    }
+}
+
+/// Who holds the listening socket(s) on `addr`'s port, for an "address in use" message.
+pub fn port_holders(addr: SocketAddr) -> String {
+    let holders: Vec<String> = procstat::tcp_listeners_on_port(addr.port())
+        .into_iter()
+        .filter(|e| procstat::listen_addrs_overlap(e.local, addr))
+        .map(|e| format!("{} by {}", e.local, holder_text(e.inode)))
+        .collect();
+    holders.join(", ")
+}
+
+fn holder_text(inode: u64) -> String {
+    match procstat::socket_holder(inode) {
+        Some(h) if h.command.is_empty() => format!("pid {}", h.pid),
+        Some(h) => format!("pid {}: {}", h.pid, h.command),
+        None => "a process this user cannot see".to_string(),
+    }
+}
+
 /// Worker threads to run: `configured`, or one per CPU the process may use when 0.
 pub fn worker_count(configured: usize) -> usize {
     if configured > 0 {

@@ -75,7 +75,21 @@ impl Server {
     ) -> std::io::Result<Server> {
         config.validate().map_err(std::io::Error::other)?;
         let taken = |e: std::io::Error| {
-            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+            let holders = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    let h = crate::runtime::port_holders(config.listen);
+                    if h.is_empty() {
+                        h
+                    } else {
+                        format!(" (held: {h})")
+                    }
+                }
+                _ => String::new(),
+            };
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}{holders}", config.listen),
+            )
         };
         let first = crate::runtime::reuseport_listener(config.listen).map_err(taken)?;
         // With port 0 the kernel picks a port; the other workers join that one.
@@ -84,6 +98,9 @@ impl Server {
         for _ in 1..crate::runtime::worker_count(config.workers) {
             listeners.push(crate::runtime::reuseport_listener(addr).map_err(taken)?);
         }
+        crate::runtime::refuse_shared_port(addr, &listeners).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
+        })?;
         for entry in router.entries_mut() {
             entry.metrics = Some(metrics.for_route(entry.pattern.as_ref()));
         }
@@ -318,8 +335,10 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
     };
     let route = header.route();
     let Some(found) = shared.router.find(&route.path) else {
+        let missing = header.missing_route_lines().join(", ");
         warn!(session = id, %peer, route = %route.path, request = header.request(),
-              channel = header.channel(), "no such route; ending with failure");
+              channel = header.channel(), missing_header_lines = %missing,
+              "no such route; ending with failure");
         metrics.failed("unknown_route");
         finish(conn, true, linger, metrics).await;
         return;

@@ -209,6 +209,25 @@ async fn unknown_route_ends_with_failure_and_is_counted() {
 }
 
 #[tokio::test]
+async fn a_header_without_agi_network_script_is_routed_by_agi_request() {
+    // Some FastAGI clients (and older gateways) send agi_request alone.
+    let server = start(test_config(), builtin::routes()).await;
+    let mut raw = TcpStream::connect(server.addr).await.unwrap();
+    raw.write_all(b"agi_network: yes\nagi_request: agi://127.0.0.1:4573/health?x=1\n\n")
+        .await
+        .unwrap();
+    let mut line = vec![0u8; 64];
+    let n = raw.read(&mut line).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&line[..n]),
+        "SET VARIABLE TANDEM_STATUS OK\n"
+    );
+    drop(raw);
+    assert_eq!(server.metrics.failed_count("unknown_route"), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn oversize_header_line_and_too_many_variables_are_refused() {
     let config = ServerConfig {
         max_line_bytes: 512,

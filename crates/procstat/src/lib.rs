@@ -6,6 +6,15 @@
 //! `stime` (clock ticks) as fields 14 and 15 (proc(5)). NAME is the thread's name (at most 15
 //! bytes, set by `std::thread::Builder::name`) and may itself hold spaces or parentheses, so
 //! the fields are counted from the last `)`.
+//!
+//! `sockets.rs`: listening TCP sockets and the process holding each (for a server that must not
+//! share its port with another one).
+
+mod sockets;
+pub use sockets::{
+    SocketHolder, TcpListenerEntry, listen_addrs_overlap, parse_tcp_line, socket_holder,
+    socket_inode, tcp_listeners_on_port,
+};
 
 /// One thread's CPU time so far.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,7 @@ mod serve;
 mod signals;
 
 use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 const LOG_HELP: &str = "\
 Logging:
@@ -53,17 +54,39 @@ enum Command {
     Replay(replay::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => ::bench::run(cmd),
         Command::Db(args) => db::run(args),
         Command::Capture(args) => capture::run(*args),
         Command::Cdr(args) => self::cdr::run(args),
         Command::Replay(args) => replay::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", error_report(&e));
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// A user error (a missing file, a locked store, a bad option) is its message chain and nothing
+/// else: never a backtrace, whatever `RUST_BACKTRACE` says, because it is not a crash. A panic
+/// is, and still prints its backtrace through the standard hook.
+fn error_report(e: &anyhow::Error) -> String {
+    let mut out = format!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    if !causes.is_empty() {
+        out.push_str("\n\nCaused by:");
+        for (i, cause) in causes.iter().enumerate() {
+            out.push_str(&format!("\n    {i}: {cause}"));
+        }
+    }
+    out
 }
 
 /// Logs go to stderr so that stdout stays clean for data (`--json`, `db get`).

@@ -12,6 +12,17 @@ fn tandem() -> Command {
     c
 }
 
+/// Runs `cmd`, which must succeed; its stdout.
+fn stdout_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn capture_json_then_cdr_list_and_show() {
     let dir = tempfile::tempdir().unwrap();
@@ -207,4 +218,55 @@ fn hep_listen_builds_calls_from_hep_packets() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert!(rest.contains("1 datagrams were not HEP v3"), "{rest}");
+}
+
+#[test]
+fn reading_the_same_capture_twice_stores_each_call_once() {
+    // A CDR's identity is (sensor, Call-ID, start time): storing it again updates it in place.
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("calls.pcap");
+    let truth = generate(
+        &SynthConfig {
+            calls: 12,
+            ..SynthConfig::default()
+        },
+        std::fs::File::create(&pcap).unwrap(),
+    )
+    .unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let count = || {
+        stdout_of(
+            tandem()
+                .args(["cdr", "list", "--json", "--limit", "0", "--db"])
+                .arg(&db),
+        )
+        .lines()
+        .count()
+    };
+    // The second read with two shards: the order records reach the database differs.
+    for shards in ["1", "2"] {
+        stdout_of(
+            tandem()
+                .args(["capture", "--shards", shards, "--read"])
+                .arg(&pcap)
+                .arg("--cdr-db")
+                .arg(&db),
+        );
+        assert_eq!(
+            count(),
+            truth.calls.len(),
+            "after the read with {shards} shard(s)"
+        );
+    }
+    let out = tandem()
+        .args(["cdr", "show", "synth-0@tandem.test", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.matches("rtp  ").count(),
+        2,
+        "streams are replaced, not added:\n{text}"
+    );
 }

@@ -52,14 +52,17 @@ fn serve(extra: &[&str]) -> Served {
         http,
         _data: data,
     };
+    // HTTP is bound after the FastAGI workers, so once it answers one probe of the AGI port
+    // is enough (each probe counts as a session closed before its header).
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(agi).is_err() || TcpStream::connect(http).is_err() {
+    while TcpStream::connect(http).is_err() {
         assert!(
             Instant::now() < deadline,
             "tandem serve did not start listening"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    TcpStream::connect(agi).expect("the FastAGI port listens before HTTP");
     served
 }
 
@@ -202,6 +205,39 @@ fn a_taken_port_is_a_clear_error() {
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
 
+#[test]
+fn a_second_tandem_on_the_same_fastagi_port_refuses_to_start_and_names_the_first() {
+    // The workers bind with SO_REUSEPORT, so the kernel alone would let both start and split
+    // Asterisk's sessions between them.
+    let first = serve(&[]);
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "serve",
+            "--agi-listen",
+            &first.agi.to_string(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("TANDEM_DATA_DIR", data.path())
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the second server started");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {}", first.agi))
+            && err.contains("already listening")
+            && err.contains(&format!("pid {}", first.child.id())),
+        "{err}"
+    );
+    // A user error, not a crash: no backtrace even with RUST_BACKTRACE set.
+    assert!(!err.contains("backtrace"), "{err}");
+    // The first one still serves.
+    let outcome = emulate(first.agi, Plan::route("health"));
+    assert_eq!(outcome.status, AgiStatus::Success);
+}
+
 /// The log, checked to carry no terminal colour codes: stderr here is a pipe, not a terminal.
 fn plain(log: &[u8]) -> String {
     let text = String::from_utf8_lossy(log).into_owned();
@@ -248,15 +284,18 @@ fn the_session_limit_is_sized_from_the_raised_open_file_limit_and_logged() {
         });
     }
     let mut child = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(agi).is_err() {
-        assert!(Instant::now() < deadline, "tandem serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
+    // Read the log until the server has started (its last start-up line is the warning about
+    // the obsolete option, right after "FastAGI server listening"), or ends; then stop it.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = Vec::new();
+    while std::io::BufRead::read_until(&mut stderr, b'\n', &mut log).unwrap() > 0 {
+        if String::from_utf8_lossy(&log).contains("hangup_probe_ms is no longer used") {
+            break;
+        }
     }
     let pid = child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let mut log = Vec::new();
-    child.stderr.take().unwrap().read_to_end(&mut log).unwrap();
+    stderr.read_to_end(&mut log).unwrap();
     child.wait().unwrap();
     let log = plain(&log);
     let (_, hard) = fastagi::runtime::fd_limits().unwrap();
