@@ -8,6 +8,9 @@ pub enum SensorError {
     /// A setting that cannot work, named as `tandem capture` spells it.
     #[error("{0}")]
     Config(String),
+    /// A capture file that cannot be read at all: missing, unreadable, or not a capture.
+    #[error(transparent)]
+    Input(monitor::pcap::CaptureError),
     #[error("cannot listen for HEP on {addr}: {source}")]
     HepBind {
         addr: SocketAddr,

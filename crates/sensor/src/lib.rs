@@ -41,6 +41,7 @@ mod pipeline;
 pub mod records;
 pub mod replay;
 pub mod status;
+pub mod table;
 
 pub use archive_tap::{ArchiveGauges, ArchiveStatus, compression_name};
 pub use cdr_sink::default_journal;

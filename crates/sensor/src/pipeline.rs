@@ -193,6 +193,13 @@ impl Sensor {
         config: SensorConfig,
         observer: Option<Box<dyn RecordObserver>>,
     ) -> Result<SensorHandle, SensorError> {
+        // A file that cannot be read at all fails here, before anything is created (a data
+        // directory, a journal, an empty database): a failure leaves nothing behind.
+        if let Source::Files(paths) = &config.source {
+            for path in paths {
+                CaptureReader::open(path).map_err(SensorError::Input)?;
+            }
+        }
         let live_source = config.source.is_live();
         // Every source feeds this monitor; with an archive its taps archive each call's packets
         // (waiting for the archive only when reading files: live sources never wait).

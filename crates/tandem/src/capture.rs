@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sensor::config::{DEFAULT_FILTER, DEFAULT_JOURNAL_BYTES_MAX, DEFAULT_QUEUE_RECORDS_MAX};
+use sensor::table::{CallTable, plural};
 use sensor::{
     ArchiveSettings, CdrConfig, LiveConfig, Report, Sensor, SensorConfig, SensorHandle, Source,
     StatusConfig, StoreMode,
@@ -16,15 +17,17 @@ use sensor::{
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 
+/// One source: files, HEP or an interface. Without one, clap's message names all three.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["read", "hep_listen", "interface"])))]
 pub struct Args {
     /// Capture files (pcap or pcapng, optionally gzip-compressed), read in the order given.
-    #[arg(long = "read", short = 'r', num_args = 1.., required_unless_present_any = ["hep_listen", "interface"])]
+    #[arg(long = "read", short = 'r', num_args = 1..)]
     pub read: Vec<PathBuf>,
     /// Receive HEP v3 over UDP on this address (the HEP port is 9060; keep it on loopback or a
     /// trusted network: HEP carries no authentication). Runs until SIGTERM or ctrl-c; finished
     /// calls are printed and stored every second.
-    #[arg(long, value_name = "ADDR", conflicts_with = "read")]
+    #[arg(long, value_name = "ADDR")]
     pub hep_listen: Option<std::net::SocketAddr>,
     /// With --hep-listen: stop after this many datagrams (for tests and trials).
     #[arg(long, value_name = "N", requires = "hep_listen")]
@@ -137,7 +140,7 @@ pub struct LiveArgs {
     /// Capture live from this network interface (AF_PACKET with a TPACKET_V3 ring; needs root
     /// or CAP_NET_RAW). Runs until SIGTERM or ctrl-c (or --max-packets / --duration-s);
     /// finished calls are printed and stored every second.
-    #[arg(long, value_name = "IF", conflicts_with_all = ["read", "hep_listen"])]
+    #[arg(long, value_name = "IF")]
     pub interface: Option<String>,
     /// Kernel ring per capture thread, in MiB (256 KiB blocks handed over every 10 ms at least).
     #[arg(long, value_name = "MIB", default_value_t = 64, requires = "interface")]
@@ -213,10 +216,17 @@ impl Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = args.to_config();
     let from_files = !config.source.is_live();
-    let observer: Option<Box<dyn sensor::RecordObserver>> = args
-        .json
-        .then(|| Box::new(sensor::json::JsonLines::new(std::io::stdout())) as _);
-    let handle = Sensor::start(config, observer)?;
+    // JSON lines as records close, or, for a person, tables printed at the end.
+    let (table, observer): (_, Box<dyn sensor::RecordObserver>) = if args.json {
+        (
+            None,
+            Box::new(sensor::json::JsonLines::new(std::io::stdout())),
+        )
+    } else {
+        let (table, observer) = CallTable::new(sensor::table::DEFAULT_ROWS_MAX);
+        (Some(table), Box::new(observer))
+    };
+    let handle = Sensor::start(config, Some(observer))?;
     if let Some(addr) = handle.hep_addr() {
         eprintln!("listening for HEP v3 on udp://{addr}");
     }
@@ -245,13 +255,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some((interface, stats)) = &report.live {
         eprintln!("live capture on {interface}: {stats}");
     }
+    if let Some(table) = table {
+        let text = table.lock().unwrap_or_else(|p| p.into_inner()).render();
+        if !text.is_empty() {
+            println!("{text}");
+        }
+    }
     print_summary(&report, args.json)?;
     if let Some(a) = &report.archive_summary {
         eprintln!("{a}");
     }
+    // With the summary: on stdout for a person, on stderr beside JSON lines.
+    let destination = cdr_destination(&args, &report);
+    if args.json {
+        eprintln!("{destination}");
+    } else {
+        println!("{destination}");
+    }
     if let Some(e) = report.read_error {
-        return Err(anyhow::Error::new(e)
-            .context("capture stopped early; the calls above were decoded before the error"));
+        let calls = report.totals.calls;
+        let context = match calls {
+            0 => "capture stopped early, before any call was decoded".to_string(),
+            _ => format!(
+                "capture stopped early; the {} above {} decoded before the error",
+                plural(calls, "call"),
+                if calls == 1 { "was" } else { "were" }
+            ),
+        };
+        return Err(anyhow::Error::new(e).context(context));
     }
     Ok(())
 }
@@ -287,17 +318,17 @@ fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
     let secs = r.elapsed.as_secs_f64();
     writeln!(
         out,
-        "{} packets in {secs:.3} s ({:.0} packets/s): {} calls ({} answered), {} RTP streams, {} registrations, {} SIP messages, {} RTP packets, {} RTCP packets, {} malformed packets",
-        r.packets,
+        "{} in {secs:.3} s ({:.0} packets/s): {} ({} answered), {}, {}, {}, {}, {}, {}",
+        plural(r.packets, "packet"),
         r.packets as f64 / secs.max(1e-9),
-        t.calls,
+        plural(t.calls, "call"),
         t.answered,
-        t.streams,
-        t.registrations,
-        r.sip_messages,
-        c.rtp_packets,
-        c.rtcp_packets,
-        c.malformed,
+        plural(t.streams, "RTP stream"),
+        plural(t.registrations, "registration"),
+        plural(r.sip_messages, "SIP message"),
+        plural(c.rtp_packets, "RTP packet"),
+        plural(c.rtcp_packets, "RTCP packet"),
+        plural(c.malformed, "malformed packet"),
     )?;
     if c.calls_dropped + c.streams_dropped + c.registrations_dropped > 0 {
         writeln!(
@@ -307,4 +338,27 @@ fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Where the CDRs went, for the last line of a capture.
+fn cdr_destination(args: &Args, r: &Report) -> String {
+    if args.no_store {
+        return "CDRs not stored (--no-store)".to_string();
+    }
+    let target = match &args.cdr_postgres {
+        Some(_) => "PostgreSQL (--cdr-postgres)".to_string(),
+        None => args.cdr_db.display().to_string(),
+    };
+    match &r.cdr {
+        Some(s) if s.journal_records > 0 => format!(
+            "CDRs: {} stored in {target}; {} waiting in the journal for the database",
+            plural(s.written_records, "record"),
+            plural(s.journal_records, "record")
+        ),
+        Some(s) => format!(
+            "CDRs: {} stored in {target}",
+            plural(s.written_records, "record")
+        ),
+        None => format!("CDRs: none stored in {target}"),
+    }
 }

@@ -113,25 +113,52 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 limit,
             };
             let calls = store.list(&filter)?;
+            let row = |start: &str,
+                       caller: &str,
+                       called: &str,
+                       state: &str,
+                       last: &str,
+                       mos: &str,
+                       id: &str| {
+                format!(
+                    "{start:<27}  {caller:>12}  {called:<12}  {state:<9}  {last:<28}  {mos:<4}  {id}"
+                )
+            };
+            if !json && !calls.is_empty() {
+                let header = row(
+                    "start (UTC)",
+                    "caller",
+                    "called",
+                    "state",
+                    "last response",
+                    "MOS",
+                    "Call-ID",
+                );
+                writeln!(out, "{header}")?;
+            }
+            if calls.is_empty() && !json {
+                eprintln!("no calls match");
+            }
             for c in calls {
                 if json {
                     serde_json::to_writer(&mut out, &c)?;
                     writeln!(out)?;
                 } else {
-                    writeln!(
-                        out,
-                        "{}  {:>12} -> {:<12}  {:<9}  {:>3} {:<24}  mos {}  {}",
-                        format_time_us(c.start_us),
-                        c.caller,
-                        c.called,
-                        c.state,
-                        c.last_response.map(|r| r.to_string()).unwrap_or_default(),
-                        c.last_reason,
-                        c.mos_min
-                            .map(|m| format!("{m:.2}"))
-                            .unwrap_or_else(|| "-".into()),
-                        c.call_id
-                    )?;
+                    let last = match c.last_response {
+                        Some(code) => format!("{code} {}", c.last_reason),
+                        None => "-".to_string(),
+                    };
+                    let mos = c.mos_min.map_or("-".to_string(), |m| format!("{m:.2}"));
+                    let line = row(
+                        &format_time_us(c.start_us),
+                        &c.caller,
+                        &c.called,
+                        &c.state,
+                        &last,
+                        &mos,
+                        &c.call_id,
+                    );
+                    writeln!(out, "{line}")?;
                 }
             }
         }

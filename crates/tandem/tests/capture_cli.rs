@@ -270,3 +270,104 @@ fn reading_the_same_capture_twice_stores_each_call_once() {
         "streams are replaced, not added:\n{text}"
     );
 }
+
+#[test]
+fn a_failed_capture_leaves_nothing_behind_and_says_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a capture\n").unwrap();
+    for (input, problem) in [
+        ("missing.pcap", "No such file or directory"),
+        ("notes.txt", "not a pcap or pcapng file"),
+    ] {
+        let out = tandem()
+            .current_dir(dir.path())
+            .env("RUST_BACKTRACE", "1")
+            .args(["capture", "--read", input])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(input) && err.contains(problem), "{err}");
+        // A user error: the message chain, no backtrace, and no talk of calls never decoded.
+        assert!(
+            !err.contains("backtrace") && !err.contains("calls above"),
+            "{err}"
+        );
+        assert!(
+            !dir.path().join("tandem-data").exists(),
+            "a failed capture of {input} created the data directory"
+        );
+    }
+    // No source at all: the message names the three kinds.
+    let out = tandem().arg("capture").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("--read")
+            && err.contains("--interface")
+            && err.contains("--hep-listen"),
+        "{err}"
+    );
+}
+
+#[test]
+fn without_json_a_person_gets_tables_cut_to_a_screenful_and_where_the_cdrs_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("calls.pcap");
+    let cfg = SynthConfig {
+        calls: 25,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let text = stdout_of(
+        tandem()
+            .current_dir(dir.path())
+            .args(["capture", "--read"])
+            .arg(&pcap),
+    );
+    for heading in [
+        "caller",
+        "called",
+        "start (UTC)",
+        "duration",
+        "last response",
+        "worst MOS",
+    ] {
+        assert!(text.contains(heading), "no {heading:?} column:\n{text}");
+    }
+    for heading in ["RTP stream", "packets", "lost", "jitter ms", "MOS"] {
+        assert!(text.contains(heading), "no {heading:?} column:\n{text}");
+    }
+    assert!(text.contains("… and 5 more calls"), "{text}");
+    assert!(text.contains("25 calls ("), "{text}");
+    assert!(
+        text.contains("CDRs: ") && text.contains("tandem-data/cdr.sqlite3"),
+        "{text}"
+    );
+
+    // One call: singular words, and --no-store said.
+    let one = dir.path().join("one.pcap");
+    let cfg = SynthConfig {
+        calls: 1,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&one).unwrap()).unwrap();
+    let text = stdout_of(tandem().args(["capture", "--no-store", "--read"]).arg(&one));
+    assert!(
+        text.contains(": 1 call (1 answered), 2 RTP streams"),
+        "{text}"
+    );
+    assert!(text.contains("CDRs not stored (--no-store)"), "{text}");
+
+    // `cdr list` has a header row.
+    let list = stdout_of(
+        tandem()
+            .args(["cdr", "list", "--db"])
+            .arg(dir.path().join("tandem-data/cdr.sqlite3")),
+    );
+    assert!(
+        list.lines().next().unwrap().starts_with("start (UTC)"),
+        "{list}"
+    );
+    assert_eq!(list.lines().count(), 1 + 25, "{list}");
+}
