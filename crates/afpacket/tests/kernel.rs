@@ -11,7 +11,7 @@ use afpacket::{Capture, CaptureConfig, Error, Fanout, RingConfig, Sender};
 
 fn pair() -> Option<VethPair> {
     if let Some(why) = VethPair::unavailable() {
-        eprintln!("skipped: {why}");
+        test_env::skip(&why);
         return None;
     }
     Some(VethPair::create().expect("namespace with a veth pair"))

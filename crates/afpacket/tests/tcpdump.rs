@@ -141,7 +141,7 @@ fn tcpdump_program(expr: &str, ethernet_pcap: &Path) -> Vec<bpf::Insn> {
 #[test]
 fn verdicts_equal_libpcaps() {
     if Command::new("tcpdump").arg("--version").output().is_err() {
-        eprintln!("skipped: tcpdump is not installed (Debian package tcpdump)");
+        test_env::skip("tcpdump is not installed (Debian package tcpdump)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

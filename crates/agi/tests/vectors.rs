@@ -16,10 +16,10 @@ fn vectors_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "skipping: no AGI vectors at {} (set TANDEM_SHARED_DIR)",
+        test_env::skip(&format!(
+            "no AGI vectors at {} (set TANDEM_SHARED_DIR)",
             dir.display()
-        );
+        ));
         None
     }
 }

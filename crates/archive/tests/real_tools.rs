@@ -21,7 +21,9 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping the {tool} part of this test: `{tool}` is not installed");
+        test_env::skip(&format!(
+            "the {tool} part of this test: `{tool}` is not installed"
+        ));
     }
     ok
 }
@@ -667,7 +669,7 @@ fn real_capture_round_trips_through_the_archive() {
         .find(|p| p.exists())
         .unwrap_or_else(|| root.join("..").join(name));
     if !capture.exists() {
-        eprintln!("skipping: {} not found", capture.display());
+        test_env::skip(&format!("{} not found", capture.display()));
         return;
     }
     if !have("tshark") || !have("tar") {
@@ -916,7 +918,7 @@ fn a_full_disk_leaves_the_tar_valid() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a small tmpfs here (needs root)");
+        test_env::skip("cannot mount a small tmpfs here (needs root)");
         return;
     }
     struct Unmount(PathBuf);

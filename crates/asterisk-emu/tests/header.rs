@@ -13,7 +13,7 @@ fn names(header: &str) -> Vec<String> {
 #[test]
 fn same_variables_in_the_same_order_as_a_real_asterisk() {
     let Some(shared) = asterisk_emu::shared_dir() else {
-        eprintln!("skipping: no shared/ beside the repository (set TANDEM_SHARED_DIR)");
+        test_env::skip("no shared/ beside the repository (set TANDEM_SHARED_DIR)");
         return;
     };
     let real =

@@ -21,7 +21,7 @@ fn vectors() -> Option<PathBuf> {
             Some(d)
         }
         _ => {
-            eprintln!("skipping: no AGI transcripts S07-S16 beside the checkout");
+            test_env::skip("no AGI transcripts S07-S16 beside the checkout");
             None
         }
     }

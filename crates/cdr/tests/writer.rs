@@ -321,10 +321,10 @@ fn a_read_only_sqlite_file_sends_records_to_the_journal_until_it_is_writable() {
     assert_eq!((first.written_records, first.journaled_records), (100, 0));
 
     if !set_read_only(&db, true) {
-        println!(
-            "skipping: cannot make {} read-only here (chattr)",
+        test_env::skip(&format!(
+            "cannot make {} read-only here (chattr)",
             db.display()
-        );
+        ));
         return;
     }
     let writer = CdrWriter::start(fast_config(&journal), open).unwrap();

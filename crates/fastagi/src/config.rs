@@ -42,8 +42,49 @@ pub struct ServerConfig {
     /// read, so that an older file loads; ignored, with a warning at start.
     #[serde(rename = "hangup_probe_ms")]
     pub obsolete_hangup_probe_ms: Option<u64>,
-    /// Client networks allowed to connect. Others are refused with `failure`.
+    /// Client networks allowed to connect. Others are refused with `failure`. Each is
+    /// `ADDRESS/PREFIX` or a bare address (one host).
+    #[serde(deserialize_with = "networks")]
     pub allowed_networks: Vec<IpNet>,
+}
+
+/// Reads `allowed_networks` with a message that says what is wrong with a bad entry.
+fn networks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(d)?;
+    texts
+        .iter()
+        .map(|t| parse_network(t).map_err(serde::de::Error::custom))
+        .collect()
+}
+
+/// `10.0.0.0/8`, `::1/128`, or a bare address. The error names the entry and the fault:
+/// `10.0.0.0/33: prefix length 33 is above 32 for IPv4`.
+pub fn parse_network(text: &str) -> Result<IpNet, String> {
+    let (addr, prefix) = match text.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (text, None),
+    };
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{text}: {addr:?} is not an IPv4 or IPv6 address"))?;
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    let family = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    let len = match prefix {
+        None => max,
+        Some(p) => p
+            .parse::<u8>()
+            .ok()
+            .filter(|_| p.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                format!("{text}: prefix length {p:?} is not a number from 0 to {max}")
+            })?,
+    };
+    if len > max {
+        return Err(format!(
+            "{text}: prefix length {len} is above {max} for {family}"
+        ));
+    }
+    IpNet::new(ip, len).map_err(|e| format!("{text}: {e}"))
 }
 
 /// The session limit a server runs with.
@@ -132,6 +173,38 @@ impl ServerConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_bad_network_names_the_entry_and_the_fault() {
+        use super::parse_network;
+        assert_eq!(
+            parse_network("10.0.0.0/33").unwrap_err(),
+            "10.0.0.0/33: prefix length 33 is above 32 for IPv4"
+        );
+        assert_eq!(
+            parse_network("::1/129").unwrap_err(),
+            "::1/129: prefix length 129 is above 128 for IPv6"
+        );
+        assert!(
+            parse_network("10.0.0/8")
+                .unwrap_err()
+                .contains("is not an IPv4 or IPv6 address")
+        );
+        assert!(
+            parse_network("10.0.0.0/x")
+                .unwrap_err()
+                .contains("is not a number from 0 to 32")
+        );
+        assert!(parse_network("10.0.0.0/+8").is_err());
+        assert_eq!(
+            parse_network("192.0.2.7").unwrap().to_string(),
+            "192.0.2.7/32"
+        );
+        assert_eq!(
+            parse_network("10.0.0.0/8").unwrap().to_string(),
+            "10.0.0.0/8"
+        );
+    }
+
     use super::*;
 
     #[test]

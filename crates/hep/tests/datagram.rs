@@ -69,7 +69,7 @@ fn datagrams_open_in_tshark_with_good_checksums() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping the tshark part: `tshark` is not installed");
+        test_env::skip("the tshark part: `tshark` is not installed");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

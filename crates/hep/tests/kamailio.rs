@@ -77,9 +77,7 @@ fn live_kamailio_siptrace_hep_v3_decodes() {
     ]
     .into_iter()
     .find(|d| Path::new(d).join("siptrace.so").exists()) else {
-        eprintln!(
-            "skipping: Kamailio's siptrace module is not installed (Debian package `kamailio`)"
-        );
+        test_env::skip("Kamailio's siptrace module is not installed (Debian package `kamailio`)");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -112,7 +110,7 @@ fn live_kamailio_siptrace_hep_v3_decodes() {
         .stderr(Stdio::null())
         .spawn();
     let Ok(child) = child else {
-        eprintln!("skipping: `kamailio` could not be started");
+        test_env::skip("`kamailio` could not be started");
         return;
     };
     let _kamailio = Kamailio(child);

@@ -302,7 +302,7 @@ fn pcapng_from_editcap_reads_the_same() {
         .output()
         .is_err()
     {
-        println!("skipping: editcap is not installed (it comes with tshark)");
+        test_env::skip("editcap is not installed (it comes with tshark)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

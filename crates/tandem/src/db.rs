@@ -36,7 +36,7 @@ enum DbCommand {
     },
     /// Delete FAMILY/KEY; exit 1 if it did not exist.
     Del { family: String, key: String },
-    /// Delete FAMILY, or FAMILY/KEYTREE, by whole path segments.
+    /// Delete FAMILY, or FAMILY/KEYTREE, by whole path segments; exit 1 if nothing matched.
     Deltree {
         family: String,
         keytree: Option<String>,
@@ -111,7 +111,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             drop(store);
         }
         DbCommand::Del { family, key } => {
-            let existed = open_rw(dir)?.del(&family, &key)?;
+            let store = open_rw(dir)?;
+            let existed = store.del(&family, &key)?;
+            drop(store);
             if existed {
                 writeln!(out, "Database entry removed.")?;
             } else {
@@ -120,9 +122,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         DbCommand::Deltree { family, keytree } => {
-            let n = open_rw(dir)?.deltree(Some(&family), keytree.as_deref())?;
+            let store = open_rw(dir)?;
+            let n = store.deltree(Some(&family), keytree.as_deref())?;
+            drop(store);
             if n == 0 {
-                writeln!(out, "Database entries do not exist.")?;
+                // As `del`: nothing there to delete is exit status 1.
+                eprintln!("Database entries do not exist.");
+                std::process::exit(1);
             } else {
                 writeln!(out, "{n} database entries removed.")?;
             }

@@ -29,7 +29,9 @@ fn have(tool: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping the {tool} part of this test: `{tool}` is not installed");
+        test_env::skip(&format!(
+            "the {tool} part of this test: `{tool}` is not installed"
+        ));
     }
     ok
 }
@@ -255,8 +257,8 @@ fn shared_captures() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "skipping: the real captures are read from ../shared/captures beside the checkout, which is absent"
+        test_env::skip(
+            "the real captures are read from ../shared/captures beside the checkout, which is absent",
         );
         None
     }

@@ -69,6 +69,11 @@ fn put_get_show_del_deltree() {
     assert!(o.status.success());
     let o = tandem(d, &["del", "cw", "1001"]);
     assert_eq!(o.status.code(), Some(1));
+    // Deleting what is not there: del and deltree agree (exit 1, the message on stderr).
+    let o = tandem(d, &["deltree", "nofamily"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Database entries do not exist."));
 }
 
 #[test]

@@ -91,13 +91,11 @@ fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
     ]
     .into_iter()
     .find(|d| Path::new(d).join("siptrace.so").exists()) else {
-        eprintln!(
-            "skipping: Kamailio's siptrace module is not installed (Debian package `kamailio`)"
-        );
+        test_env::skip("Kamailio's siptrace module is not installed (Debian package `kamailio`)");
         return;
     };
     if !on_path("sipp") {
-        eprintln!("skipping: `sipp` is not installed (Debian package `sip-tester`)");
+        test_env::skip("`sipp` is not installed (Debian package `sip-tester`)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -139,7 +137,7 @@ fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
         .stderr(Stdio::null())
         .spawn()
     else {
-        eprintln!("skipping: `kamailio` could not be started");
+        test_env::skip("`kamailio` could not be started");
         return;
     };
     let _kamailio = Running(kamailio, "kamailio");

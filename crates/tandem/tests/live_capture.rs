@@ -309,7 +309,7 @@ fn check(path: &Path, tmp: &Path) {
 #[test]
 fn live_capture_equals_reading_the_file() {
     if let Some(why) = VethPair::unavailable() {
-        eprintln!("skipped: {why}");
+        test_env::skip(&why);
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

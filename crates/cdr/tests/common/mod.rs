@@ -52,7 +52,7 @@ impl PgServer {
     /// installed.
     pub fn start() -> Option<PgServer> {
         let Some(bin) = pg_bin_dir() else {
-            println!("skipping: PostgreSQL is not installed (CI installs Debian's postgresql)");
+            test_env::skip("PostgreSQL is not installed (CI installs Debian's postgresql)");
             return None;
         };
         let root = Command::new("id")

@@ -58,7 +58,7 @@ pub fn vectors() -> Option<PathBuf> {
             Some(d)
         }
         _ => {
-            eprintln!("skipping the transcript replays: no shared/vectors/agi beside the checkout");
+            test_env::skip("the transcript replays: no shared/vectors/agi beside the checkout");
             None
         }
     }

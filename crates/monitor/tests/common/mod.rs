@@ -14,10 +14,10 @@ pub fn shared_dir() -> Option<PathBuf> {
     if dir.join("captures").is_dir() {
         Some(dir)
     } else {
-        println!(
-            "skipping: no shared captures at {} (set TANDEM_SHARED_DIR)",
+        test_env::skip(&format!(
+            "no shared captures at {} (set TANDEM_SHARED_DIR)",
             dir.display()
-        );
+        ));
         None
     }
 }
@@ -28,7 +28,7 @@ pub fn have_tshark() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        println!("skipping: tshark is not installed (CI installs Debian's tshark)");
+        test_env::skip("tshark is not installed (CI installs Debian's tshark)");
     }
     ok
 }
