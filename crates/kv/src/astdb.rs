@@ -3,7 +3,10 @@
 
 use crate::error::{KvError, Result, open_error, read_error};
 use crate::index::NsSql;
-use crate::path::{DEFAULT_NAMESPACE, check_key, check_namespace, covers, key_path, tree_prefix};
+use crate::path::{
+    DEFAULT_NAMESPACE, check_key, check_namespace, covers, key_path, lock_path, tree_prefix,
+    wal_path,
+};
 use crate::value::{Text, Value, column_bytes};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -237,6 +240,60 @@ pub struct ReadOnlyStore {
     sql: NsSql,
 }
 
+/// Opens a store file for reading without writing anything beside it.
+///
+/// A store no process writes (its lock is free) and with no WAL left over is opened
+/// `immutable`: SQLite then takes no locks and creates no `-wal` or `-shm` file, so a user who
+/// may read the file but not write its directory can read it, and a reader running as root
+/// leaves no root-owned files that would stop the service's own user later. While a writer
+/// runs, its `-wal` and `-shm` files exist (owned by it) and a plain read-only open uses them;
+/// SQLite reads a WAL database read-only when they exist, even in a directory it cannot write.
+/// A WAL left by a crash holds committed writes that an immutable open would miss, so it is
+/// read the same plain way.
+fn open_read_only(path: &Path) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let wal_left = std::fs::metadata(wal_path(path)).is_ok_and(|m| m.len() > 0);
+    if writer_active(path) || wal_left {
+        return Connection::open_with_flags(path, flags).map_err(|e| open_error(path, &e));
+    }
+    let uri = format!("file:{}?immutable=1", uri_path(path));
+    Connection::open_with_flags(&uri, flags | OpenFlags::SQLITE_OPEN_URI)
+        .map_err(|e| open_error(path, &e))
+}
+
+/// Whether a process holds the store's lock (it is open for writing). A lock file that cannot
+/// be checked counts as held: the plain open is always safe, only sometimes impossible.
+fn writer_active(path: &Path) -> bool {
+    let lock = match std::fs::File::open(lock_path(path)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(_) => return true,
+    };
+    // A shared lock is free exactly when no writer holds the exclusive one; let go at once so
+    // that a writer starting now is not kept waiting.
+    match lock.try_lock_shared() {
+        Ok(()) => {
+            let _ = lock.unlock();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// A path as the path part of an SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl ReadOnlyStore {
     /// Opens the store file `path` read-only. Fails if it does not exist.
     pub fn open(path: impl AsRef<Path>) -> Result<ReadOnlyStore> {
@@ -254,11 +311,7 @@ impl ReadOnlyStore {
                 hint: "nothing was stored yet, or the data directory is wrong (see --data-dir)",
             });
         }
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| open_error(&path, &e))?;
+        let conn = open_read_only(&path)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(|e| open_error(&path, &e))?;
         let sql = NsSql::new(namespace);

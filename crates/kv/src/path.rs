@@ -113,6 +113,20 @@ pub(crate) fn check_namespace(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The lock file beside a store file: held (flock) by the one process that writes the store.
+pub(crate) fn lock_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.to_path_buf().into_os_string();
+    p.push(".lock");
+    std::path::PathBuf::from(p)
+}
+
+/// The WAL file SQLite keeps beside a store file while it is open, or after a crash.
+pub(crate) fn wal_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.to_path_buf().into_os_string();
+    p.push("-wal");
+    std::path::PathBuf::from(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,9 @@
 
 use crate::error::{KvError, Result, io_hint, open_error, read_error};
 use crate::index::{LargeCache, MainEntry, NsIndex, Pending, Slot, Visible};
-use crate::path::{DEFAULT_NAMESPACE, check_key, check_namespace, tree_prefix, with_key_path};
+use crate::path::{
+    DEFAULT_NAMESPACE, check_key, check_namespace, lock_path, tree_prefix, with_key_path,
+};
 use crate::queue::{Commit, Durability, Op, Queue, TryPush};
 use crate::shared::{CheckpointSignal, Counters, Options, Shared, Stats};
 use crate::value::{Value, column_bytes};
@@ -10,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -79,12 +81,6 @@ impl std::fmt::Debug for Store {
 
 /// How long a held lock file is retried before the store counts as in use elsewhere.
 const LOCK_RETRY_MS: u64 = 250;
-
-fn lock_path(path: &Path) -> PathBuf {
-    let mut p = path.to_path_buf().into_os_string();
-    p.push(".lock");
-    PathBuf::from(p)
-}
 
 impl Store {
     /// Opens (creating if needed) the store `FILE_NAME` in `dir`, creating `dir` too.

@@ -125,3 +125,69 @@ fn import_export_backup() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("missing"));
 }
+
+/// Runs `tandem db ARGS` as the unprivileged user `nobody`, from a copy of the binary that
+/// user may execute (the build directory may sit under a home it cannot enter).
+fn tandem_as_nobody(bin: &Path, data: &Path, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    Command::new(bin)
+        .arg("db")
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("TANDEM_LOG", "warn")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_user_who_cannot_write_the_directory_reads_the_store_and_leaves_nothing_beside_it() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        test_env::skip("needs root, to run `tandem db` as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let open = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(dir.path(), 0o755);
+    let bin = dir.path().join("tandem");
+    std::fs::copy(env!("CARGO_BIN_EXE_tandem"), &bin).unwrap();
+    open(&bin, 0o755);
+    let data = dir.path().join("data");
+    assert!(
+        tandem(&data, &["put", "sip", "1001", "contact"])
+            .status
+            .success()
+    );
+    // The store's directory and file belong to root; nobody may read, not write.
+    open(&data, 0o755);
+    open(&data.join("kv.sqlite3"), 0o644);
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let o = tandem_as_nobody(&bin, &data, &["get", "sip", "1001"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o), "contact\n");
+    let o = tandem_as_nobody(&bin, &data, &["show"]);
+    assert!(
+        stdout(&o).contains("/sip/1001"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(listing(), before, "a reader left files beside the store");
+
+    // Root reading leaves no root-owned -wal/-shm that would lock the service's user out.
+    assert!(tandem(&data, &["get", "sip", "1001"]).status.success());
+    assert_eq!(listing(), before);
+}
