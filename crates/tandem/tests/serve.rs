@@ -316,3 +316,39 @@ fn the_session_limit_is_sized_from_the_raised_open_file_limit_and_logged() {
         "{log}"
     );
 }
+
+#[test]
+fn a_log_written_to_a_file_has_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("tandem.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "serve",
+            "--agi-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .env("TANDEM_DATA_DIR", dir.path().join("data"))
+        .env("TANDEM_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("FastAGI server listening")
+    {
+        assert!(Instant::now() < deadline, "tandem serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    plain(&std::fs::read(&log_path).unwrap());
+}
