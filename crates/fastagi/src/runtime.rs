@@ -46,13 +46,43 @@ pub fn refuse_shared_port(addr: SocketAddr, ours: &[std::net::TcpListener]) -> s
     }
 }
 
+/// Fails when something already listens on `addr`, naming it; for a caller that would otherwise
+/// create state (a data directory) before binding. The bind that follows checks again.
+pub fn check_listen_free(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    std::net::TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|e| listen_error(addr, e))
+}
+
+/// `cannot listen on ADDR: WHY`, and who holds the port when it is in use.
+pub fn listen_error(addr: SocketAddr, e: std::io::Error) -> std::io::Error {
+    let holders = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            let h = port_holders(addr);
+            if h.is_empty() {
+                h
+            } else {
+                format!(" (held: {h})")
+            }
+        }
+        _ => String::new(),
+    };
+    std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}{holders}"))
+}
+
 /// Who holds the listening socket(s) on `addr`'s port, for an "address in use" message.
 pub fn port_holders(addr: SocketAddr) -> String {
-    let holders: Vec<String> = procstat::tcp_listeners_on_port(addr.port())
+    let mut holders: Vec<String> = procstat::tcp_listeners_on_port(addr.port())
         .into_iter()
         .filter(|e| procstat::listen_addrs_overlap(e.local, addr))
         .map(|e| format!("{} by {}", e.local, holder_text(e.inode)))
         .collect();
+    // One line per process, not per worker socket.
+    holders.sort();
+    holders.dedup();
     holders.join(", ")
 }
 

@@ -74,23 +74,7 @@ impl Server {
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Server> {
         config.validate().map_err(std::io::Error::other)?;
-        let taken = |e: std::io::Error| {
-            let holders = match e.kind() {
-                std::io::ErrorKind::AddrInUse => {
-                    let h = crate::runtime::port_holders(config.listen);
-                    if h.is_empty() {
-                        h
-                    } else {
-                        format!(" (held: {h})")
-                    }
-                }
-                _ => String::new(),
-            };
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen on {}: {e}{holders}", config.listen),
-            )
-        };
+        let taken = |e| crate::runtime::listen_error(config.listen, e);
         let first = crate::runtime::reuseport_listener(config.listen).map_err(taken)?;
         // With port 0 the kernel picks a port; the other workers join that one.
         let addr = first.local_addr()?;

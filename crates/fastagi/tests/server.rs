@@ -574,3 +574,37 @@ async fn the_emulator_catches_a_server_that_pipelines() {
         [Violation::Pipelined { commands: 3 }, Violation::Stalled]
     );
 }
+
+#[test]
+fn a_port_another_listener_shares_through_so_reuseport_is_refused() {
+    // Another server's socket, bound the way Tandem's workers bind theirs: the kernel would let
+    // a second server join it and split the sessions.
+    let other = fastagi::runtime::reuseport_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = other.local_addr().unwrap();
+    let config = ServerConfig {
+        listen: addr,
+        ..test_config()
+    };
+    let err = fastagi::Server::bind(
+        config,
+        builtin::routes(),
+        Arc::new(fastagi::Metrics::unregistered()),
+    )
+    .err()
+    .expect("the shared port is refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("cannot listen on {addr}"))
+            && text.contains("already listening")
+            && text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    // A plain bind is refused by the kernel itself; the message names who holds the port.
+    let err = fastagi::runtime::check_listen_free(addr).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("by pid {}", std::process::id())),
+        "{err}"
+    );
+}

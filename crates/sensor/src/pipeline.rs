@@ -200,6 +200,38 @@ impl Sensor {
                 CaptureReader::open(path).map_err(SensorError::Input)?;
             }
         }
+        // The source next (socket bound, rings opened): a wrong address or interface fails
+        // before anything is created too.
+        enum Opened<'a> {
+            Files(&'a [PathBuf]),
+            Hep(std::net::UdpSocket, Option<u64>),
+            Live(
+                LiveOptions,
+                Vec<afpacket::Capture>,
+                &'a crate::config::LiveConfig,
+            ),
+        }
+        let opened = match &config.source {
+            Source::Files(paths) => Opened::Files(paths),
+            Source::Hep {
+                listen,
+                max_packets,
+            } => Opened::Hep(
+                std::net::UdpSocket::bind(listen).map_err(|source| SensorError::HepBind {
+                    addr: *listen,
+                    source,
+                })?,
+                *max_packets,
+            ),
+            Source::Interface(live) => {
+                let opts = LiveOptions::from_config(live)?;
+                let captures = opts.open().map_err(|source| SensorError::Live {
+                    interface: live.interface.clone(),
+                    source,
+                })?;
+                Opened::Live(opts, captures, live)
+            }
+        };
         let live_source = config.source.is_live();
         // Every source feeds this monitor; with an archive its taps archive each call's packets
         // (waiting for the archive only when reading files: live sources never wait).
@@ -220,37 +252,16 @@ impl Sensor {
             status.board.add(a.gauges());
         }
         let progress = Arc::new(FileProgress::default());
-        let (ready, hep_addr, live) = match &config.source {
-            Source::Files(paths) => {
-                let total = paths
-                    .iter()
-                    .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-                    .sum();
-                progress.bytes_total.store(total, Ordering::Relaxed);
-                (Ready::Files(paths.clone()), None, None)
-            }
-            Source::Hep {
-                listen,
-                max_packets,
-            } => {
-                let socket =
-                    std::net::UdpSocket::bind(listen).map_err(|source| SensorError::HepBind {
-                        addr: *listen,
-                        source,
-                    })?;
+        let (ready, hep_addr, live) = match opened {
+            Opened::Hep(socket, max_packets) => {
                 let addr = socket.local_addr().ok();
                 let ready = Ready::Hep {
                     socket,
-                    max_packets: *max_packets,
+                    max_packets,
                 };
                 (ready, addr, None)
             }
-            Source::Interface(live) => {
-                let opts = LiveOptions::from_config(live)?;
-                let captures = opts.open().map_err(|source| SensorError::Live {
-                    interface: live.interface.clone(),
-                    source,
-                })?;
+            Opened::Live(opts, captures, live) => {
                 let capture = LiveCapture::start(captures, opts.buffer_bytes_max);
                 status.board.add(capture.stats.clone());
                 let description = LiveDescription {
@@ -265,6 +276,14 @@ impl Sensor {
                     config: live.clone(),
                 };
                 (ready, None, Some(description))
+            }
+            Opened::Files(paths) => {
+                let total = paths
+                    .iter()
+                    .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+                    .sum();
+                progress.bytes_total.store(total, Ordering::Relaxed);
+                (Ready::Files(paths.to_vec()), None, None)
             }
         };
         let board = status.board.clone();

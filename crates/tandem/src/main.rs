@@ -79,7 +79,18 @@ fn main() -> ExitCode {
 /// is, and still prints its backtrace through the standard hook.
 fn error_report(e: &anyhow::Error) -> String {
     let mut out = format!("Error: {e}");
-    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    // A cause that a message above already quotes (an error that prints its source) is said once.
+    let mut above = e.to_string();
+    let causes: Vec<String> = e
+        .chain()
+        .skip(1)
+        .map(|c| c.to_string())
+        .filter(|c| {
+            let repeated = above.contains(c.as_str());
+            above = c.clone();
+            !repeated
+        })
+        .collect();
     if !causes.is_empty() {
         out.push_str("\n\nCaused by:");
         for (i, cause) in causes.iter().enumerate() {

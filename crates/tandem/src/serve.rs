@@ -67,6 +67,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let mut registry = Registry::default();
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
+    // A taken FastAGI port fails before the data directory is created.
+    fastagi::runtime::check_listen_free(config.fastagi.listen)?;
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
     let mut router = agi_routes::db::add(fastagi::builtin::routes(), &store)?;

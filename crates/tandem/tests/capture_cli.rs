@@ -298,6 +298,24 @@ fn a_failed_capture_leaves_nothing_behind_and_says_what_was_wrong() {
             "a failed capture of {input} created the data directory"
         );
     }
+    // A source that cannot be opened: the same.
+    for (args, problem) in [
+        (
+            ["capture", "--hep-listen", "192.0.2.1:9060"],
+            "Cannot assign requested address",
+        ),
+        (["capture", "--interface", "nosuchif0"], "no such interface"),
+    ] {
+        let out = tandem()
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(args[2]), "{err}");
+        assert_eq!(err.matches(problem).count(), 1, "said once:\n{err}");
+        assert!(!dir.path().join("tandem-data").exists(), "{args:?}");
+    }
     // No source at all: the message names the three kinds.
     let out = tandem().arg("capture").output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -211,6 +211,7 @@ fn a_second_tandem_on_the_same_fastagi_port_refuses_to_start_and_names_the_first
     // Asterisk's sessions between them.
     let first = serve(&[]);
     let data = tempfile::tempdir().unwrap();
+    let second_data = data.path().join("second");
     let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args([
             "serve",
@@ -219,7 +220,7 @@ fn a_second_tandem_on_the_same_fastagi_port_refuses_to_start_and_names_the_first
             "--metrics-listen",
             "127.0.0.1:0",
         ])
-        .env("TANDEM_DATA_DIR", data.path())
+        .env("TANDEM_DATA_DIR", &second_data)
         .env("RUST_BACKTRACE", "1")
         .output()
         .unwrap();
@@ -227,9 +228,12 @@ fn a_second_tandem_on_the_same_fastagi_port_refuses_to_start_and_names_the_first
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!("cannot listen on {}", first.agi))
-            && err.contains("already listening")
             && err.contains(&format!("pid {}", first.child.id())),
         "{err}"
+    );
+    assert!(
+        !second_data.exists(),
+        "the refused server created its data directory"
     );
     // A user error, not a crash: no backtrace even with RUST_BACKTRACE set.
     assert!(!err.contains("backtrace"), "{err}");
