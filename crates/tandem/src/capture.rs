@@ -213,6 +213,13 @@ impl Args {
     }
 }
 
+impl Args {
+    /// A source that runs until stopped (an interface or HEP), not files.
+    pub fn is_live(&self) -> bool {
+        self.read.is_empty()
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = args.to_config();
     let from_files = !config.source.is_live();
@@ -258,7 +265,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(table) = table {
         let text = table.lock().unwrap_or_else(|p| p.into_inner()).render();
         if !text.is_empty() {
-            println!("{text}");
+            // A reader gone away (`| head`) is not an error worth a panic.
+            let _ = writeln!(std::io::stdout(), "{text}");
         }
     }
     print_summary(&report, args.json)?;
@@ -270,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.json {
         eprintln!("{destination}");
     } else {
-        println!("{destination}");
+        let _ = writeln!(std::io::stdout(), "{destination}");
     }
     if let Some(e) = report.read_error {
         let calls = report.totals.calls;

@@ -13,6 +13,7 @@ mod serve;
 mod signals;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 const LOG_HELP: &str = "\
@@ -57,6 +58,20 @@ enum Command {
 fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
+    // Commands that print and end stop quietly when their reader goes away (`| head`), as
+    // `cat` does. Not serve, bench or a live capture: those write to sockets and children's
+    // pipes, where a closed pipe is an error to handle, not a reason to die.
+    let prints_and_ends = match &cli.command {
+        Command::Db(_) | Command::Cdr(_) => true,
+        Command::Capture(args) => !args.is_live(),
+        _ => false,
+    };
+    if prints_and_ends {
+        // SAFETY: called before any other thread exists; restores the default disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Bench(cmd) => ::bench::run(cmd),
@@ -68,7 +83,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", error_report(&e));
+            // Not eprintln!: a closed stderr must not turn an error into a panic.
+            let _ = writeln!(std::io::stderr(), "{}", error_report(&e));
             ExitCode::FAILURE
         }
     }

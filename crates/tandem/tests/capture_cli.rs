@@ -389,3 +389,37 @@ fn without_json_a_person_gets_tables_cut_to_a_screenful_and_where_the_cdrs_went(
     );
     assert_eq!(list.lines().count(), 1 + 25, "{list}");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_capture_quietly() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("calls.pcap");
+    let cfg = SynthConfig {
+        calls: 1_500,
+        call_duration_ms: 200,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    // `tandem capture --json ... | head -1`: far more output than a pipe holds.
+    let mut child = tandem()
+        .args(["capture", "--no-store", "--json", "--read"])
+        .arg(&pcap)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with('{'), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Ended as `cat` ends: by the pipe's signal, with nothing to say about it.
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe") && !err.contains("Error"),
+        "{:?}: {err}",
+        out.status
+    );
+}
