@@ -97,6 +97,8 @@ pub struct Frame<'a> {
     /// Length on the wire (more than `data.len()` when the filter cut the frame).
     pub wire_len: u32,
     pub vlan: Option<VlanTag>,
+    /// Sent by this host (`PACKET_OUTGOING`), not received.
+    pub outgoing: bool,
 }
 
 impl Frame<'_> {
@@ -142,6 +144,9 @@ pub struct Capture {
     totals: KernelStats,
     /// Blocks whose frame offsets did not add up (counted, the rest of the block skipped).
     malformed_blocks: u64,
+    /// A loopback interface hands every packet over twice, as it leaves and as it arrives;
+    /// only the arriving copy is kept (as libpcap does).
+    loopback: bool,
 }
 
 // SAFETY: the mapping is owned by this value alone (no other handle to it exists in this
@@ -241,6 +246,7 @@ impl Capture {
             interface: interface.to_string(),
             totals: KernelStats::default(),
             malformed_blocks: 0,
+            loopback: hatype == sys::ARPHRD_LOOPBACK,
         };
         sys::bind(&cap.fd, ifindex, sys::ETH_P_ALL)
             .map_err(Error::io(interface, "binding to the interface"))?;
@@ -327,10 +333,11 @@ impl Capture {
         let status = unsafe {
             AtomicU32::from_ptr(self.ring.add(i * self.block_bytes + block::STATUS).cast())
         };
-        let block = Block::new(body, status);
+        let mut block = Block::new(body, status);
         if block.malformed {
             self.malformed_blocks += 1;
         }
+        block.skip_outgoing = self.loopback;
         Ok(Some(block))
     }
 
@@ -393,6 +400,8 @@ pub struct Block<'a> {
     /// End of the block's used bytes, as a block offset.
     end: usize,
     malformed: bool,
+    /// Leave out frames this host sent (the loopback interface's first copy).
+    skip_outgoing: bool,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -419,6 +428,7 @@ impl<'a> Block<'a> {
             count: if malformed { 0 } else { count },
             end,
             malformed,
+            skip_outgoing: false,
         }
     }
 
@@ -443,6 +453,7 @@ impl<'a> Block<'a> {
             at: self.first,
             left: self.count,
             end: self.end,
+            skip_outgoing: self.skip_outgoing,
         }
     }
 }
@@ -476,27 +487,28 @@ pub struct Frames<'a> {
     at: usize,
     left: u32,
     end: usize,
+    skip_outgoing: bool,
 }
 
 impl<'a> Iterator for Frames<'a> {
     type Item = Frame<'a>;
 
     fn next(&mut self) -> Option<Frame<'a>> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let frame = self.read(self.at);
-        match frame {
-            Some((f, next)) => {
-                self.at = next;
-                Some(f)
+        while self.left > 0 {
+            self.left -= 1;
+            match self.read(self.at) {
+                Some((f, next)) => {
+                    self.at = next;
+                    if !(self.skip_outgoing && f.outgoing) {
+                        return Some(f);
+                    }
+                }
+                None => {
+                    self.left = 0;
+                }
             }
-            None => {
-                self.left = 0;
-                None
-            }
         }
+        None
     }
 }
 
@@ -516,6 +528,9 @@ impl<'a> Frames<'a> {
         let mac = u16_at(h, packet::MAC)? as usize;
         let tci = u32_at(h, packet::VLAN_TCI)?;
         let tpid = u16_at(h, packet::VLAN_TPID)?;
+        // The sockaddr_ll after the header says who the frame was for.
+        let outgoing =
+            mac > packet::LL_PKTTYPE && h.get(packet::LL_PKTTYPE) == Some(&sys::PACKET_OUTGOING);
         let data = h.get(mac..mac.checked_add(snaplen)?)?;
         let vlan = (status & sys::TP_STATUS_VLAN_VALID != 0).then_some(VlanTag {
             tci: tci as u16,
@@ -540,6 +555,7 @@ impl<'a> Frames<'a> {
                 data,
                 wire_len,
                 vlan,
+                outgoing,
             },
             next,
         ))

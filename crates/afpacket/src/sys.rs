@@ -76,7 +76,13 @@ pub mod packet {
     pub const VLAN_TCI: usize = 32;
     pub const VLAN_TPID: usize = 36;
     pub const HEADER_BYTES: usize = 48;
+    /// `sll_pkttype` of the `struct sockaddr_ll` that follows the header (at
+    /// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))` = 48, then 10 bytes in).
+    pub const LL_PKTTYPE: usize = 58;
 }
+
+/// `sll_pkttype` of a frame this host sent (linux/if_packet.h).
+pub const PACKET_OUTGOING: u8 = 4;
 
 pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {

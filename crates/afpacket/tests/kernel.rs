@@ -260,3 +260,32 @@ fn errors_name_the_interface() {
     assert!(matches!(e, Error::RingTooLarge { .. }), "{e}");
     assert!(e.to_string().contains(&pair.b), "{e}");
 }
+
+#[test]
+fn the_loopback_interface_gives_each_packet_once_as_libpcap_does() {
+    // The kernel hands a packet sent on `lo` to packet sockets twice: as it leaves and as it
+    // arrives. Asterisk and a proxy on one host talk over `lo`; each packet must count once.
+    let Some(pair) = pair() else { return };
+    let counted = pair
+        .in_namespace(|| {
+            let cfg = CaptureConfig {
+                filter: Some(Filter::compile("udp port 40999").unwrap()),
+                ..CaptureConfig::default()
+            };
+            let mut cap = Capture::open("lo", &cfg).unwrap();
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            for i in 0..5u8 {
+                socket.send_to(&[i; 20], "127.0.0.1:40999").unwrap();
+            }
+            let mut frames = 0;
+            for _ in 0..20 {
+                if let Some(block) = cap.next_block(50).unwrap() {
+                    frames += block.frames().inspect(|f| assert!(!f.outgoing)).count();
+                }
+            }
+            (frames, cap.stats().unwrap().packets)
+        })
+        .unwrap();
+    assert_eq!(counted.0, 5, "each datagram once");
+    assert_eq!(counted.1, 10, "the kernel passed both copies to the socket");
+}
