@@ -648,6 +648,7 @@ mod tests {
                 tci: 0x0064,
                 tpid: 0x8100,
             }),
+            outgoing: false,
         };
         let mut out = Vec::new();
         assert_eq!(f.write_with_tag(&mut out), 24);
