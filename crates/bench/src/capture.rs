@@ -74,7 +74,11 @@ struct CaptureBench {
     /// tshark_seconds / tandem_seconds.
     tshark_ratio: Option<f64>,
     sip_only_concurrent_calls: usize,
+    /// Heap bytes in use per SIP-only call held (glibc's allocator statistics).
     bytes_per_sip_call: f64,
+    /// RSS growth per SIP-only call held: the same from the kernel's side, which reads low when
+    /// the heap reuses memory an earlier phase freed.
+    rss_bytes_per_sip_call: f64,
     /// SIP-only calls (INVITE, 100, 180, 200, ACK, BYE, 200) analysed per CPU second.
     sip_calls_per_sec_per_core: f64,
     peak_rss_bytes: u64,
@@ -140,8 +144,12 @@ impl BenchReport for CaptureBench {
             format!("{:.0}", self.sip_calls_per_sec_per_core),
         ]);
         t.row([
-            "bytes per SIP call".to_string(),
+            "heap bytes per SIP call".to_string(),
             format!("{:.0}", self.bytes_per_sip_call),
+        ]);
+        t.row([
+            "RSS bytes per SIP call".to_string(),
+            format!("{:.0}", self.rss_bytes_per_sip_call),
         ]);
         t.row([
             "peak RSS bytes".to_string(),
@@ -158,6 +166,21 @@ impl BenchReport for CaptureBench {
 /// Resident set size now, bytes (Linux /proc).
 fn rss_bytes() -> u64 {
     procstat::rss_bytes().unwrap_or(0)
+}
+
+/// Bytes the allocator has handed out and not had back (glibc's `mallinfo2`: in-use chunks in
+/// every arena plus mmapped blocks). Unlike RSS it does not depend on what earlier phases
+/// freed, so the growth over a phase is that phase's memory.
+#[cfg(target_env = "gnu")]
+fn heap_bytes() -> u64 {
+    // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn heap_bytes() -> u64 {
+    rss_bytes()
 }
 
 fn thread_cpu_seconds() -> f64 {
@@ -270,7 +293,7 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
     };
     generate(&sip_cfg, std::fs::File::create(&sip_path)?)?;
     let mut m = Monitor::new(MonitorConfig::default(), 1);
-    let before = rss_bytes();
+    let (before, heap_before) = (rss_bytes(), heap_bytes());
     let mut r = CaptureReader::open(&sip_path)?;
     let held_until = sip_cfg.start_ns + 30_000_000_000;
     let mut held = 0;
@@ -283,7 +306,7 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         let (ts, lt) = (p.ts_ns, p.link_type);
         m.packet(ts, lt, p.data);
     }
-    let after = rss_bytes();
+    let (after, heap_after) = (rss_bytes(), heap_bytes());
     drop(m);
     // Whole SIP-only capture on one thread: calls set up and torn down per CPU second.
     let mut sip_cpu = Vec::new();
@@ -291,11 +314,15 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         sip_cpu.push(time_analysis(&sip_path, 1)?.1);
     }
     let sip_calls_per_sec_per_core = args.sip_calls as f64 / report::median(&sip_cpu);
-    let bytes_per_sip_call = if held > 0 {
-        after.saturating_sub(before) as f64 / held as f64
-    } else {
-        0.0
+    let per_call = |grew: u64| {
+        if held > 0 {
+            grew as f64 / held as f64
+        } else {
+            0.0
+        }
     };
+    let bytes_per_sip_call = per_call(heap_after.saturating_sub(heap_before));
+    let rss_bytes_per_sip_call = per_call(after.saturating_sub(before));
     Ok(CaptureBench {
         calls: args.calls,
         rtp_packets: truth.rtp_packets,
@@ -316,6 +343,7 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         tshark_ratio: tshark_seconds.map(|t| t / tandem_seconds),
         sip_only_concurrent_calls: held,
         bytes_per_sip_call,
+        rss_bytes_per_sip_call,
         sip_calls_per_sec_per_core,
         peak_rss_bytes: procstat::peak_rss_bytes().unwrap_or(0),
         streams_found,
