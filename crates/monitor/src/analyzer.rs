@@ -68,6 +68,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
+use crate::t38::T38Flow;
 use sip::Message;
 use sip::sdp::Sdp;
 
@@ -166,6 +167,10 @@ pub struct Counters {
     pub sdp_parse_errors: u64,
     pub rtp_packets: u64,
     pub rtcp_packets: u64,
+    /// UDPTL (T.38) packets: on ports an SDP put on `image/udptl/t38`.
+    pub udptl_packets: u64,
+    /// T.38 flows not tracked because `max_streams` flows were already open.
+    pub t38_dropped: u64,
     pub calls_dropped: u64,
     pub streams_dropped: u64,
     pub registrations_dropped: u64,
@@ -178,6 +183,7 @@ impl Counters {
     fn add(&mut self, o: &Counters) {
         self.calls_dropped += o.calls_dropped;
         self.streams_dropped += o.streams_dropped;
+        self.t38_dropped += o.t38_dropped;
         self.registrations_dropped += o.registrations_dropped;
     }
 
@@ -193,6 +199,7 @@ impl Counters {
         self.sdp_parse_errors += o.sdp_parse_errors;
         self.rtp_packets += o.rtp_packets;
         self.rtcp_packets += o.rtcp_packets;
+        self.udptl_packets += o.udptl_packets;
         self.endpoints_dropped += o.endpoints_dropped;
         if first {
             self.fragments_reassembled += o.fragments_reassembled;
@@ -238,11 +245,27 @@ fn route(
     Some((hasher.hash_one(flow) % workers as u64) as usize)
 }
 
-/// A closed call with its RTP streams.
+/// A closed call with its RTP streams and its T.38 flows.
 #[derive(Debug, Clone)]
 pub struct CallRecord {
     pub dialog: Dialog,
     pub streams: Vec<StreamRecord>,
+    /// UDPTL flows after the SDP moved the call to `image/udptl/t38`: a fax call.
+    pub t38: Vec<T38Record>,
+}
+
+impl CallRecord {
+    /// A fax call: some of its media went over T.38.
+    pub fn is_fax(&self) -> bool {
+        !self.t38.is_empty()
+    }
+}
+
+/// A closed T.38 flow, with the Call-ID of the call whose SDP announced it.
+#[derive(Debug, Clone)]
+pub struct T38Record {
+    pub flow: T38Flow,
+    pub call_id: Option<Arc<str>>,
 }
 
 /// A closed RTP stream, with the Call-ID of the call whose SDP announced it.
@@ -260,6 +283,8 @@ pub struct Analysis {
     /// Streams not reported inside a call: unsignalled ones, and those that outlived their
     /// call's record.
     pub streams: Vec<StreamRecord>,
+    /// T.38 flows not reported inside a call (they outlived its record).
+    pub t38: Vec<T38Record>,
     pub sip: SipStats,
     pub counters: Counters,
     /// Time of the first and last packet, ns since the epoch.
@@ -284,6 +309,8 @@ struct Endpoint {
     /// Dynamic payload types: (pt, clock rate; 0 for telephone-event).
     dynamic: Box<[(u8, u32)]>,
     last_ns: i64,
+    /// The SDP put this address on `image/udptl/t38`: its packets are T.38, never RTP.
+    t38: bool,
 }
 
 /// Where a flow's packets go, and the call last told to that shard for it.
@@ -316,6 +343,14 @@ pub(crate) enum Event {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
         blocks: Vec<ReportBlock>,
     },
+    Udptl {
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u16,
+        bytes: usize,
+        call: CallRef,
+    },
     Tick {
         ts_ns: i64,
     },
@@ -347,6 +382,8 @@ pub(crate) struct CallShard {
     by_ssrc: FastMap<u32, StreamKey>,
     /// The call each flow belongs to, as the front told it.
     flow_calls: FastMap<PackedKey, Arc<str>>,
+    /// T.38 flows by (src, dst), with their call.
+    t38: FastMap<PackedKey, T38Record>,
     out: Analysis,
     /// Calls tracked since the start, for [`LiveCounters`].
     calls_started: u64,
@@ -373,6 +410,7 @@ impl CallShard {
             streams: FastMap::default(),
             by_ssrc: FastMap::default(),
             flow_calls: FastMap::default(),
+            t38: FastMap::default(),
             out: Analysis::default(),
             calls_started: 0,
             tap: None,
@@ -419,6 +457,18 @@ impl CallShard {
             Event::Rtcp { blocks } => {
                 if let Some(c) = self.on_rtcp(&blocks) {
                     self.report(&c, TapKind::Rtcp, cur);
+                }
+            }
+            Event::Udptl {
+                ts_ns,
+                src,
+                dst,
+                seq,
+                bytes,
+                call,
+            } => {
+                if let Some(c) = self.on_udptl(ts_ns, src, dst, seq, bytes, call) {
+                    self.report(&c, TapKind::Udptl, cur);
                 }
             }
             Event::Tick { ts_ns } => {
@@ -541,6 +591,43 @@ impl CallShard {
         slot.call.as_ref().filter(|_| self.tap.is_some()).cloned()
     }
 
+    /// Counts a UDPTL packet in its flow; returns the flow's call, for the tap.
+    fn on_udptl(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u16,
+        bytes: usize,
+        call: CallRef,
+    ) -> Option<Arc<str>> {
+        let flow = PackedKey::new(src, dst, 0);
+        let known = match call {
+            CallRef::Unknown => None,
+            CallRef::Known(c) => Some(c),
+            CallRef::Announce(c) => {
+                self.flow_calls.insert(flow, c.clone());
+                Some(c)
+            }
+        };
+        if let Some(r) = self.t38.get_mut(&flow) {
+            r.flow.add(ts_ns, seq, bytes);
+            return r.call_id.clone().filter(|_| self.tap.is_some());
+        }
+        if self.streams.len() + self.t38.len() >= self.max_streams {
+            self.out.counters.t38_dropped += 1;
+            return None;
+        }
+        let call_id = known.or_else(|| self.flow_calls.get(&flow).cloned());
+        let r = T38Record {
+            flow: T38Flow::new(src, dst, ts_ns, seq, bytes),
+            call_id,
+        };
+        let call = r.call_id.clone().filter(|_| self.tap.is_some());
+        self.t38.insert(flow, r);
+        call
+    }
+
     /// Adds RTCP report blocks to their streams; returns the call of the first stream that has
     /// one, for the tap.
     fn on_rtcp(&mut self, blocks: &[ReportBlock]) -> Option<Arc<str>> {
@@ -619,7 +706,17 @@ impl CallShard {
             if let Some(tap) = self.tap.as_mut() {
                 tap.call_ended(&k, d.invite_ns, now_ns);
             }
-            self.out.calls.push(CallRecord { dialog: d, streams });
+            let mut t38: Vec<T38Record> = self
+                .t38
+                .extract_if(|_, r| r.call_id.as_ref() == Some(&k))
+                .map(|(_, r)| r)
+                .collect();
+            t38.sort_by_key(|r| (r.flow.first_ns, r.flow.src, r.flow.dst));
+            self.out.calls.push(CallRecord {
+                dialog: d,
+                streams,
+                t38,
+            });
         }
         let stream_idle = self.cfg.stream_idle_timeout_ms as i64 * ms;
         let dialogs = &self.dialogs;
@@ -637,6 +734,12 @@ impl CallShard {
                 self.out.streams.push(r);
             }
         }
+        let dialogs = &self.dialogs;
+        let idle_t38 = self.t38.extract_if(|_, r| {
+            all || (now_ns - r.flow.last_ns > stream_idle
+                && r.call_id.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
+        });
+        self.out.t38.extend(idle_t38.map(|(_, r)| r));
         let reg_idle = self.cfg.registration_idle_timeout_ms as i64 * ms;
         let regs: Vec<Box<str>> = self
             .registrations
@@ -879,7 +982,13 @@ impl Front {
                     let at = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
                     let rtp_offset =
                         (at <= frame.len() && payload.len() <= frame.len() - at).then_some(at);
-                    self.rtp(ts_ns, src, dst, h, rtp_offset, emit);
+                    let udptl = crate::t38::udptl_seq(payload).map(|seq| (seq, payload.len()));
+                    self.rtp(ts_ns, src, dst, h, rtp_offset, udptl, emit);
+                } else if let Some(udptl) =
+                    crate::t38::udptl_seq(payload).map(|seq| (seq, payload.len()))
+                    && is_t38(&self.endpoints, src, dst)
+                {
+                    self.udptl(ts_ns, src, dst, udptl, emit);
                 } else if crate::rtp::looks_like_rtcp(payload) {
                     self.counters.rtcp_packets += 1;
                     let mut blocks = std::mem::take(&mut self.rtcp_blocks);
@@ -979,7 +1088,9 @@ impl Front {
         let call: Arc<str> = Arc::from(call_id);
         for media in &sdp.media {
             let Some(ip) = media.connection else { continue };
-            if media.port == 0 || media.payload_types.is_empty() {
+            let t38 = media.kind.eq_ignore_ascii_case("image")
+                && media.proto.eq_ignore_ascii_case("udptl");
+            if media.port == 0 || (media.payload_types.is_empty() && !t38) {
                 continue;
             }
             let dynamic: Box<[(u8, u32)]> = media
@@ -1010,6 +1121,7 @@ impl Front {
                     shard,
                     dynamic,
                     last_ns: ts_ns,
+                    t38,
                 },
             );
         }
@@ -1035,6 +1147,7 @@ impl Front {
         dst: SocketAddr,
         h: RtpHeader,
         rtp_offset: Option<usize>,
+        udptl: Option<(u16, usize)>,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
@@ -1052,6 +1165,14 @@ impl Front {
             Some(e) => Some(e),
             None => self.endpoints.get_mut(&PackedAddr::new(src)),
         };
+        if ep.as_ref().is_some_and(|e| e.t38) {
+            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number.
+            self.counters.rtp_packets -= 1;
+            if let Some(udptl) = udptl {
+                self.udptl(ts_ns, src, dst, udptl, emit);
+            }
+            return;
+        }
         let (call, call_shard, clock_rate) = match ep {
             Some(e) => {
                 e.last_ns = ts_ns;
@@ -1097,40 +1218,16 @@ impl Front {
             );
             return;
         }
-        // Each flow is pinned to one shard at its first packet, and its call is told to the
-        // shard once (not per packet).
-        let (shard, call) = match self.flows.get_mut(&packed_flow) {
-            Some(route) => {
-                route.last_ns = ts_ns;
-                let announce = match (call, &route.call) {
-                    (Some(c), Some(prev)) if Arc::ptr_eq(c, prev) => None,
-                    (Some(c), _) => {
-                        route.call = Some(c.clone());
-                        Some(c.clone())
-                    }
-                    (None, _) => None,
-                };
-                (route.shard, announce)
-            }
-            None => {
-                // Inline, a flow goes with its call; across workers, by its own hash.
-                let shard = match call_shard {
-                    Some(s) if self.me.is_none() => s,
-                    _ => flow_shard,
-                };
-                if self.flows.len() < self.cfg.max_endpoints {
-                    self.flows.insert(
-                        packed_flow,
-                        FlowRoute {
-                            shard,
-                            call: call.cloned(),
-                            last_ns: ts_ns,
-                        },
-                    );
-                }
-                (shard, call.cloned())
-            }
-        };
+        let (shard, call) = pin_flow(
+            &mut self.flows,
+            self.cfg.max_endpoints,
+            self.me,
+            ts_ns,
+            packed_flow,
+            flow_shard,
+            call,
+            call_shard,
+        );
         let call = match call {
             Some(c) => CallRef::Announce(c),
             None => CallRef::Unknown,
@@ -1146,6 +1243,149 @@ impl Front {
                 clock_rate,
                 call,
                 rtp_offset,
+            },
+        );
+    }
+}
+
+/// Pins a flow to one shard at its first packet and tells that shard the flow's call once (not
+/// per packet): the shard and the call to announce, if it is new.
+#[allow(clippy::too_many_arguments)]
+fn pin_flow(
+    flows: &mut FastMap<PackedKey, FlowRoute>,
+    flows_max: usize,
+    me: Option<u16>,
+    ts_ns: i64,
+    packed_flow: PackedKey,
+    flow_shard: u16,
+    call: Option<&Arc<str>>,
+    call_shard: Option<u16>,
+) -> (u16, Option<Arc<str>>) {
+    match flows.get_mut(&packed_flow) {
+        Some(route) => {
+            route.last_ns = ts_ns;
+            let announce = match (call, &route.call) {
+                (Some(c), Some(prev)) if Arc::ptr_eq(c, prev) => None,
+                (Some(c), _) => {
+                    route.call = Some(c.clone());
+                    Some(c.clone())
+                }
+                (None, _) => None,
+            };
+            (route.shard, announce)
+        }
+        None => {
+            // Inline, a flow goes with its call; across workers, by its own hash.
+            let shard = match call_shard {
+                Some(s) if me.is_none() => s,
+                _ => flow_shard,
+            };
+            if flows.len() < flows_max {
+                flows.insert(
+                    packed_flow,
+                    FlowRoute {
+                        shard,
+                        call: call.cloned(),
+                        last_ns: ts_ns,
+                    },
+                );
+            }
+            (shard, call.cloned())
+        }
+    }
+}
+
+/// Hands each item whose Call-ID names one of `calls` to it with `push`; returns the others.
+fn join_to_calls<T>(
+    calls: &mut [CallRecord],
+    items: Vec<T>,
+    call_id: impl Fn(&T) -> Option<&str>,
+    push: impl Fn(&mut CallRecord, T),
+) -> Vec<T> {
+    let index: HashMap<Box<str>, usize> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.dialog.call_id.clone(), i))
+        .collect();
+    let mut unjoined = Vec::new();
+    for item in items {
+        match call_id(&item).and_then(|c| index.get(c)) {
+            Some(&i) => push(&mut calls[i], item),
+            None => unjoined.push(item),
+        }
+    }
+    unjoined
+}
+
+/// Whether an SDP put `dst` (or else `src`) on UDPTL.
+fn is_t38(endpoints: &FastMap<PackedAddr, Endpoint>, src: SocketAddr, dst: SocketAddr) -> bool {
+    endpoints
+        .get(&PackedAddr::new(dst))
+        .or_else(|| endpoints.get(&PackedAddr::new(src)))
+        .is_some_and(|e| e.t38)
+}
+
+impl Front {
+    /// A UDPTL packet on a port the SDP moved to T.38: routed like RTP (the flow keeps its
+    /// shard), counted apart from it. Cold: kept out of the RTP path's instructions.
+    #[cold]
+    #[inline(never)]
+    fn udptl(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        (seq, bytes): (u16, usize),
+        emit: &mut dyn FnMut(u16, Event),
+    ) {
+        let packed_flow = PackedKey::new(src, dst, 0);
+        let flow_shard = if self.shards == 1 {
+            0
+        } else {
+            (self.hasher.hash_one(packed_flow) % self.shards as u64) as u16
+        };
+        if self.me.is_some_and(|me| me != flow_shard) {
+            return;
+        }
+        self.counters.udptl_packets += 1;
+        let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
+            Some(e) => Some(e),
+            None => self.endpoints.get_mut(&PackedAddr::new(src)),
+        };
+        let (call, call_shard) = match ep {
+            Some(e) => {
+                e.last_ns = ts_ns;
+                (Some(&e.call), Some(e.shard))
+            }
+            None => (None, None),
+        };
+        let (shard, call) = if self.shards == 1 && self.me.is_none() {
+            (
+                0,
+                call.map_or(CallRef::Unknown, |c| CallRef::Known(c.clone())),
+            )
+        } else {
+            let (shard, announce) = pin_flow(
+                &mut self.flows,
+                self.cfg.max_endpoints,
+                self.me,
+                ts_ns,
+                packed_flow,
+                flow_shard,
+                call,
+                call_shard,
+            );
+            (shard, announce.map_or(CallRef::Unknown, CallRef::Announce))
+        };
+        emit(
+            shard,
+            Event::Udptl {
+                ts_ns,
+                src,
+                dst,
+                seq,
+                bytes,
+                call,
             },
         );
     }
@@ -1483,6 +1723,7 @@ impl Monitor {
                 let mut out = Analysis::default();
                 std::mem::swap(&mut out.calls, &mut s.out.calls);
                 std::mem::swap(&mut out.registrations, &mut s.out.registrations);
+                std::mem::swap(&mut out.t38, &mut s.out.t38);
                 let min = self.cfg.min_unsignalled_packets;
                 out.streams = std::mem::take(&mut s.out.streams)
                     .into_iter()
@@ -1555,29 +1796,27 @@ impl Monitor {
             out.calls.extend(p.calls);
             out.registrations.extend(p.registrations);
             out.streams.extend(p.streams);
+            out.t38.extend(p.t38);
         }
-        // Join streams to calls closed elsewhere.
-        let index: HashMap<&str, usize> = out
-            .calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (&*c.dialog.call_id, i))
-            .collect();
-        let mut unjoined = Vec::new();
-        let mut joined: Vec<(usize, StreamRecord)> = Vec::new();
-        for s in std::mem::take(&mut out.streams) {
-            match s.call_id.as_deref().and_then(|c| index.get(c)) {
-                Some(&i) => joined.push((i, s)),
-                None => unjoined.push(s),
-            }
-        }
-        drop(index);
-        for (i, s) in joined {
-            out.calls[i].streams.push(s);
-        }
-        out.streams = unjoined;
+        // Streams and T.38 flows kept by another worker than their call's dialog join it here.
+        let streams = std::mem::take(&mut out.streams);
+        out.streams = join_to_calls(
+            &mut out.calls,
+            streams,
+            |s| s.call_id.as_deref(),
+            |c, s| c.streams.push(s),
+        );
+        let t38 = std::mem::take(&mut out.t38);
+        out.t38 = join_to_calls(
+            &mut out.calls,
+            t38,
+            |r| r.call_id.as_deref(),
+            |c, r| c.t38.push(r),
+        );
         for c in &mut out.calls {
             c.streams.sort_by_key(|s| (s.stream.first_ns, s.stream.key));
+            c.t38
+                .sort_by_key(|r| (r.flow.first_ns, r.flow.src, r.flow.dst));
         }
         let min = cfg.min_unsignalled_packets;
         out.streams

@@ -19,9 +19,12 @@ pub mod mos;
 pub mod pcap;
 pub mod rtp;
 pub mod synth;
+pub mod t38;
 pub mod tap;
 pub mod tcp;
 
-pub use analyzer::{Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord};
+pub use analyzer::{
+    Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord, T38Record,
+};
 pub use live::{LiveCounters, LiveSnapshot};
 pub use tap::{CallTap, TapFrame, TapKind};

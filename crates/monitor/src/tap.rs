@@ -31,6 +31,8 @@ pub enum TapKind {
     },
     /// An RTCP packet reporting on one of the call's streams.
     Rtcp,
+    /// A UDPTL (T.38 fax) packet of one of the call's T.38 flows.
+    Udptl,
 }
 
 /// One captured frame, as the monitor was given it.

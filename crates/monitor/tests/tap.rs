@@ -44,7 +44,7 @@ impl CallTap for Recorder {
                     h.bad_offsets += 1;
                 }
             }
-            TapKind::Rtcp => {}
+            TapKind::Rtcp | TapKind::Udptl => {}
         }
     }
 

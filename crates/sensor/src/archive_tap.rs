@@ -251,7 +251,10 @@ impl CallTap for ArchiveTap {
             TapKind::Rtp {
                 rtp_offset: Some(at),
             } => (false, data.len(), at.min(data.len())),
-            TapKind::Rtp { rtp_offset: None } | TapKind::Rtcp => (false, data.len(), data.len()),
+            // RTCP and T.38 are kept whole: no audio in them, and a fax is evidence.
+            TapKind::Rtp { rtp_offset: None } | TapKind::Rtcp | TapKind::Udptl => {
+                (false, data.len(), data.len())
+            }
         };
         let b = &mut self.batch;
         let start = b.data.len();

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use cdr::format_time_us;
-use monitor::{Analysis, CallRecord, StreamRecord};
+use monitor::{Analysis, CallRecord, StreamRecord, T38Record};
 use serde_json::json;
 
 use crate::records::us;
@@ -69,6 +69,27 @@ pub fn stream_json(s: &StreamRecord) -> serde_json::Value {
     })
 }
 
+/// A T.38 (UDPTL) flow: `kind: "t38_stream"`.
+pub fn t38_json(t: &T38Record) -> serde_json::Value {
+    let f = &t.flow;
+    json!({
+        "kind": "t38_stream",
+        "call_id": t.call_id.as_deref(),
+        "src": f.src.to_string(),
+        "dst": f.dst.to_string(),
+        "start": format_time_us(us(f.first_ns)),
+        "end": format_time_us(us(f.last_ns)),
+        "duration_ms": f.duration_ns() / 1_000_000,
+        "packets": f.packets,
+        "bytes": f.bytes,
+        "lost": f.lost,
+        "duplicates": f.duplicates,
+        "out_of_order": f.out_of_order,
+        "first_seq": f.first_seq,
+        "last_seq": f.highest_seq(),
+    })
+}
+
 pub fn call_json(c: &CallRecord) -> serde_json::Value {
     let d = &c.dialog;
     json!({
@@ -89,6 +110,7 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "q850_cause": d.q850_cause,
         "sip_messages": d.sip_messages,
         "reinvites": d.reinvites,
+        "fax": c.is_fax(),
         "streams": c.streams.iter().map(|s| json!({
             "src": s.stream.key.src.to_string(),
             "dst": s.stream.key.dst.to_string(),
@@ -107,9 +129,17 @@ pub fn write_json(a: &Analysis, out: &mut dyn Write) -> std::io::Result<()> {
             serde_json::to_writer(&mut out, &stream_json(s))?;
             writeln!(out)?;
         }
+        for t in &c.t38 {
+            serde_json::to_writer(&mut out, &t38_json(t))?;
+            writeln!(out)?;
+        }
     }
     for s in &a.streams {
         serde_json::to_writer(&mut out, &stream_json(s))?;
+        writeln!(out)?;
+    }
+    for t in &a.t38 {
+        serde_json::to_writer(&mut out, &t38_json(t))?;
         writeln!(out)?;
     }
     for r in &a.registrations {

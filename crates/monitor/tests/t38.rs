@@ -1,0 +1,211 @@
+//! A fax call: audio first, then a re-INVITE moves the same ports to T.38 (UDPTL). The audio
+//! streams count only the audio, as tshark's do; the UDPTL packets are T.38 flows of the call,
+//! never RTP, even when their first byte looks like an RTP header.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use monitor::pcap::PcapWriter;
+use monitor::synth::packet::{write_ethernet_udp, write_rtp};
+use monitor::{Monitor, MonitorConfig};
+
+const AUDIO_PACKETS: u16 = 50;
+const FAX_PACKETS: u16 = 30;
+/// Sequence numbers of the two UDPTL directions: both cross into values whose first byte
+/// reads as RTP version 2 (0x80-0xBF), so a monitor that ignores the SDP takes them for RTP.
+const FAX_SEQ: [u16; 2] = [0x7ff0, 0xbff0];
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn sdp(ip: &str, media: &str) -> String {
+    format!("v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n{media}\r\n")
+}
+
+fn sip(start: &str, cseq: &str, body: Option<&str>) -> String {
+    let mut m = format!(
+        "{start}\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK{}\r\n\
+         From: <sip:100@10.0.0.1>;tag=a\r\nTo: <sip:200@10.0.0.2>{}\r\n\
+         Call-ID: fax-1@tandem.test\r\nCSeq: {cseq}\r\nContact: <sip:100@10.0.0.1>\r\n",
+        cseq.replace(' ', ""),
+        if start.starts_with("INVITE") && cseq.starts_with("1 ") {
+            ""
+        } else {
+            ";tag=b"
+        }
+    );
+    match body {
+        Some(b) => m.push_str(&format!(
+            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )),
+        None => m.push_str("Content-Length: 0\r\n\r\n"),
+    }
+    m
+}
+
+/// Writes the fax call; returns nothing but the file.
+fn write_fax_call(path: &Path) {
+    let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
+    let (a_media, b_media) = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
+    let audio_a = sdp("10.0.0.1", "m=audio 4000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
+    let audio_b = sdp("10.0.0.2", "m=audio 5000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
+    let fax_a = sdp("10.0.0.1", "m=image 4000 udptl t38\r\na=T38FaxVersion:0");
+    let fax_b = sdp("10.0.0.2", "m=image 5000 udptl t38\r\na=T38FaxVersion:0");
+    let mut w = PcapWriter::new(std::fs::File::create(path).unwrap(), 1, false).unwrap();
+    let mut t = 1_700_000_000_000_000_000i64;
+    let mut frame = Vec::new();
+    let mut put = |t: i64, src: SocketAddr, dst: SocketAddr, payload: &[u8]| {
+        frame.clear();
+        write_ethernet_udp(&mut frame, src, dst, payload);
+        w.write_packet(t, &frame).unwrap();
+    };
+    let uri = "sip:200@10.0.0.2";
+    put(
+        t,
+        a_sip,
+        b_sip,
+        sip(&format!("INVITE {uri} SIP/2.0"), "1 INVITE", Some(&audio_a)).as_bytes(),
+    );
+    t += 20_000_000;
+    put(
+        t,
+        b_sip,
+        a_sip,
+        sip("SIP/2.0 200 OK", "1 INVITE", Some(&audio_b)).as_bytes(),
+    );
+    t += 10_000_000;
+    put(
+        t,
+        a_sip,
+        b_sip,
+        sip(&format!("ACK {uri} SIP/2.0"), "1 ACK", None).as_bytes(),
+    );
+    let mut rtp = Vec::new();
+    for n in 0..AUDIO_PACKETS {
+        t += 20_000_000;
+        for (dir, (src, dst)) in [(a_media, b_media), (b_media, a_media)]
+            .into_iter()
+            .enumerate()
+        {
+            rtp.clear();
+            let ssrc = 0x1000 + dir as u32;
+            write_rtp(
+                &mut rtp,
+                8,
+                n == 0,
+                100 + n,
+                160 * u32::from(n),
+                ssrc,
+                160,
+                0xd5,
+            );
+            put(t + dir as i64 * 1_000_000, src, dst, &rtp);
+        }
+    }
+    t += 100_000_000;
+    put(
+        t,
+        a_sip,
+        b_sip,
+        sip(&format!("INVITE {uri} SIP/2.0"), "2 INVITE", Some(&fax_a)).as_bytes(),
+    );
+    t += 20_000_000;
+    put(
+        t,
+        b_sip,
+        a_sip,
+        sip("SIP/2.0 200 OK", "2 INVITE", Some(&fax_b)).as_bytes(),
+    );
+    t += 10_000_000;
+    put(
+        t,
+        a_sip,
+        b_sip,
+        sip(&format!("ACK {uri} SIP/2.0"), "2 ACK", None).as_bytes(),
+    );
+    for n in 0..FAX_PACKETS {
+        t += 30_000_000;
+        for (dir, (src, dst)) in [(a_media, b_media), (b_media, a_media)]
+            .into_iter()
+            .enumerate()
+        {
+            let seq = FAX_SEQ[dir].wrapping_add(n);
+            // Sequence number, then a primary IFP of 40 bytes (image data: long enough to parse
+            // as an RTP header) and no recovery.
+            let mut udptl = seq.to_be_bytes().to_vec();
+            udptl.push(40);
+            udptl.extend_from_slice(&[0xc0, 0x01, 0x80]);
+            udptl.resize(udptl.len() + 37, 0x55);
+            put(t + dir as i64 * 1_000_000, src, dst, &udptl);
+        }
+    }
+    t += 100_000_000;
+    put(
+        t,
+        a_sip,
+        b_sip,
+        sip(&format!("BYE {uri} SIP/2.0"), "3 BYE", None).as_bytes(),
+    );
+    t += 10_000_000;
+    put(
+        t,
+        b_sip,
+        a_sip,
+        sip("SIP/2.0 200 OK", "3 BYE", None).as_bytes(),
+    );
+}
+
+fn analyse(path: &Path, workers: usize) -> monitor::Analysis {
+    let mut m = Monitor::new(MonitorConfig::default(), workers);
+    m.read_file(path, |_| {}).unwrap();
+    m.finish()
+}
+
+#[test]
+fn a_reinvite_to_t38_ends_the_audio_and_the_udptl_packets_are_a_fax_not_rtp() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fax.pcap");
+    write_fax_call(&path);
+    for workers in [1, 2] {
+        let a = analyse(&path, workers);
+        assert_eq!(a.calls.len(), 1, "{workers} worker(s)");
+        let call = &a.calls[0];
+        assert!(call.is_fax());
+        assert_eq!(call.dialog.reinvites, 1);
+        // The audio streams hold the audio only.
+        let packets: Vec<u64> = call.streams.iter().map(|s| s.stream.packets).collect();
+        assert_eq!(packets, [50, 50], "{workers} worker(s)");
+        assert!(a.streams.is_empty(), "no stray RTP stream: {:?}", a.streams);
+        // Two T.38 flows, one per direction, each whole.
+        assert_eq!(call.t38.len(), 2);
+        for f in &call.t38 {
+            assert_eq!(
+                (f.flow.packets, f.flow.lost, f.flow.duplicates),
+                (u64::from(FAX_PACKETS), 0, 0)
+            );
+        }
+        assert_eq!(a.counters.udptl_packets, 2 * u64::from(FAX_PACKETS));
+        assert_eq!(a.counters.rtp_packets, 2 * u64::from(AUDIO_PACKETS));
+    }
+}
+
+#[test]
+fn tshark_counts_the_same_audio_packets() {
+    if !common::have_tshark() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fax.pcap");
+    write_fax_call(&path);
+    let theirs = common::tshark_rtp_streams(&path, &[]);
+    let mut counts: Vec<u64> = theirs.iter().map(|s| s.packets).collect();
+    counts.sort();
+    assert_eq!(counts, [50, 50], "tshark's streams: {theirs:?}");
+    let ours = analyse(&path, 1);
+    let ours: Vec<&monitor::StreamRecord> = ours.all_streams().collect();
+    common::assert_streams_match("fax.pcap", &ours, &theirs);
+}
