@@ -68,6 +68,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
+use crate::rtp::Media;
 use crate::t38::T38Flow;
 use sip::Message;
 use sip::sdp::Sdp;
@@ -311,6 +312,9 @@ struct Endpoint {
     last_ns: i64,
     /// The SDP put this address on `image/udptl/t38`: its packets are T.38, never RTP.
     t38: bool,
+    media: Media,
+    /// SRTP (`RTP/SAVP`...): the payload is encrypted, the header is not.
+    encrypted: bool,
 }
 
 /// Where a flow's packets go, and the call last told to that shard for it.
@@ -338,6 +342,9 @@ pub(crate) enum Event {
         call: CallRef,
         /// Where the RTP header starts in the frame (`None`: reassembled from fragments).
         rtp_offset: Option<usize>,
+        /// What the SDP said of the flow (`Unknown`, false without one).
+        media: Media,
+        encrypted: bool,
     },
     Rtcp {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
@@ -448,8 +455,11 @@ impl CallShard {
                 clock_rate,
                 call,
                 rtp_offset,
+                media,
+                encrypted,
             } => {
-                let call = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call);
+                let sdp = (media, encrypted);
+                let call = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call, sdp);
                 if let Some(c) = call {
                     self.report(&c, TapKind::Rtp { rtp_offset }, cur);
                 }
@@ -550,6 +560,7 @@ impl CallShard {
         h: &RtpHeader,
         clock_rate: u32,
         call: CallRef,
+        (media, encrypted): (Media, bool),
     ) -> Option<Arc<str>> {
         let known = match call {
             CallRef::Unknown => None,
@@ -587,6 +598,10 @@ impl CallShard {
             }
         };
         slot.stream.add(ts_ns, now_ms, h, clock_rate);
+        if media != Media::Unknown {
+            slot.stream.media = media;
+            slot.stream.encrypted = encrypted;
+        }
         // The packet is its stream's call's (a clone only when someone listens).
         slot.call.as_ref().filter(|_| self.tap.is_some()).cloned()
     }
@@ -1122,6 +1137,8 @@ impl Front {
                     dynamic,
                     last_ns: ts_ns,
                     t38,
+                    media: Media::from_sdp(media.kind),
+                    encrypted: crate::rtp::is_srtp_proto(media.proto),
                 },
             );
         }
@@ -1173,7 +1190,7 @@ impl Front {
             }
             return;
         }
-        let (call, call_shard, clock_rate) = match ep {
+        let (call, call_shard, clock_rate, (media, encrypted)) = match ep {
             Some(e) => {
                 e.last_ns = ts_ns;
                 let rate = if h.payload_type < 96 {
@@ -1185,7 +1202,7 @@ impl Front {
                         .map(|(_, r)| *r)
                         .unwrap_or(0)
                 };
-                (Some(&e.call), Some(e.shard), rate)
+                (Some(&e.call), Some(e.shard), rate, (e.media, e.encrypted))
             }
             None => {
                 // Without SDP, RTP is recognised by its header alone; like Wireshark's heuristic
@@ -1194,7 +1211,8 @@ impl Front {
                     self.counters.rtp_packets -= 1;
                     return;
                 }
-                (None, None, crate::rtp::static_clock_rate(h.payload_type))
+                let rate = crate::rtp::static_clock_rate(h.payload_type);
+                (None, None, rate, (Media::Unknown, false))
             }
         };
         if self.shards == 1 && self.me.is_none() {
@@ -1214,6 +1232,8 @@ impl Front {
                     clock_rate,
                     call,
                     rtp_offset,
+                    media,
+                    encrypted,
                 },
             );
             return;
@@ -1243,6 +1263,8 @@ impl Front {
                 clock_rate,
                 call,
                 rtp_offset,
+                media,
+                encrypted,
             },
         );
     }

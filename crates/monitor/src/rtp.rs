@@ -439,10 +439,52 @@ pub struct StreamKey {
     pub ssrc: u32,
 }
 
+/// The kind of media an SDP `m=` line announced for a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Media {
+    Audio,
+    Video,
+    /// No SDP announced the stream (found by its RTP header alone), or another kind.
+    #[default]
+    Unknown,
+}
+
+impl Media {
+    /// From an `m=` line's media type.
+    pub fn from_sdp(kind: &str) -> Media {
+        if kind.eq_ignore_ascii_case("audio") {
+            Media::Audio
+        } else if kind.eq_ignore_ascii_case("video") {
+            Media::Video
+        } else {
+            Media::Unknown
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Media::Audio => "audio",
+            Media::Video => "video",
+            Media::Unknown => "unknown",
+        }
+    }
+}
+
+/// Whether an `m=` line's transport protocol is SRTP (RFC 3711, 5124, 5764).
+pub fn is_srtp_proto(proto: &str) -> bool {
+    let p = proto.to_ascii_uppercase();
+    p.ends_with("/SAVP") || p.ends_with("/SAVPF")
+}
+
 /// One RTP stream's state.
 #[derive(Debug, Clone)]
 pub struct RtpStream {
     pub key: StreamKey,
+    /// What the SDP said the stream carries (`Unknown` without SDP).
+    pub media: Media,
+    /// The SDP put it under SRTP (`RTP/SAVP`, `RTP/SAVPF`, `UDP/TLS/RTP/SAVPF`): the payload
+    /// is encrypted, the RTP header (and so every figure here) is in clear.
+    pub encrypted: bool,
     pub first_ns: i64,
     pub last_ns: i64,
     pub packets: u64,
@@ -462,6 +504,8 @@ impl RtpStream {
     pub fn new(key: StreamKey, ts_ns: i64, signalled: bool) -> RtpStream {
         RtpStream {
             key,
+            media: Media::Unknown,
+            encrypted: false,
             first_ns: ts_ns,
             last_ns: ts_ns,
             packets: 0,
@@ -528,6 +572,10 @@ impl RtpStream {
 
     /// MOS of this stream with the E-model (see [`crate::mos`]).
     pub fn mos(&self) -> Option<f64> {
+        // The E-model scores speech: a video stream has no MOS.
+        if self.media == Media::Video {
+            return None;
+        }
         let codec = crate::mos::Codec::from_payload_type(self.main_payload_type()?)?;
         let expected = self.sequence.expected().max(1) as f64;
         let lost = self.sequence.lost().max(0) as f64;

@@ -152,6 +152,38 @@ pub mod packet {
     }
 }
 
+/// A capture written one UDP datagram at a time, for tests that need a call's exact packets
+/// (a re-INVITE to T.38, an SDES key) rather than [`generate`]'s many alike.
+pub struct PcapBuilder {
+    w: PcapWriter<io::BufWriter<std::fs::File>>,
+    frame: Vec<u8>,
+}
+
+impl PcapBuilder {
+    pub fn create(path: &std::path::Path) -> io::Result<PcapBuilder> {
+        let file = io::BufWriter::new(std::fs::File::create(path)?);
+        Ok(PcapBuilder {
+            w: PcapWriter::new(file, 1, false)?,
+            frame: Vec::with_capacity(2048),
+        })
+    }
+
+    /// One Ethernet/IPv4/UDP frame at `t_ns`.
+    pub fn udp(&mut self, t_ns: i64, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        self.frame.clear();
+        packet::write_ethernet_udp(&mut self.frame, src, dst, payload);
+        self.w
+            .write_packet(t_ns, &self.frame)
+            .expect("writing a test capture");
+    }
+
+    /// Flushes the file.
+    pub fn finish(self) -> io::Result<()> {
+        let mut inner = self.w.into_inner();
+        io::Write::flush(&mut inner)
+    }
+}
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct SynthConfig {

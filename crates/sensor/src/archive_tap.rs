@@ -259,6 +259,11 @@ impl CallTap for ArchiveTap {
         let b = &mut self.batch;
         let start = b.data.len();
         b.data.extend_from_slice(&data[..keep]);
+        if sip {
+            // SDES keys and MIKEY never reach the disk in clear (same length, so the frame
+            // stays whole).
+            sip::secrets::redact_keys(&mut b.data[start..]);
+        }
         b.items.push(Item {
             call: call_id.clone(),
             sip,

@@ -45,6 +45,8 @@ pub fn stream_json(s: &StreamRecord) -> serde_json::Value {
         "src": st.key.src.to_string(),
         "dst": st.key.dst.to_string(),
         "ssrc": format!("0x{:08X}", st.key.ssrc),
+        "media": st.media.as_str(),
+        "encrypted": st.encrypted,
         "payload": st.payload_names(),
         "payload_types": st.payload_types,
         "start": format_time_us(us(st.first_ns)),
@@ -111,6 +113,8 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "sip_messages": d.sip_messages,
         "reinvites": d.reinvites,
         "fax": c.is_fax(),
+        "encrypted": c.streams.iter().any(|s| s.stream.encrypted),
+        "video": c.streams.iter().any(|s| s.stream.media == monitor::rtp::Media::Video),
         "streams": c.streams.iter().map(|s| json!({
             "src": s.stream.key.src.to_string(),
             "dst": s.stream.key.dst.to_string(),

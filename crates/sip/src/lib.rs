@@ -9,6 +9,7 @@
 //! Start reading at [`Message::parse`] and [`sdp::Sdp::parse`].
 
 pub mod sdp;
+pub mod secrets;
 
 use std::fmt;
 

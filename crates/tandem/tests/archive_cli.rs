@@ -542,3 +542,173 @@ fn hep_input_is_archived_like_a_file() {
         );
     }
 }
+
+/// An SRTP call with an SDES key: INVITE and 200 with `RTP/SAVP` and `a=crypto`, then RTP
+/// (encrypted payload, clear header) both ways, then BYE.
+fn write_srtp_call(path: &Path, keys: [&str; 2]) {
+    use monitor::synth::PcapBuilder;
+    use monitor::synth::packet::write_rtp;
+    use std::net::SocketAddr;
+    let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+    let (a, b) = (at("10.9.0.1:5060"), at("10.9.0.2:5060"));
+    let (a_rtp, b_rtp) = (at("10.9.0.1:4000"), at("10.9.0.2:5000"));
+    let sdp = |ip: &str, port: u16, key: &str| {
+        format!(
+            "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
+             m=audio {port} RTP/SAVP 8\r\na=rtpmap:8 PCMA/8000\r\n\
+             a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{key}|2^20|1:32\r\n"
+        )
+    };
+    let msg = |start: &str, cseq: &str, to_tag: &str, body: &str| {
+        format!(
+            "{start}\r\nVia: SIP/2.0/UDP 10.9.0.1:5060;branch=z9hG4bK{}\r\n\
+             From: <sip:100@10.9.0.1>;tag=a\r\nTo: <sip:200@10.9.0.2>{to_tag}\r\n\
+             Call-ID: srtp-1@tandem.test\r\nCSeq: {cseq}\r\n\
+             Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{body}",
+            cseq.replace(' ', ""),
+            body.len()
+        )
+    };
+    let mut w = PcapBuilder::create(path).unwrap();
+    let mut put =
+        |t: i64, src: SocketAddr, dst: SocketAddr, payload: &[u8]| w.udp(t, src, dst, payload);
+    let mut t = 1_700_000_000_000_000_000i64;
+    let invite = msg(
+        "INVITE sip:200@10.9.0.2 SIP/2.0",
+        "1 INVITE",
+        "",
+        &sdp("10.9.0.1", 4000, keys[0]),
+    );
+    put(t, a, b, invite.as_bytes());
+    t += 20_000_000;
+    let ok = msg(
+        "SIP/2.0 200 OK",
+        "1 INVITE",
+        ";tag=b",
+        &sdp("10.9.0.2", 5000, keys[1]),
+    );
+    put(t, b, a, ok.as_bytes());
+    t += 10_000_000;
+    put(
+        t,
+        a,
+        b,
+        msg("ACK sip:200@10.9.0.2 SIP/2.0", "1 ACK", ";tag=b", "").as_bytes(),
+    );
+    let mut rtp = Vec::new();
+    for n in 0..40u16 {
+        t += 20_000_000;
+        for (dir, (src, dst)) in [(a_rtp, b_rtp), (b_rtp, a_rtp)].into_iter().enumerate() {
+            rtp.clear();
+            write_rtp(
+                &mut rtp,
+                8,
+                n == 0,
+                n,
+                160 * u32::from(n),
+                0x500 + dir as u32,
+                170,
+                0x3c,
+            );
+            put(t, src, dst, &rtp);
+        }
+    }
+    t += 50_000_000;
+    put(
+        t,
+        a,
+        b,
+        msg("BYE sip:200@10.9.0.2 SIP/2.0", "2 BYE", ";tag=b", "").as_bytes(),
+    );
+    t += 10_000_000;
+    put(
+        t,
+        b,
+        a,
+        msg("SIP/2.0 200 OK", "2 BYE", ";tag=b", "").as_bytes(),
+    );
+}
+
+#[test]
+fn sdes_keys_appear_nowhere_tandem_writes() {
+    let keys = [
+        "WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz",
+        "QUJjZGVmMTIzNDU2Nzg5QUJDREUwMTIzNDU2Nzg5",
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("srtp.pcap");
+    write_srtp_call(&pcap, keys);
+    let (dir, db) = (tmp.path().join("archive"), tmp.path().join("cdr.sqlite3"));
+    let out = ok(
+        tandem()
+            .env("TANDEM_LOG", "debug")
+            .args(["capture", "--json", "--archive-store", "full", "--read"])
+            .arg(&pcap)
+            .arg("--archive")
+            .arg(&dir)
+            .arg("--cdr-db")
+            .arg(&db)
+            .output()
+            .unwrap(),
+        "tandem capture",
+    );
+    let json = String::from_utf8(out.stdout).unwrap();
+    let log = String::from_utf8(out.stderr).unwrap();
+    // The streams are marked encrypted, and their header figures are still there.
+    let streams: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["kind"] == "rtp_stream")
+        .collect();
+    assert_eq!(streams.len(), 2, "{json}");
+    for s in &streams {
+        assert_eq!(
+            (s["encrypted"].as_bool(), s["packets"].as_u64()),
+            (Some(true), Some(40))
+        );
+    }
+    let pcap_out = cdr_pcap(&db, "srtp-1@tandem.test");
+    assert!(
+        pcap_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pcap_out.stderr)
+    );
+    let archived = pcap_out.stdout;
+    assert!(
+        archived.windows(7).any(|w| w == b"inline:"),
+        "the archived SIP keeps its crypto lines"
+    );
+    let mut everything: Vec<(String, Vec<u8>)> = vec![
+        ("--json output".into(), json.into_bytes()),
+        ("log".into(), log.into_bytes()),
+        ("CDR database".into(), std::fs::read(&db).unwrap()),
+        ("archived call (cdr pcap)".into(), archived),
+    ];
+    for f in walk(&dir) {
+        everything.push((f.display().to_string(), std::fs::read(&f).unwrap()));
+    }
+    for (what, bytes) in &everything {
+        for key in keys {
+            // The key's first 12 characters are enough to find any copy of it.
+            let probe = &key.as_bytes()[..12];
+            assert!(
+                !bytes.windows(probe.len()).any(|w| w == probe),
+                "an SDES key is in the {what}"
+            );
+        }
+    }
+}
+
+/// Every file below `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -1,14 +1,18 @@
+//! Media beyond one voice stream, as the SDP announces it.
+//!
 //! A fax call: audio first, then a re-INVITE moves the same ports to T.38 (UDPTL). The audio
 //! streams count only the audio, as tshark's do; the UDPTL packets are T.38 flows of the call,
-//! never RTP, even when their first byte looks like an RTP header.
+//! never RTP, even when their first byte looks like an RTP header. A video call: its video
+//! stream is marked and kept out of MOS.
 
 mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
 
-use monitor::pcap::PcapWriter;
-use monitor::synth::packet::{write_ethernet_udp, write_rtp};
+use monitor::rtp::Media;
+use monitor::synth::PcapBuilder;
+use monitor::synth::packet::write_rtp;
 use monitor::{Monitor, MonitorConfig};
 
 const AUDIO_PACKETS: u16 = 50;
@@ -47,43 +51,44 @@ fn sip(start: &str, cseq: &str, body: Option<&str>) -> String {
     m
 }
 
-/// Writes the fax call; returns nothing but the file.
-fn write_fax_call(path: &Path) {
+const URI: &str = "sip:200@10.0.0.2";
+
+/// INVITE with `offer`, 200 OK with `answer`, ACK, from `t`; returns the time after them.
+fn answered_call(b: &mut PcapBuilder, mut t: i64, offer: &str, answer: &str, cseq: u32) -> i64 {
     let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
+    let invite = sip(
+        &format!("INVITE {URI} SIP/2.0"),
+        &format!("{cseq} INVITE"),
+        Some(offer),
+    );
+    b.udp(t, a_sip, b_sip, invite.as_bytes());
+    t += 20_000_000;
+    let ok = sip("SIP/2.0 200 OK", &format!("{cseq} INVITE"), Some(answer));
+    b.udp(t, b_sip, a_sip, ok.as_bytes());
+    t += 10_000_000;
+    let ack = sip(&format!("ACK {URI} SIP/2.0"), &format!("{cseq} ACK"), None);
+    b.udp(t, a_sip, b_sip, ack.as_bytes());
+    t
+}
+
+/// BYE at `t`.
+fn bye(b: &mut PcapBuilder, t: i64, cseq: u32) {
+    let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
+    let bye = sip(&format!("BYE {URI} SIP/2.0"), &format!("{cseq} BYE"), None);
+    b.udp(t, a_sip, b_sip, bye.as_bytes());
+    let ok = sip("SIP/2.0 200 OK", &format!("{cseq} BYE"), None);
+    b.udp(t + 10_000_000, b_sip, a_sip, ok.as_bytes());
+}
+
+/// The fax call: audio, a re-INVITE to T.38 on the same ports, UDPTL, BYE.
+fn write_fax_call(path: &Path) {
     let (a_media, b_media) = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
     let audio_a = sdp("10.0.0.1", "m=audio 4000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
     let audio_b = sdp("10.0.0.2", "m=audio 5000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
     let fax_a = sdp("10.0.0.1", "m=image 4000 udptl t38\r\na=T38FaxVersion:0");
     let fax_b = sdp("10.0.0.2", "m=image 5000 udptl t38\r\na=T38FaxVersion:0");
-    let mut w = PcapWriter::new(std::fs::File::create(path).unwrap(), 1, false).unwrap();
-    let mut t = 1_700_000_000_000_000_000i64;
-    let mut frame = Vec::new();
-    let mut put = |t: i64, src: SocketAddr, dst: SocketAddr, payload: &[u8]| {
-        frame.clear();
-        write_ethernet_udp(&mut frame, src, dst, payload);
-        w.write_packet(t, &frame).unwrap();
-    };
-    let uri = "sip:200@10.0.0.2";
-    put(
-        t,
-        a_sip,
-        b_sip,
-        sip(&format!("INVITE {uri} SIP/2.0"), "1 INVITE", Some(&audio_a)).as_bytes(),
-    );
-    t += 20_000_000;
-    put(
-        t,
-        b_sip,
-        a_sip,
-        sip("SIP/2.0 200 OK", "1 INVITE", Some(&audio_b)).as_bytes(),
-    );
-    t += 10_000_000;
-    put(
-        t,
-        a_sip,
-        b_sip,
-        sip(&format!("ACK {uri} SIP/2.0"), "1 ACK", None).as_bytes(),
-    );
+    let mut b = PcapBuilder::create(path).unwrap();
+    let mut t = answered_call(&mut b, 1_700_000_000_000_000_000, &audio_a, &audio_b, 1);
     let mut rtp = Vec::new();
     for n in 0..AUDIO_PACKETS {
         t += 20_000_000;
@@ -103,30 +108,10 @@ fn write_fax_call(path: &Path) {
                 160,
                 0xd5,
             );
-            put(t + dir as i64 * 1_000_000, src, dst, &rtp);
+            b.udp(t + dir as i64 * 1_000_000, src, dst, &rtp);
         }
     }
-    t += 100_000_000;
-    put(
-        t,
-        a_sip,
-        b_sip,
-        sip(&format!("INVITE {uri} SIP/2.0"), "2 INVITE", Some(&fax_a)).as_bytes(),
-    );
-    t += 20_000_000;
-    put(
-        t,
-        b_sip,
-        a_sip,
-        sip("SIP/2.0 200 OK", "2 INVITE", Some(&fax_b)).as_bytes(),
-    );
-    t += 10_000_000;
-    put(
-        t,
-        a_sip,
-        b_sip,
-        sip(&format!("ACK {uri} SIP/2.0"), "2 ACK", None).as_bytes(),
-    );
+    t = answered_call(&mut b, t + 100_000_000, &fax_a, &fax_b, 2);
     for n in 0..FAX_PACKETS {
         t += 30_000_000;
         for (dir, (src, dst)) in [(a_media, b_media), (b_media, a_media)]
@@ -140,23 +125,11 @@ fn write_fax_call(path: &Path) {
             udptl.push(40);
             udptl.extend_from_slice(&[0xc0, 0x01, 0x80]);
             udptl.resize(udptl.len() + 37, 0x55);
-            put(t + dir as i64 * 1_000_000, src, dst, &udptl);
+            b.udp(t + dir as i64 * 1_000_000, src, dst, &udptl);
         }
     }
-    t += 100_000_000;
-    put(
-        t,
-        a_sip,
-        b_sip,
-        sip(&format!("BYE {uri} SIP/2.0"), "3 BYE", None).as_bytes(),
-    );
-    t += 10_000_000;
-    put(
-        t,
-        b_sip,
-        a_sip,
-        sip("SIP/2.0 200 OK", "3 BYE", None).as_bytes(),
-    );
+    bye(&mut b, t + 100_000_000, 3);
+    b.finish().unwrap();
 }
 
 fn analyse(path: &Path, workers: usize) -> monitor::Analysis {
@@ -208,4 +181,48 @@ fn tshark_counts_the_same_audio_packets() {
     let ours = analyse(&path, 1);
     let ours: Vec<&monitor::StreamRecord> = ours.all_streams().collect();
     common::assert_streams_match("fax.pcap", &ours, &theirs);
+}
+
+#[test]
+fn a_video_stream_is_marked_and_has_no_mos() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("video.pcap");
+    let offer = sdp(
+        "10.0.0.1",
+        "m=audio 4000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\nm=video 4002 RTP/AVP 96\r\na=rtpmap:96 H264/90000",
+    );
+    let answer = sdp(
+        "10.0.0.2",
+        "m=audio 5000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\nm=video 5002 RTP/AVP 96\r\na=rtpmap:96 H264/90000",
+    );
+    let mut b = PcapBuilder::create(&path).unwrap();
+    let mut t = answered_call(&mut b, 1_700_000_000_000_000_000, &offer, &answer, 1);
+    let mut rtp = Vec::new();
+    for n in 0..30u16 {
+        t += 20_000_000;
+        rtp.clear();
+        write_rtp(&mut rtp, 8, n == 0, n, 160 * u32::from(n), 0xa0, 160, 0xd5);
+        b.udp(t, addr("10.0.0.1:4000"), addr("10.0.0.2:5000"), &rtp);
+        rtp.clear();
+        write_rtp(
+            &mut rtp,
+            96,
+            n == 0,
+            n,
+            3000 * u32::from(n),
+            0xb0,
+            900,
+            0x11,
+        );
+        b.udp(t, addr("10.0.0.1:4002"), addr("10.0.0.2:5002"), &rtp);
+    }
+    bye(&mut b, t + 50_000_000, 2);
+    b.finish().unwrap();
+    let a = analyse(&path, 1);
+    let call = &a.calls[0];
+    let by_media = |m: Media| call.streams.iter().find(|s| s.stream.media == m).unwrap();
+    assert!(by_media(Media::Audio).stream.mos().is_some());
+    let video = by_media(Media::Video);
+    assert_eq!((video.stream.packets, video.stream.mos()), (30, None));
+    assert!(!call.is_fax() && call.streams.iter().all(|s| !s.stream.encrypted));
 }
