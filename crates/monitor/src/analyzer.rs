@@ -69,7 +69,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use crate::rtp::Media;
-use crate::t38::T38Flow;
+use crate::t38::{IfpType, T38Flow, UdptlHead};
 use sip::Message;
 use sip::sdp::Sdp;
 
@@ -356,6 +356,7 @@ pub(crate) enum Event {
         dst: SocketAddr,
         seq: u16,
         bytes: usize,
+        ifp: Option<IfpType>,
         call: CallRef,
     },
     Tick {
@@ -475,9 +476,10 @@ impl CallShard {
                 dst,
                 seq,
                 bytes,
+                ifp,
                 call,
             } => {
-                if let Some(c) = self.on_udptl(ts_ns, src, dst, seq, bytes, call) {
+                if let Some(c) = self.on_udptl(ts_ns, src, dst, (seq, bytes, ifp), call) {
                     self.report(&c, TapKind::Udptl, cur);
                 }
             }
@@ -612,8 +614,7 @@ impl CallShard {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        seq: u16,
-        bytes: usize,
+        (seq, bytes, ifp): (u16, usize, Option<IfpType>),
         call: CallRef,
     ) -> Option<Arc<str>> {
         let flow = PackedKey::new(src, dst, 0);
@@ -627,6 +628,9 @@ impl CallShard {
         };
         if let Some(r) = self.t38.get_mut(&flow) {
             r.flow.add(ts_ns, seq, bytes);
+            if let Some(t) = ifp {
+                r.flow.saw(t);
+            }
             return r.call_id.clone().filter(|_| self.tap.is_some());
         }
         if self.streams.len() + self.t38.len() >= self.max_streams {
@@ -634,10 +638,13 @@ impl CallShard {
             return None;
         }
         let call_id = known.or_else(|| self.flow_calls.get(&flow).cloned());
-        let r = T38Record {
+        let mut r = T38Record {
             flow: T38Flow::new(src, dst, ts_ns, seq, bytes),
             call_id,
         };
+        if let Some(t) = ifp {
+            r.flow.saw(t);
+        }
         let call = r.call_id.clone().filter(|_| self.tap.is_some());
         self.t38.insert(flow, r);
         call
@@ -997,10 +1004,9 @@ impl Front {
                     let at = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
                     let rtp_offset =
                         (at <= frame.len() && payload.len() <= frame.len() - at).then_some(at);
-                    let udptl = crate::t38::udptl_seq(payload).map(|seq| (seq, payload.len()));
+                    let udptl = UdptlHead::new(payload);
                     self.rtp(ts_ns, src, dst, h, rtp_offset, udptl, emit);
-                } else if let Some(udptl) =
-                    crate::t38::udptl_seq(payload).map(|seq| (seq, payload.len()))
+                } else if let Some(udptl) = UdptlHead::new(payload)
                     && is_t38(&self.endpoints, src, dst)
                 {
                     self.udptl(ts_ns, src, dst, udptl, emit);
@@ -1164,7 +1170,7 @@ impl Front {
         dst: SocketAddr,
         h: RtpHeader,
         rtp_offset: Option<usize>,
-        udptl: Option<(u16, usize)>,
+        udptl: Option<UdptlHead>,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
@@ -1357,7 +1363,7 @@ impl Front {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        (seq, bytes): (u16, usize),
+        udptl: UdptlHead,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         let packed_flow = PackedKey::new(src, dst, 0);
@@ -1405,8 +1411,9 @@ impl Front {
                 ts_ns,
                 src,
                 dst,
-                seq,
-                bytes,
+                seq: udptl.seq(),
+                bytes: udptl.len(),
+                ifp: udptl.ifp_type(),
                 call,
             },
         );

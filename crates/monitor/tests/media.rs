@@ -178,9 +178,49 @@ fn tshark_counts_the_same_audio_packets() {
     let mut counts: Vec<u64> = theirs.iter().map(|s| s.packets).collect();
     counts.sort();
     assert_eq!(counts, [50, 50], "tshark's streams: {theirs:?}");
-    let ours = analyse(&path, 1);
-    let ours: Vec<&monitor::StreamRecord> = ours.all_streams().collect();
+    let a = analyse(&path, 1);
+    let ours: Vec<&monitor::StreamRecord> = a.all_streams().collect();
     common::assert_streams_match("fax.pcap", &ours, &theirs);
+    // The T.38 flows as tshark decodes them: packets, first and last sequence numbers, and the
+    // IFP types, per source port.
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&path)
+        .args([
+            "-Y",
+            "t38",
+            "-T",
+            "fields",
+            "-e",
+            "udp.srcport",
+            "-e",
+            "t38.seq_number",
+        ])
+        .args(["-e", "t38.t30_indicator", "-e", "t38.t30_data"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for f in &a.calls[0].t38 {
+        let port = f.flow.src.port().to_string();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split('\t').collect::<Vec<_>>())
+            .filter(|r| r[0] == port)
+            .collect();
+        assert_eq!(
+            rows.len() as u64,
+            f.flow.packets,
+            "tshark's T.38 packets from {port}"
+        );
+        assert_eq!(rows[0][1], f.flow.first_seq.to_string());
+        assert_eq!(rows[rows.len() - 1][1], f.flow.highest_seq().to_string());
+        // tshark gives the enumeration's number: data type 0 is v21.
+        assert!(
+            rows.iter().all(|r| r[2].is_empty() && r[3] == "0"),
+            "{rows:?}"
+        );
+        assert_eq!(f.flow.types, [monitor::t38::IfpType::Data(0)]);
+    }
 }
 
 #[test]

@@ -89,6 +89,7 @@ pub fn t38_json(t: &T38Record) -> serde_json::Value {
         "out_of_order": f.out_of_order,
         "first_seq": f.first_seq,
         "last_seq": f.highest_seq(),
+        "types": f.types.iter().map(|t| t.name()).collect::<Vec<_>>(),
     })
 }
 
