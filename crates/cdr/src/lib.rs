@@ -127,6 +127,27 @@ pub const ARCHIVE_COLUMNS: [(&str, &str, &str); 10] = [
     ("rtp_compression", "TEXT", "TEXT"),
 ];
 
+/// One direction of a call's T.38 fax (UDPTL) media.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct CdrT38 {
+    pub src: String,
+    pub dst: String,
+    pub start_us: i64,
+    pub end_us: i64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub lost: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    /// The IFP types seen, in order, comma-separated (`cng,v21-preamble,v21,...`).
+    pub types: String,
+}
+
+/// The columns of a T.38 row after `cdr_id`, in [`CdrT38`]'s order.
+pub(crate) const T38_COLUMNS: &str =
+    "src, dst, start_us, end_us, packets, bytes, lost, duplicates, out_of_order, types";
+
 /// One RTP stream.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
@@ -184,6 +205,8 @@ pub trait CdrStore {
     fn list(&mut self, filter: &CdrFilter) -> Result<Vec<CdrCall>, CdrError>;
     /// The most recent call with this Call-ID and its streams.
     fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
+    /// The T.38 flows of the most recent call with this Call-ID (empty for a voice call).
+    fn t38(&mut self, call_id: &str) -> Result<Vec<CdrT38>, CdrError>;
 }
 
 /// The SQLite schema.
@@ -252,12 +275,29 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
 CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
 CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
 CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
+CREATE TABLE IF NOT EXISTS cdr_t38 (
+    id            INTEGER PRIMARY KEY,
+    cdr_id        INTEGER REFERENCES cdr(id),
+    src           TEXT    NOT NULL,
+    dst           TEXT    NOT NULL,
+    start_us      INTEGER NOT NULL,
+    end_us        INTEGER NOT NULL,
+    packets       INTEGER NOT NULL,
+    bytes         INTEGER NOT NULL,
+    lost          INTEGER NOT NULL,
+    duplicates    INTEGER NOT NULL,
+    out_of_order  INTEGER NOT NULL,
+    types         TEXT    NOT NULL,
+    uid           TEXT
+);
+CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_t38_uid ON cdr_t38(uid);
 ";
 
 /// Adds the `uid` column to the tables of a database created before it existed; [`SCHEMA`]
 /// then creates its unique index.
 fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
-    for table in ["cdr", "cdr_rtp"] {
+    for table in ["cdr", "cdr_rtp", "cdr_t38"] {
         let (exists, has_uid): (i64, i64) = conn.query_row(
             "SELECT COUNT(*), COALESCE(SUM(name = 'uid'), 0) FROM pragma_table_info(?1)",
             [table],
@@ -394,6 +434,13 @@ impl CdrStore for SqliteStore {
                 upsert_set(CALL_COLUMNS)
             ))?;
             let mut del_streams = tx.prepare_cached("DELETE FROM cdr_rtp WHERE cdr_id = ?1")?;
+            let mut del_t38 = tx.prepare_cached("DELETE FROM cdr_t38 WHERE cdr_id = ?1")?;
+            let mut ins_t38 = tx.prepare_cached(&format!(
+                "INSERT INTO cdr_t38 (cdr_id, {T38_COLUMNS}, uid) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                 ON CONFLICT (uid) DO UPDATE SET cdr_id = excluded.cdr_id, {}",
+                upsert_set(T38_COLUMNS)
+            ))?;
             let mut ins_stream = tx.prepare_cached(&format!(
                 "INSERT INTO cdr_rtp ({STREAM_COLUMNS}, uid) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
@@ -438,6 +485,7 @@ impl CdrStore for SqliteStore {
                     )?;
                     // Stored before (the same call read again): its streams are replaced.
                     del_streams.execute([id])?;
+                    del_t38.execute([id])?;
                     cdr_id = Some(id);
                 }
                 for (i, s) in rec.streams.iter().enumerate() {
@@ -464,6 +512,22 @@ impl CdrStore for SqliteStore {
                         s.rtcp_fraction_lost_pct,
                         s.rtcp_jitter_ms,
                         rec.stream_uid(i)
+                    ])?;
+                }
+                for (i, t) in rec.t38.iter().enumerate() {
+                    ins_t38.execute(params![
+                        cdr_id,
+                        t.src,
+                        t.dst,
+                        t.start_us,
+                        t.end_us,
+                        opt_i64(Some(t.packets)),
+                        opt_i64(Some(t.bytes)),
+                        opt_i64(Some(t.lost)),
+                        opt_i64(Some(t.duplicates)),
+                        opt_i64(Some(t.out_of_order)),
+                        t.types,
+                        rec.t38_uid(i)
                     ])?;
                 }
             }
@@ -515,6 +579,37 @@ impl CdrStore for SqliteStore {
             .query_map(rusqlite::params_from_iter(args), |r| call_from_row(r, 0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    fn t38(&mut self, call_id: &str) -> Result<Vec<CdrT38>, CdrError> {
+        let sql = format!(
+            "SELECT {T38_COLUMNS} FROM cdr_t38 WHERE cdr_id = \
+             (SELECT id FROM cdr WHERE call_id = ?1 ORDER BY id DESC LIMIT 1) ORDER BY start_us, id"
+        );
+        let mut st = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([call_id], |r| {
+                let n =
+                    |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+                Ok(CdrT38 {
+                    src: r.get(0)?,
+                    dst: r.get(1)?,
+                    start_us: r.get(2)?,
+                    end_us: r.get(3)?,
+                    packets: n(4)?,
+                    bytes: n(5)?,
+                    lost: n(6)?,
+                    duplicates: n(7)?,
+                    out_of_order: n(8)?,
+                    types: r.get(9)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());
+        drop(st);
+        rows.map_err(|e| CdrError::Sqlite {
+            path: self.path.clone(),
+            source: e,
+        })
     }
 
     fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError> {

@@ -5,7 +5,9 @@
 use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 
-use crate::{ARCHIVE_COLUMNS, CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream};
+use crate::{
+    ARCHIVE_COLUMNS, CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38,
+};
 
 /// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
 pub const PG_SCHEMA: &str = "
@@ -73,12 +75,30 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
 CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
 CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
 CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
+CREATE TABLE IF NOT EXISTS cdr_t38 (
+    id            BIGSERIAL PRIMARY KEY,
+    cdr_id        BIGINT  REFERENCES cdr(id),
+    src           TEXT    NOT NULL,
+    dst           TEXT    NOT NULL,
+    start_us      BIGINT  NOT NULL,
+    end_us        BIGINT  NOT NULL,
+    packets       BIGINT  NOT NULL,
+    bytes         BIGINT  NOT NULL,
+    lost          BIGINT  NOT NULL,
+    duplicates    BIGINT  NOT NULL,
+    out_of_order  BIGINT  NOT NULL,
+    types         TEXT    NOT NULL,
+    uid           TEXT
+);
+CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
+CREATE UNIQUE INDEX IF NOT EXISTS cdr_t38_uid ON cdr_t38(uid);
 ";
 
 /// Run before [`PG_SCHEMA`]: adds the `uid` column to tables created before it existed.
 pub const PG_UPGRADE: &str = "
 ALTER TABLE IF EXISTS cdr ADD COLUMN IF NOT EXISTS uid TEXT;
 ALTER TABLE IF EXISTS cdr_rtp ADD COLUMN IF NOT EXISTS uid TEXT;
+ALTER TABLE IF EXISTS cdr_t38 ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
 use crate::CALL_COLUMNS;
@@ -189,6 +209,18 @@ impl CdrStore for PgStore {
         let del_streams = tx
             .prepare("DELETE FROM cdr_rtp WHERE cdr_id = $1")
             .map_err(wrap)?;
+        let del_t38 = tx
+            .prepare("DELETE FROM cdr_t38 WHERE cdr_id = $1")
+            .map_err(wrap)?;
+        let ins_t38 = tx
+            .prepare(&format!(
+                "INSERT INTO cdr_t38 (cdr_id, {}, uid) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (uid) DO UPDATE SET cdr_id = excluded.cdr_id, {}",
+                crate::T38_COLUMNS,
+                crate::upsert_set(crate::T38_COLUMNS)
+            ))
+            .map_err(wrap)?;
         let ins_stream = tx
             .prepare(&format!(
                 "INSERT INTO cdr_rtp ({}, uid) \
@@ -239,6 +271,7 @@ impl CdrStore for PgStore {
                 let id: i64 = row.get(0);
                 // Stored before (the same call read again): its streams are replaced.
                 tx.execute(&del_streams, &[&id]).map_err(wrap)?;
+                tx.execute(&del_t38, &[&id]).map_err(wrap)?;
                 cdr_id = Some(id);
             }
             for (i, s) in rec.streams.iter().enumerate() {
@@ -271,8 +304,60 @@ impl CdrStore for PgStore {
                 )
                 .map_err(wrap)?;
             }
+            for (i, t) in rec.t38.iter().enumerate() {
+                let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                tx.execute(
+                    &ins_t38,
+                    &[
+                        &cdr_id,
+                        &t.src,
+                        &t.dst,
+                        &t.start_us,
+                        &t.end_us,
+                        &n(t.packets),
+                        &n(t.bytes),
+                        &n(t.lost),
+                        &n(t.duplicates),
+                        &n(t.out_of_order),
+                        &t.types,
+                        &rec.t38_uid(i),
+                    ],
+                )
+                .map_err(wrap)?;
+            }
         }
         tx.commit().map_err(wrap)
+    }
+
+    fn t38(&mut self, call_id: &str) -> Result<Vec<CdrT38>, CdrError> {
+        let sql = format!(
+            "SELECT {} FROM cdr_t38 WHERE cdr_id = \
+             (SELECT id FROM cdr WHERE call_id = $1 ORDER BY id DESC LIMIT 1) ORDER BY start_us, id",
+            crate::T38_COLUMNS
+        );
+        let rows = self
+            .client
+            .query(&sql, &[&call_id])
+            .map_err(|source| CdrError::Postgres {
+                target: self.name.clone(),
+                source,
+            })?;
+        let n = |v: i64| v.max(0) as u64;
+        Ok(rows
+            .iter()
+            .map(|r| CdrT38 {
+                src: r.get(0),
+                dst: r.get(1),
+                start_us: r.get(2),
+                end_us: r.get(3),
+                packets: n(r.get(4)),
+                bytes: n(r.get(5)),
+                lost: n(r.get(6)),
+                duplicates: n(r.get(7)),
+                out_of_order: n(r.get(8)),
+                types: r.get(9),
+            })
+            .collect())
     }
 
     fn list(&mut self, f: &CdrFilter) -> Result<Vec<CdrCall>, CdrError> {

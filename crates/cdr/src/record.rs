@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{CdrCall, CdrStream};
+use crate::{CdrCall, CdrStream, CdrT38};
 
 /// A call with its RTP streams, or one stream seen without signalling (`call` is `None`).
 ///
@@ -22,6 +22,8 @@ pub struct CdrRecord {
     pub uid: String,
     pub call: Option<CdrCall>,
     pub streams: Vec<CdrStream>,
+    /// The call's T.38 (fax) flows, stored in `cdr_t38` (`{uid}/t38/{i}`).
+    pub t38: Vec<CdrT38>,
 }
 
 impl CdrRecord {
@@ -31,6 +33,7 @@ impl CdrRecord {
             uid: String::new(),
             call: Some(call),
             streams,
+            t38: Vec::new(),
         }
     }
 
@@ -40,6 +43,7 @@ impl CdrRecord {
             uid: String::new(),
             call: None,
             streams: vec![stream],
+            t38: Vec::new(),
         }
     }
 
@@ -59,6 +63,11 @@ impl CdrRecord {
     /// The `uid` column of the call row (NULL without a uid).
     pub fn call_uid(&self) -> Option<&str> {
         (!self.uid.is_empty()).then_some(self.uid.as_str())
+    }
+
+    /// The `uid` column of T.38 flow `i`'s row.
+    pub fn t38_uid(&self, i: usize) -> Option<String> {
+        (!self.uid.is_empty()).then(|| format!("{}/t38/{i}", self.uid))
     }
 
     /// The `uid` column of stream `i`'s row.

@@ -202,7 +202,7 @@ fn postgres_store_on_a_throwaway_server() {
     let mut client = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
     client
         .batch_execute(&format!(
-            "DROP TABLE cdr_rtp, cdr; {}",
+            "DROP TABLE cdr_t38, cdr_rtp, cdr; {}",
             OLD_CDR_TABLE.replace("ID", "BIGSERIAL")
         ))
         .unwrap();

@@ -138,6 +138,59 @@ fn records_inserted_twice_are_stored_once_in_sqlite() {
     assert!(s.contains(&again.streams[0]), "{s:?}");
 }
 
+/// A fax call: the record of `call(i)` with one T.38 flow each way.
+fn fax_record(i: u64) -> CdrRecord {
+    let mut r = CdrRecord::call(call(i), Vec::new());
+    r.uid = format!("local|fax-{i}");
+    for (src, dst) in [
+        ("192.0.2.1:4000", "192.0.2.2:5000"),
+        ("192.0.2.2:5000", "192.0.2.1:4000"),
+    ] {
+        r.t38.push(cdr::CdrT38 {
+            src: src.into(),
+            dst: dst.into(),
+            start_us: 1_700_000_010_000_000,
+            end_us: 1_700_000_070_000_000,
+            packets: 1_800,
+            bytes: 61_200,
+            lost: 2,
+            duplicates: 0,
+            out_of_order: 1,
+            types: "cng,v21-preamble,v21,v17-14400".into(),
+        });
+    }
+    r
+}
+
+/// Stores a fax record twice (the second time with new figures) in `st`, and checks what
+/// `t38` reads back: the flows once each, updated.
+fn fax_flows_are_stored_once_and_updated(st: &mut dyn CdrStore) {
+    let mut r = fax_record(5);
+    st.insert_records(std::slice::from_ref(&r)).unwrap();
+    assert_eq!(st.t38("call-5@tandem.test").unwrap(), r.t38);
+    r.t38[0].packets += 1;
+    st.insert_records(std::slice::from_ref(&r)).unwrap();
+    let back = st.t38("call-5@tandem.test").unwrap();
+    assert_eq!(back, r.t38, "stored again: updated, not added");
+    assert!(st.t38("call-1@tandem.test").unwrap().is_empty());
+}
+
+#[test]
+fn fax_flows_go_to_cdr_t38_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut st = SqliteStore::open(&dir.path().join("cdr.sqlite3")).unwrap();
+    fax_flows_are_stored_once_and_updated(&mut st);
+}
+
+#[test]
+fn fax_flows_go_to_cdr_t38_in_postgres() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let mut st = PgStore::connect(&server.conninfo()).unwrap();
+    fax_flows_are_stored_once_and_updated(&mut st);
+}
+
 #[test]
 fn a_record_s_identity_is_its_sensor_call_id_and_start() {
     let r = record(4);

@@ -72,7 +72,9 @@ impl CdrSink {
             if let Some(archive) = archive {
                 archive.fill(c, &mut row);
             }
-            self.writer.submit(CdrRecord::call(row, streams));
+            let mut record = CdrRecord::call(row, streams);
+            record.t38 = c.t38.iter().map(crate::records::cdr_t38).collect();
+            self.writer.submit(record);
         }
         for s in &a.streams {
             self.writer.submit(CdrRecord::lone_stream(cdr_stream(s)));

@@ -69,6 +69,28 @@ pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
     }
 }
 
+/// The CDR row of a T.38 flow.
+pub fn cdr_t38(r: &monitor::T38Record) -> cdr::CdrT38 {
+    let f = &r.flow;
+    cdr::CdrT38 {
+        src: f.src.to_string(),
+        dst: f.dst.to_string(),
+        start_us: us(f.first_ns),
+        end_us: us(f.last_ns),
+        packets: f.packets,
+        bytes: f.bytes,
+        lost: f.lost,
+        duplicates: f.duplicates,
+        out_of_order: f.out_of_order,
+        types: f
+            .types
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
 /// The CDR store: PostgreSQL when a connection string is given, else the SQLite file (its
 /// directory is created).
 pub fn open_store(path: &Path, postgres: Option<&str>) -> Result<Box<dyn CdrStore>, SensorError> {

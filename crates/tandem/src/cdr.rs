@@ -183,10 +183,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     args.cdr_db.display()
                 );
             };
+            let t38 = store.t38(&call_id)?;
             if json {
                 serde_json::to_writer(
                     &mut out,
-                    &serde_json::json!({ "call": c, "streams": streams }),
+                    &serde_json::json!({ "call": c, "streams": streams, "t38": t38 }),
                 )?;
                 writeln!(out)?;
             } else {
@@ -234,6 +235,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         s.mos
                             .map(|m| format!("{m:.2}"))
                             .unwrap_or_else(|| "-".into())
+                    )?;
+                }
+                for t in t38 {
+                    writeln!(
+                        out,
+                        "t38  {} -> {}  packets {}  lost {}  duplicates {}  {} ms  {}",
+                        t.src,
+                        t.dst,
+                        t.packets,
+                        t.lost,
+                        t.duplicates,
+                        (t.end_us - t.start_us) / 1000,
+                        t.types
                     )?;
                 }
             }
