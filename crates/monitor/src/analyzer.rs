@@ -309,6 +309,8 @@ struct Endpoint {
     shard: u16,
     /// Dynamic payload types: (pt, clock rate; 0 for telephone-event).
     dynamic: Box<[(u8, u32)]>,
+    /// The payload type the SDP gave `telephone-event` (RFC 4733 digits), if any.
+    events_pt: Option<u8>,
     last_ns: i64,
     /// The SDP put this address on `image/udptl/t38`: its packets are T.38, never RTP.
     t38: bool,
@@ -341,10 +343,19 @@ pub(crate) enum Event {
         clock_rate: u32,
         call: CallRef,
         /// Where the RTP header starts in the frame (`None`: reassembled from fragments).
-        rtp_offset: Option<usize>,
+        rtp_offset: Option<u32>,
         /// What the SDP said of the flow (`Unknown`, false without one).
         media: Media,
         encrypted: bool,
+    },
+    /// An RFC 4733 telephone event (the SDP's `telephone-event` type), after its `Rtp` event.
+    Dtmf {
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        ssrc: u32,
+        timestamp: u32,
+        bytes: [u8; 4],
     },
     Rtcp {
         /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
@@ -462,12 +473,30 @@ impl CallShard {
                 let sdp = (media, encrypted);
                 let call = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call, sdp);
                 if let Some(c) = call {
-                    self.report(&c, TapKind::Rtp { rtp_offset }, cur);
+                    self.report(
+                        &c,
+                        TapKind::Rtp {
+                            rtp_offset: rtp_offset.map(|o| o as usize),
+                        },
+                        cur,
+                    );
                 }
             }
             Event::Rtcp { blocks } => {
                 if let Some(c) = self.on_rtcp(&blocks) {
                     self.report(&c, TapKind::Rtcp, cur);
+                }
+            }
+            Event::Dtmf {
+                ts_ns,
+                src,
+                dst,
+                ssrc,
+                timestamp,
+                bytes,
+            } => {
+                if let Some(s) = self.streams.get_mut(&PackedKey::new(src, dst, ssrc)) {
+                    s.stream.add_event(ts_ns, timestamp, bytes);
                 }
             }
             Event::Udptl {
@@ -1002,10 +1031,14 @@ impl Front {
                 } else if let Some(h) = RtpHeader::parse(payload) {
                     // The payload lies in the frame unless it was reassembled from fragments.
                     let at = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
-                    let rtp_offset =
-                        (at <= frame.len() && payload.len() <= frame.len() - at).then_some(at);
+                    let rtp_offset = (at <= frame.len() && payload.len() <= frame.len() - at)
+                        .then_some(at as u32);
                     let udptl = UdptlHead::new(payload);
-                    self.rtp(ts_ns, src, dst, h, rtp_offset, udptl, emit);
+                    // Telephone events use a dynamic payload type; only those are looked at.
+                    let event = (h.payload_type >= 96)
+                        .then(|| h.event_bytes(payload))
+                        .flatten();
+                    self.rtp(ts_ns, src, dst, h, rtp_offset, (udptl, event), emit);
                 } else if let Some(udptl) = UdptlHead::new(payload)
                     && is_t38(&self.endpoints, src, dst)
                 {
@@ -1143,6 +1176,11 @@ impl Front {
                     dynamic,
                     last_ns: ts_ns,
                     t38,
+                    events_pt: media
+                        .rtpmaps
+                        .iter()
+                        .find(|m| m.encoding.eq_ignore_ascii_case("telephone-event"))
+                        .map(|m| m.payload_type),
                     media: Media::from_sdp(media.kind),
                     encrypted: crate::rtp::is_srtp_proto(media.proto),
                 },
@@ -1169,8 +1207,8 @@ impl Front {
         src: SocketAddr,
         dst: SocketAddr,
         h: RtpHeader,
-        rtp_offset: Option<usize>,
-        udptl: Option<UdptlHead>,
+        rtp_offset: Option<u32>,
+        (udptl, event): (Option<UdptlHead>, Option<[u8; 4]>),
         emit: &mut dyn FnMut(u16, Event),
     ) {
         self.counters.rtp_packets += 1;
@@ -1196,7 +1234,7 @@ impl Front {
             }
             return;
         }
-        let (call, call_shard, clock_rate, (media, encrypted)) = match ep {
+        let (call, call_shard, clock_rate, (media, encrypted, dtmf)) = match ep {
             Some(e) => {
                 e.last_ns = ts_ns;
                 let rate = if h.payload_type < 96 {
@@ -1208,7 +1246,13 @@ impl Front {
                         .map(|(_, r)| *r)
                         .unwrap_or(0)
                 };
-                (Some(&e.call), Some(e.shard), rate, (e.media, e.encrypted))
+                let dtmf = e.events_pt == Some(h.payload_type);
+                (
+                    Some(&e.call),
+                    Some(e.shard),
+                    rate,
+                    (e.media, e.encrypted, dtmf),
+                )
             }
             None => {
                 // Without SDP, RTP is recognised by its header alone; like Wireshark's heuristic
@@ -1218,7 +1262,7 @@ impl Front {
                     return;
                 }
                 let rate = crate::rtp::static_clock_rate(h.payload_type);
-                (None, None, rate, (Media::Unknown, false))
+                (None, None, rate, (Media::Unknown, false, false))
             }
         };
         if self.shards == 1 && self.me.is_none() {
@@ -1242,6 +1286,9 @@ impl Front {
                     encrypted,
                 },
             );
+            if dtmf && let Some(bytes) = event {
+                emit(0, dtmf_event(ts_ns, src, dst, &h, bytes));
+            }
             return;
         }
         let (shard, call) = pin_flow(
@@ -1273,6 +1320,9 @@ impl Front {
                 encrypted,
             },
         );
+        if dtmf && let Some(bytes) = event {
+            emit(shard, dtmf_event(ts_ns, src, dst, &h, bytes));
+        }
     }
 }
 
@@ -1343,6 +1393,24 @@ fn join_to_calls<T>(
         }
     }
     unjoined
+}
+
+/// The event for a telephone-event packet: its stream's key, RTP timestamp and event bytes.
+fn dtmf_event(
+    ts_ns: i64,
+    src: SocketAddr,
+    dst: SocketAddr,
+    h: &RtpHeader,
+    bytes: [u8; 4],
+) -> Event {
+    Event::Dtmf {
+        ts_ns,
+        src,
+        dst,
+        ssrc: h.ssrc,
+        timestamp: h.timestamp,
+        bytes,
+    }
 }
 
 /// Whether an SDP put `dst` (or else `src`) on UDPTL.

@@ -20,6 +20,20 @@ pub struct RtpHeader {
     pub ssrc: u32,
     /// Bytes after the header, CSRCs, extension and padding.
     pub payload_len: u16,
+    /// Where the payload starts, after the CSRCs and the extension.
+    pub payload_off: u16,
+}
+
+impl RtpHeader {
+    /// The first four payload bytes of the packet `b` this header was parsed from: an RFC 4733
+    /// event is all in them. `None` when the payload is shorter.
+    pub fn event_bytes(&self, b: &[u8]) -> Option<[u8; 4]> {
+        if self.payload_len < 4 {
+            return None;
+        }
+        let at = usize::from(self.payload_off);
+        b.get(at..at + 4)?.try_into().ok()
+    }
 }
 
 impl RtpHeader {
@@ -62,6 +76,7 @@ impl RtpHeader {
             timestamp: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
             ssrc: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
             payload_len: (end - off) as u16,
+            payload_off: off as u16,
         })
     }
 }
@@ -498,6 +513,8 @@ pub struct RtpStream {
     pub signalled: bool,
     /// The clock rate used (last non-zero).
     pub clock_rate: u32,
+    /// RFC 4733 telephone events (keypad digits) carried in this stream, in order.
+    pub dtmf: Vec<DtmfEvent>,
 }
 
 impl RtpStream {
@@ -516,6 +533,7 @@ impl RtpStream {
             rtcp: None,
             signalled,
             clock_rate: 0,
+            dtmf: Vec::new(),
         }
     }
 
@@ -594,6 +612,74 @@ impl RtpStream {
     }
 }
 
+/// At most this many telephone events are kept per stream (an IVR dialogue has dozens).
+pub const DTMF_EVENTS_MAX: usize = 256;
+
+/// One RFC 4733 telephone event (a keypad digit, or flash): every packet of an event carries
+/// the same RTP timestamp, a growing duration, and the end bit on its last packets (sent three
+/// times). The event is counted once, with its final duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DtmfEvent {
+    /// 0-9, 10 `*`, 11 `#`, 12-15 `A`-`D`, 16 flash (RFC 4733 3.2).
+    pub event: u8,
+    /// Capture time of its first packet, ns since the epoch.
+    pub start_ns: i64,
+    /// Its RTP timestamp.
+    pub timestamp: u32,
+    /// The longest duration seen, in timestamp units (1/8 ms at 8 kHz).
+    pub duration: u16,
+    /// Power level, in -dBm0 (0 loudest).
+    pub volume: u8,
+    /// The end bit was seen.
+    pub ended: bool,
+}
+
+impl DtmfEvent {
+    /// The key: `0`-`9`, `*`, `#`, `A`-`D`, or `flash`, else the event number.
+    pub fn digit(&self) -> std::borrow::Cow<'static, str> {
+        const KEYS: &[u8; 16] = b"0123456789*#ABCD";
+        match self.event {
+            e @ 0..=15 => (KEYS[usize::from(e)] as char).to_string().into(),
+            16 => "flash".into(),
+            e => format!("event-{e}").into(),
+        }
+    }
+
+    /// The duration in milliseconds at `clock_rate` (8,000 when unknown).
+    pub fn duration_ms(&self, clock_rate: u32) -> f64 {
+        let rate = if clock_rate == 0 { 8000 } else { clock_rate };
+        f64::from(self.duration) * 1000.0 / f64::from(rate)
+    }
+}
+
+impl RtpStream {
+    /// Adds one telephone-event packet: its RTP timestamp and first four payload bytes.
+    pub fn add_event(&mut self, ts_ns: i64, timestamp: u32, bytes: [u8; 4]) {
+        let h_timestamp = timestamp;
+        let [event, flags, d0, d1] = bytes;
+        let duration = u16::from_be_bytes([d0, d1]);
+        let ended = flags & 0x80 != 0;
+        if let Some(last) = self.dtmf.last_mut()
+            && last.timestamp == h_timestamp
+        {
+            // The same event: a longer duration, or its end (retransmitted ends change nothing).
+            last.duration = last.duration.max(duration);
+            last.ended |= ended;
+            return;
+        }
+        if self.dtmf.len() < DTMF_EVENTS_MAX {
+            self.dtmf.push(DtmfEvent {
+                event,
+                start_ns: ts_ns,
+                timestamp: h_timestamp,
+                duration,
+                volume: flags & 0x3f,
+                ended,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -606,6 +692,7 @@ mod tests {
             timestamp: ts,
             ssrc: 1,
             payload_len: 160,
+            payload_off: 12,
         }
     }
 

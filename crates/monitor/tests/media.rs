@@ -266,3 +266,122 @@ fn a_video_stream_is_marked_and_has_no_mos() {
     assert_eq!((video.stream.packets, video.stream.mos()), (30, None));
     assert!(!call.is_fax() && call.streams.iter().all(|s| !s.stream.encrypted));
 }
+
+/// One RFC 4733 event of `ticks` packets every 20 ms at `t`: durations grow by 160, the end
+/// packet is sent three times (as RFC 4733 2.5.1.4 asks).
+fn dtmf_event(
+    b: &mut PcapBuilder,
+    t: i64,
+    (src, dst): (SocketAddr, SocketAddr),
+    (event, ts, seq): (u8, u32, u16),
+    ticks: u16,
+) -> u16 {
+    let mut seq = seq;
+    let mut rtp = Vec::new();
+    for n in 1..=ticks + 2 {
+        let end = n >= ticks;
+        let duration = 160 * n.min(ticks);
+        rtp.clear();
+        write_rtp(&mut rtp, 101, n == 1, seq, ts, 0xd7, 0, 0);
+        rtp.extend_from_slice(&[event, if end { 0x80 | 10 } else { 10 }]);
+        rtp.extend_from_slice(&duration.to_be_bytes());
+        b.udp(t + i64::from(n) * 20_000_000, src, dst, &rtp);
+        seq = seq.wrapping_add(1);
+    }
+    seq
+}
+
+fn write_dtmf_call(path: &Path) {
+    let m = |ip: &str, port: u16| {
+        sdp(
+            ip,
+            &format!(
+                "m=audio {port} RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/8000"
+            ),
+        )
+    };
+    let mut b = PcapBuilder::create(path).unwrap();
+    let t = answered_call(
+        &mut b,
+        1_700_000_000_000_000_000,
+        &m("10.0.0.1", 4000),
+        &m("10.0.0.2", 5000),
+        1,
+    );
+    let flow = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
+    // Digits 1, 2, # (event 11): 5, 4 and 6 packets long, plus the two end retransmissions.
+    let mut seq = 1;
+    for (i, (event, ticks)) in [(1u8, 5u16), (2, 4), (11, 6)].into_iter().enumerate() {
+        let start = t + i as i64 * 500_000_000;
+        seq = dtmf_event(
+            &mut b,
+            start,
+            flow,
+            (event, 8000 * (i as u32 + 1), seq),
+            ticks,
+        );
+    }
+    bye(&mut b, t + 2_000_000_000, 2);
+    b.finish().unwrap();
+}
+
+#[test]
+fn keypad_digits_are_events_counted_once_as_tshark_decodes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dtmf.pcap");
+    write_dtmf_call(&path);
+    let a = analyse(&path, 1);
+    let events: Vec<_> = a
+        .all_streams()
+        .flat_map(|s| s.stream.dtmf.clone())
+        .collect();
+    let ours: Vec<(String, u16, bool)> = events
+        .iter()
+        .map(|e| (e.digit().into_owned(), e.duration, e.ended))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            ("1".to_string(), 800, true),
+            ("2".to_string(), 640, true),
+            ("#".to_string(), 960, true)
+        ]
+    );
+    assert!(events.iter().all(|e| e.volume == 10));
+    if !common::have_tshark() {
+        return;
+    }
+    // tshark's rtpevent decode, packet by packet: the last (event, duration) of each timestamp.
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(&path)
+        .args(["-Y", "rtpevent", "-T", "fields", "-e", "rtp.timestamp"])
+        .args(["-e", "rtpevent.event_id", "-e", "rtpevent.duration"])
+        .args(["-e", "rtpevent.end_of_event"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut theirs: Vec<(String, u16, u16, bool)> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (ts, ev, dur) = (
+            f[0].to_string(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        );
+        let end = f[3] == "1" || f[3] == "True";
+        match theirs.last_mut() {
+            Some(last) if last.0 == ts => {
+                last.2 = last.2.max(dur);
+                last.3 |= end;
+            }
+            _ => theirs.push((ts, ev, dur, end)),
+        }
+    }
+    let theirs: Vec<(u16, u16, bool)> = theirs.iter().map(|t| (t.1, t.2, t.3)).collect();
+    let ours: Vec<(u16, u16, bool)> = events
+        .iter()
+        .map(|e| (u16::from(e.event), e.duration, e.ended))
+        .collect();
+    assert_eq!(ours, theirs, "tshark: {text}");
+}

@@ -93,6 +93,30 @@ pub fn t38_json(t: &T38Record) -> serde_json::Value {
     })
 }
 
+/// The call's keypad digits (RFC 4733 events of all its streams), in time order.
+fn dtmf_json(c: &CallRecord) -> serde_json::Value {
+    let mut events: Vec<_> = c
+        .streams
+        .iter()
+        .flat_map(|s| s.stream.dtmf.iter().map(move |e| (s, e)))
+        .collect();
+    events.sort_by_key(|(_, e)| e.start_ns);
+    events
+        .iter()
+        .map(|(s, e)| {
+            json!({
+                "digit": e.digit(),
+                "start": format_time_us(us(e.start_ns)),
+                "duration_ms": round3(e.duration_ms(8000)),
+                "volume": e.volume,
+                "src": s.stream.key.src.to_string(),
+                "dst": s.stream.key.dst.to_string(),
+                "ended": e.ended,
+            })
+        })
+        .collect()
+}
+
 pub fn call_json(c: &CallRecord) -> serde_json::Value {
     let d = &c.dialog;
     json!({
@@ -114,6 +138,7 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "sip_messages": d.sip_messages,
         "reinvites": d.reinvites,
         "fax": c.is_fax(),
+        "dtmf": dtmf_json(c),
         "encrypted": c.streams.iter().any(|s| s.stream.encrypted),
         "video": c.streams.iter().any(|s| s.stream.media == monitor::rtp::Media::Video),
         "streams": c.streams.iter().map(|s| json!({
