@@ -76,6 +76,20 @@ pub(super) struct RunShape {
     pub quiet: bool,
 }
 
+impl RunShape {
+    /// The shape the command line asks for, with `concurrency` sessions in flight.
+    pub(super) fn of(args: &AgiArgs, concurrency: usize) -> RunShape {
+        RunShape {
+            concurrency,
+            seconds: args.seconds,
+            runs: args.runs,
+            warmup_seconds: args.warmup_seconds,
+            max_sessions: args.max_sessions,
+            quiet: args.json,
+        }
+    }
+}
+
 /// One server's figures, medians over the runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerFigures {
@@ -272,14 +286,7 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
         cmd.args(&words[1..]);
         subjects.push(spawn(name, cmd, port, &plan, expect)?);
     }
-    let shape = RunShape {
-        concurrency,
-        seconds: args.seconds,
-        runs: args.runs,
-        warmup_seconds: args.warmup_seconds,
-        max_sessions: args.max_sessions,
-        quiet: args.json,
-    };
+    let shape = RunShape::of(&args, concurrency);
     let servers = measure(&subjects, &shape)?;
     let main = servers
         .get("tandem")

@@ -176,14 +176,7 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
         pid: None,
         child: None,
     };
-    let shape = RunShape {
-        concurrency,
-        seconds: args.seconds,
-        runs: args.runs,
-        warmup_seconds: args.warmup_seconds,
-        max_sessions: args.max_sessions,
-        quiet: args.json,
-    };
+    let shape = RunShape::of(args, concurrency);
     let throughput = measure(
         &[
             with(
