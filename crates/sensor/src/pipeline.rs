@@ -5,7 +5,7 @@
 //! ```text
 //! source (files | HEP | interface) ──packets──▶ Monitor (+ archive taps) ──closed records──┐
 //!                                                                                          ▼
-//!        archive (holds a call until its packets are written) → observer (--json) → CDR writer
+//!        archive (holds a call until its packets are written) → CDR writer → observer (--json)
 //! ```
 //!
 //! Data flows one way; the only thing that flows back is [`SensorHandle::stop`], a flag the
@@ -174,11 +174,13 @@ impl RecordSink for Sinks {
             None => part,
         };
         self.totals.add(&part);
-        if let Some(o) = self.observer.as_mut() {
-            o.records(&part).map_err(SensorError::Output)?;
-        }
+        // The CDR writer first: an observer that fails (a `--json` reader gone away) ends the
+        // sensor, and the records in hand must be stored all the same.
         if let Some(c) = &self.cdr {
             c.submit(&part, self.archive.as_ref());
+        }
+        if let Some(o) = self.observer.as_mut() {
+            o.records(&part).map_err(SensorError::Output)?;
         }
         Ok(())
     }

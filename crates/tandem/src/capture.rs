@@ -213,13 +213,6 @@ impl Args {
     }
 }
 
-impl Args {
-    /// A source that runs until stopped (an interface or HEP), not files.
-    pub fn is_live(&self) -> bool {
-        self.read.is_empty()
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = args.to_config();
     let from_files = !config.source.is_live();

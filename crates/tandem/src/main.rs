@@ -58,15 +58,11 @@ enum Command {
 fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    // Commands that print and end stop quietly when their reader goes away (`| head`), as
-    // `cat` does. Not serve, bench or a live capture: those write to sockets and children's
-    // pipes, where a closed pipe is an error to handle, not a reason to die.
-    let prints_and_ends = match &cli.command {
-        Command::Db(_) | Command::Cdr(_) => true,
-        Command::Capture(args) => !args.is_live(),
-        _ => false,
-    };
-    if prints_and_ends {
+    // `db` and `cdr` only print and end: they stop when their reader goes away (`| head`), as
+    // `cat` does. Not serve or bench (they write to sockets and children's pipes), and not
+    // capture: its CDR writer must store what it has accepted before the process ends, so a
+    // closed stdout ends the capture through its error path instead (quietly: see below).
+    if matches!(cli.command, Command::Db(_) | Command::Cdr(_)) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -82,12 +78,26 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of stdout went away (`tandem capture --json | head`): nothing to report,
+        // and the exit status a shell gives a command ended by SIGPIPE.
+        Err(e) if reader_gone(&e) => ExitCode::from(141),
         Err(e) => {
             // Not eprintln!: a closed stderr must not turn an error into a panic.
             let _ = writeln!(std::io::stderr(), "{}", error_report(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the error is a write to a pipe whose reader has closed it.
+fn reader_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<sensor::SensorError>().is_some_and(|s| {
+                matches!(s, sensor::SensorError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
+            })
+    })
 }
 
 /// A user error (a missing file, a locked store, a bad option) is its message chain and nothing

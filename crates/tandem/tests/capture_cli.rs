@@ -402,9 +402,12 @@ fn a_reader_that_goes_away_ends_the_capture_quietly() {
     };
     generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
     // `tandem capture --json ... | head -1`: far more output than a pipe holds.
+    let db = dir.path().join("cdr.sqlite3");
     let mut child = tandem()
-        .args(["capture", "--no-store", "--json", "--read"])
+        .args(["capture", "--json", "--read"])
         .arg(&pcap)
+        .arg("--cdr-db")
+        .arg(&db)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -416,10 +419,17 @@ fn a_reader_that_goes_away_ends_the_capture_quietly() {
     assert!(first.starts_with('{'), "{first}");
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    // Ended as `cat` ends: by the pipe's signal, with nothing to say about it.
+    // Ended as `cat` ends, with nothing to say about it.
     assert!(
         !err.contains("panicked") && !err.contains("Broken pipe") && !err.contains("Error"),
         "{:?}: {err}",
         out.status
     );
+    // What the CDR writer had accepted was stored before the process ended.
+    let stored = stdout_of(
+        tandem()
+            .args(["cdr", "list", "--json", "--limit", "0", "--db"])
+            .arg(&db),
+    );
+    assert!(stored.lines().count() > 0, "no CDR stored");
 }
