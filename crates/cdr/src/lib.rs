@@ -20,7 +20,11 @@
 //! RTP are: `sip_tar` / `rtp_tar` (the tar file), `*_member` (the member's name), `*_offset` (byte
 //! offset of the member's data in the tar), `*_len` (bytes of member data) and
 //! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
-//! before these columns existed get them added when opened ([`ARCHIVE_COLUMNS`]).
+//! before these columns existed get them added when opened ([`LATER_COLUMNS`]).
+//!
+//! Media beyond voice: each call row has its keypad digits (`dtmf`) and, for a fax, its pages
+//! and result (`fax_pages`, `fax_result`); a `cdr_t38` table has one row per T.38 flow
+//! ([`CdrT38`]).
 //!
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
@@ -110,11 +114,21 @@ pub struct CdrCall {
     /// How the RTP member is stored: `zstd` or `none`.
     #[serde(default)]
     pub rtp_compression: Option<String>,
+    /// Keypad digits in order (RFC 4733 and SIP INFO), `!` for a flash; empty if none.
+    #[serde(default)]
+    pub dtmf: String,
+    /// A fax call's pages confirmed by the receiver, when its T.30 frames were seen.
+    #[serde(default)]
+    pub fax_pages: Option<u32>,
+    /// A fax call's result: `completed` or `interrupted`.
+    #[serde(default)]
+    pub fax_result: Option<String>,
 }
 
-/// The archive columns of `cdr`, in order, with their SQLite and PostgreSQL types. Opening a
-/// database adds those it lacks.
-pub const ARCHIVE_COLUMNS: [(&str, &str, &str); 10] = [
+/// The columns of `cdr` added after its first release, in order, with their SQLite and
+/// PostgreSQL types: where the call is archived, its digits, its fax. Opening a database adds
+/// those it lacks.
+pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
     ("sip_tar", "TEXT", "TEXT"),
     ("sip_member", "TEXT", "TEXT"),
     ("sip_offset", "INTEGER", "BIGINT"),
@@ -125,6 +139,16 @@ pub const ARCHIVE_COLUMNS: [(&str, &str, &str); 10] = [
     ("rtp_offset", "INTEGER", "BIGINT"),
     ("rtp_len", "INTEGER", "BIGINT"),
     ("rtp_compression", "TEXT", "TEXT"),
+    ("dtmf", "TEXT", "TEXT"),
+    ("fax_pages", "INTEGER", "BIGINT"),
+    ("fax_result", "TEXT", "TEXT"),
+];
+
+/// The columns of `cdr_t38` added after its first release.
+pub const T38_LATER_COLUMNS: [(&str, &str, &str); 3] = [
+    ("redundant", "INTEGER", "BIGINT"),
+    ("fec", "INTEGER", "BIGINT"),
+    ("t30", "TEXT", "TEXT"),
 ];
 
 /// One direction of a call's T.38 fax (UDPTL) media.
@@ -142,11 +166,15 @@ pub struct CdrT38 {
     pub out_of_order: u64,
     /// The IFP types seen, in order, comma-separated (`cng,v21-preamble,v21,...`).
     pub types: String,
+    /// Packets carrying redundant copies of earlier IFPs, and packets carrying FEC.
+    pub redundant: u64,
+    pub fec: u64,
+    /// The T.30 control frames, in order, comma-separated (`DIS,DCS,CFR,MPS,MCF,...`).
+    pub t30: String,
 }
 
 /// The columns of a T.38 row after `cdr_id`, in [`CdrT38`]'s order.
-pub(crate) const T38_COLUMNS: &str =
-    "src, dst, start_us, end_us, packets, bytes, lost, duplicates, out_of_order, types";
+pub(crate) const T38_COLUMNS: &str = "src, dst, start_us, end_us, packets, bytes, lost, duplicates, out_of_order, types, redundant, fec, t30";
 
 /// One RTP stream.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -240,6 +268,9 @@ CREATE TABLE IF NOT EXISTS cdr (
     rtp_offset     INTEGER,
     rtp_len        INTEGER,
     rtp_compression TEXT,
+    dtmf           TEXT,
+    fax_pages      INTEGER,
+    fax_result     TEXT,
     uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
@@ -288,6 +319,9 @@ CREATE TABLE IF NOT EXISTS cdr_t38 (
     duplicates    INTEGER NOT NULL,
     out_of_order  INTEGER NOT NULL,
     types         TEXT    NOT NULL,
+    redundant     INTEGER,
+    fec           INTEGER,
+    t30           TEXT,
     uid           TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
@@ -343,15 +377,20 @@ impl SqliteStore {
     }
 }
 
-/// Adds the archive columns to a `cdr` table created before they existed.
+/// Adds the later columns to `cdr` and `cdr_t38` tables created before they existed.
 fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
-    let mut st = conn.prepare("SELECT name FROM pragma_table_info('cdr')")?;
-    let have: Vec<String> = st
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (name, ty, _) in ARCHIVE_COLUMNS {
-        if !have.iter().any(|h| h == name) {
-            conn.execute_batch(&format!("ALTER TABLE cdr ADD COLUMN {name} {ty}"))?;
+    for (table, columns) in [
+        ("cdr", &LATER_COLUMNS[..]),
+        ("cdr_t38", &T38_LATER_COLUMNS[..]),
+    ] {
+        let mut st = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+        let have: Vec<String> = st
+            .query_map([table], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (name, ty, _) in columns {
+            if !have.iter().any(|h| h == name) {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} {ty}"))?;
+            }
         }
     }
     Ok(())
@@ -395,6 +434,9 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         rtp_offset: u(24)?,
         rtp_len: u(25)?,
         rtp_compression: r.get(o + 26)?,
+        dtmf: r.get::<_, Option<String>>(o + 27)?.unwrap_or_default(),
+        fax_pages: r.get(o + 28)?,
+        fax_result: r.get(o + 29)?,
     })
 }
 
@@ -418,7 +460,7 @@ pub(crate) fn upsert_set(columns: &str) -> String {
 pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
-     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result";
 
 impl CdrStore for SqliteStore {
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
@@ -429,7 +471,7 @@ impl CdrStore for SqliteStore {
         let r = (|| -> rusqlite::Result<()> {
             let mut ins_call = tx.prepare_cached(&format!(
                 "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) \
+                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31) \
                  ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
                 upsert_set(CALL_COLUMNS)
             ))?;
@@ -437,7 +479,7 @@ impl CdrStore for SqliteStore {
             let mut del_t38 = tx.prepare_cached("DELETE FROM cdr_t38 WHERE cdr_id = ?1")?;
             let mut ins_t38 = tx.prepare_cached(&format!(
                 "INSERT INTO cdr_t38 (cdr_id, {T38_COLUMNS}, uid) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
                  ON CONFLICT (uid) DO UPDATE SET cdr_id = excluded.cdr_id, {}",
                 upsert_set(T38_COLUMNS)
             ))?;
@@ -479,6 +521,9 @@ impl CdrStore for SqliteStore {
                             opt_i64(c.rtp_offset),
                             opt_i64(c.rtp_len),
                             c.rtp_compression,
+                            c.dtmf,
+                            c.fax_pages,
+                            c.fax_result,
                             rec.call_uid()
                         ],
                         |r| r.get(0),
@@ -527,6 +572,9 @@ impl CdrStore for SqliteStore {
                         opt_i64(Some(t.duplicates)),
                         opt_i64(Some(t.out_of_order)),
                         t.types,
+                        opt_i64(Some(t.redundant)),
+                        opt_i64(Some(t.fec)),
+                        t.t30,
                         rec.t38_uid(i)
                     ])?;
                 }
@@ -602,6 +650,9 @@ impl CdrStore for SqliteStore {
                     duplicates: n(7)?,
                     out_of_order: n(8)?,
                     types: r.get(9)?,
+                    redundant: r.get::<_, Option<i64>>(10)?.unwrap_or(0).max(0) as u64,
+                    fec: r.get::<_, Option<i64>>(11)?.unwrap_or(0).max(0) as u64,
+                    t30: r.get::<_, Option<String>>(12)?.unwrap_or_default(),
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>());

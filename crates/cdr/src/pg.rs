@@ -6,7 +6,8 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls};
 
 use crate::{
-    ARCHIVE_COLUMNS, CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38,
+    CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38, LATER_COLUMNS,
+    T38_LATER_COLUMNS,
 };
 
 /// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
@@ -40,6 +41,9 @@ CREATE TABLE IF NOT EXISTS cdr (
     rtp_offset     BIGINT,
     rtp_len        BIGINT,
     rtp_compression TEXT,
+    dtmf           TEXT,
+    fax_pages      BIGINT,
+    fax_result     TEXT,
     uid            TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
@@ -88,6 +92,9 @@ CREATE TABLE IF NOT EXISTS cdr_t38 (
     duplicates    BIGINT  NOT NULL,
     out_of_order  BIGINT  NOT NULL,
     types         TEXT    NOT NULL,
+    redundant     BIGINT,
+    fec           BIGINT,
+    t30           TEXT,
     uid           TEXT
 );
 CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
@@ -158,6 +165,11 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
         rtp_offset: r.get::<_, Option<i64>>(o + 24).map(|v| v.max(0) as u64),
         rtp_len: r.get::<_, Option<i64>>(o + 25).map(|v| v.max(0) as u64),
         rtp_compression: r.get(o + 26),
+        dtmf: r.get::<_, Option<String>>(o + 27).unwrap_or_default(),
+        fax_pages: r
+            .get::<_, Option<i64>>(o + 28)
+            .map(|v| v.clamp(0, i64::from(u32::MAX)) as u32),
+        fax_result: r.get(o + 29),
     }
 }
 
@@ -173,10 +185,14 @@ impl PgStore {
         let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
         client.batch_execute(PG_UPGRADE).map_err(wrap)?;
         client.batch_execute(PG_SCHEMA).map_err(wrap)?;
-        // Databases created before the archive columns existed get them.
-        let upgrade: String = ARCHIVE_COLUMNS
+        // Databases created before the later columns existed get them.
+        let upgrade: String = LATER_COLUMNS
             .iter()
-            .map(|(col, _, ty)| format!("ALTER TABLE cdr ADD COLUMN IF NOT EXISTS {col} {ty};"))
+            .map(|c| ("cdr", c))
+            .chain(T38_LATER_COLUMNS.iter().map(|c| ("cdr_t38", c)))
+            .map(|(table, (col, _, ty))| {
+                format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {ty};")
+            })
             .collect();
         client.batch_execute(&upgrade).map_err(wrap)?;
         Ok(PgStore { name, client })
@@ -201,7 +217,7 @@ impl CdrStore for PgStore {
         let ins_call = tx
             .prepare(&format!(
                 "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28) \
+                 $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31) \
                  ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
                 crate::upsert_set(CALL_COLUMNS)
             ))
@@ -215,7 +231,7 @@ impl CdrStore for PgStore {
         let ins_t38 = tx
             .prepare(&format!(
                 "INSERT INTO cdr_t38 (cdr_id, {}, uid) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
                  ON CONFLICT (uid) DO UPDATE SET cdr_id = excluded.cdr_id, {}",
                 crate::T38_COLUMNS,
                 crate::upsert_set(crate::T38_COLUMNS)
@@ -264,6 +280,9 @@ impl CdrStore for PgStore {
                             &opt_i64(c.rtp_offset),
                             &opt_i64(c.rtp_len),
                             &c.rtp_compression,
+                            &c.dtmf,
+                            &c.fax_pages.map(i64::from),
+                            &c.fax_result,
                             &rec.call_uid(),
                         ],
                     )
@@ -320,6 +339,9 @@ impl CdrStore for PgStore {
                         &n(t.duplicates),
                         &n(t.out_of_order),
                         &t.types,
+                        &n(t.redundant),
+                        &n(t.fec),
+                        &t.t30,
                         &rec.t38_uid(i),
                     ],
                 )
@@ -356,6 +378,9 @@ impl CdrStore for PgStore {
                 duplicates: n(r.get(7)),
                 out_of_order: n(r.get(8)),
                 types: r.get(9),
+                redundant: r.get::<_, Option<i64>>(10).unwrap_or(0).max(0) as u64,
+                fec: r.get::<_, Option<i64>>(11).unwrap_or(0).max(0) as u64,
+                t30: r.get::<_, Option<String>>(12).unwrap_or_default(),
             })
             .collect())
     }

@@ -60,15 +60,34 @@ CREATE TABLE cdr (
 );
 INSERT INTO cdr (call_id, caller, called, caller_addr, callee_addr, start_us, state, last_reason,
     sip_messages, reinvites) VALUES ('old', '1001', '1002', 'a', 'b', 1, 'ended', 'OK', 7, 0);
+CREATE TABLE cdr_t38 (
+    id ID PRIMARY KEY, cdr_id BIGINT, src TEXT NOT NULL, dst TEXT NOT NULL,
+    start_us BIGINT NOT NULL, end_us BIGINT NOT NULL, packets BIGINT NOT NULL,
+    bytes BIGINT NOT NULL, lost BIGINT NOT NULL, duplicates BIGINT NOT NULL,
+    out_of_order BIGINT NOT NULL, types TEXT NOT NULL, uid TEXT
+);
+INSERT INTO cdr_t38 (cdr_id, src, dst, start_us, end_us, packets, bytes, lost, duplicates,
+    out_of_order, types) VALUES (1, 'a', 'b', 1, 2, 3, 4, 0, 0, 0, 'cng');
 ";
 
-/// A database from before the archive columns: opening adds them, old rows read as not
-/// archived, and new rows keep their archive location.
+/// A database from before the later columns: opening adds them, old rows read as not
+/// archived, without digits or fax, and new rows keep what they hold.
 fn check_upgraded(st: &mut dyn CdrStore) {
     let (old, _) = st.show("old").unwrap().unwrap();
     assert_eq!(
         (old.sip_messages, old.sip_tar, old.rtp_offset),
         (7, None, None)
+    );
+    assert_eq!((old.dtmf.as_str(), old.fax_pages), ("", None));
+    let t38 = st.t38("old").unwrap();
+    assert_eq!(
+        (
+            t38.len(),
+            t38[0].types.as_str(),
+            t38[0].redundant,
+            t38[0].t30.as_str()
+        ),
+        (1, "cng", 0, "")
     );
     let new = archived_call("new");
     st.insert(std::slice::from_ref(&new), &[]).unwrap();

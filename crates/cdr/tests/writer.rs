@@ -140,7 +140,11 @@ fn records_inserted_twice_are_stored_once_in_sqlite() {
 
 /// A fax call: the record of `call(i)` with one T.38 flow each way.
 fn fax_record(i: u64) -> CdrRecord {
-    let mut r = CdrRecord::call(call(i), Vec::new());
+    let mut c = call(i);
+    c.dtmf = "12#".into();
+    c.fax_pages = Some(3);
+    c.fax_result = Some("completed".into());
+    let mut r = CdrRecord::call(c, Vec::new());
     r.uid = format!("local|fax-{i}");
     for (src, dst) in [
         ("192.0.2.1:4000", "192.0.2.2:5000"),
@@ -157,6 +161,9 @@ fn fax_record(i: u64) -> CdrRecord {
             duplicates: 0,
             out_of_order: 1,
             types: "cng,v21-preamble,v21,v17-14400".into(),
+            redundant: 1_799,
+            fec: 0,
+            t30: "DIS,DCS,CFR,MPS,MCF,EOP,MCF,DCN".into(),
         });
     }
     r
@@ -173,6 +180,9 @@ fn fax_flows_are_stored_once_and_updated(st: &mut dyn CdrStore) {
     let back = st.t38("call-5@tandem.test").unwrap();
     assert_eq!(back, r.t38, "stored again: updated, not added");
     assert!(st.t38("call-1@tandem.test").unwrap().is_empty());
+    // The call row keeps its digits and the fax's outcome.
+    let (c, _) = st.show("call-5@tandem.test").unwrap().unwrap();
+    assert_eq!(&c, r.call.as_ref().unwrap());
 }
 
 #[test]

@@ -69,7 +69,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use crate::rtp::Media;
-use crate::t38::{IfpType, T38Flow, UdptlHead};
+use crate::t38::{T38Flow, UdptlHead, UdptlPacket};
 use sip::Message;
 use sip::sdp::Sdp;
 
@@ -260,6 +260,96 @@ impl CallRecord {
     pub fn is_fax(&self) -> bool {
         !self.t38.is_empty()
     }
+
+    /// The call's keypad digits, RFC 4733 events of its streams and INFO requests alike, in
+    /// time order.
+    pub fn dtmf(&self) -> Vec<CallDigit> {
+        let mut out: Vec<CallDigit> = self
+            .streams
+            .iter()
+            .flat_map(|s| {
+                s.stream.dtmf.iter().map(|e| CallDigit {
+                    digit: e.digit(),
+                    start_ns: e.start_ns,
+                    // Telephone events run at 8 kHz in practice (RFC 4733 allows others).
+                    duration_ms: Some(e.duration_ms(8000)),
+                    volume: Some(e.volume),
+                    src: s.stream.key.src,
+                    dst: s.stream.key.dst,
+                    via: DigitVia::Rfc4733,
+                    ended: e.ended,
+                })
+            })
+            .chain(self.dialog.dtmf.iter().map(|d| CallDigit {
+                digit: match d.digit {
+                    '!' => "flash".into(),
+                    c => c.to_string().into(),
+                },
+                start_ns: d.ts_ns,
+                duration_ms: d.duration_ms.map(f64::from),
+                volume: None,
+                src: d.src,
+                dst: d.dst,
+                via: DigitVia::SipInfo,
+                ended: true,
+            }))
+            .collect();
+        out.sort_by_key(|d| d.start_ns);
+        out
+    }
+
+    /// The fax as a whole (start, modulation, pages, result); `None` for a call without T.38.
+    pub fn fax(&self) -> Option<crate::t38::FaxSummary> {
+        crate::t38::FaxSummary::of(self.t38.iter().map(|r| &r.flow))
+    }
+}
+
+/// How a keypad digit travelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigitVia {
+    /// An RFC 4733 telephone event in the RTP stream.
+    Rfc4733,
+    /// A SIP INFO request.
+    SipInfo,
+}
+
+impl DigitVia {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DigitVia::Rfc4733 => "rfc4733",
+            DigitVia::SipInfo => "sip-info",
+        }
+    }
+}
+
+/// A keypad digit of a call ([`CallRecord::dtmf`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallDigit {
+    /// `0`-`9`, `*`, `#`, `A`-`D` or `flash` (else `event-N`).
+    pub digit: std::borrow::Cow<'static, str>,
+    pub start_ns: i64,
+    pub duration_ms: Option<f64>,
+    /// Power level in -dBm0 (RFC 4733 only).
+    pub volume: Option<u8>,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub via: DigitVia,
+    /// The end of the event was seen (always, for INFO).
+    pub ended: bool,
+}
+
+impl CallRecord {
+    /// The digits as one string (`1234#`), a flash as `!`, for a CDR column.
+    pub fn digits(&self) -> String {
+        self.dtmf()
+            .iter()
+            .filter_map(|d| match &*d.digit {
+                "flash" => Some('!'),
+                s if s.len() == 1 => s.chars().next(),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// A closed T.38 flow, with the Call-ID of the call whose SDP announced it.
@@ -354,6 +444,7 @@ pub(crate) enum Event {
         src: SocketAddr,
         dst: SocketAddr,
         ssrc: u32,
+        pt: u8,
         timestamp: u32,
         bytes: [u8; 4],
     },
@@ -365,9 +456,7 @@ pub(crate) enum Event {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        seq: u16,
-        bytes: usize,
-        ifp: Option<IfpType>,
+        packet: UdptlPacket,
         call: CallRef,
     },
     Tick {
@@ -492,23 +581,22 @@ impl CallShard {
                 src,
                 dst,
                 ssrc,
+                pt,
                 timestamp,
                 bytes,
             } => {
                 if let Some(s) = self.streams.get_mut(&PackedKey::new(src, dst, ssrc)) {
-                    s.stream.add_event(ts_ns, timestamp, bytes);
+                    s.stream.add_event(ts_ns, pt, timestamp, bytes);
                 }
             }
             Event::Udptl {
                 ts_ns,
                 src,
                 dst,
-                seq,
-                bytes,
-                ifp,
+                packet,
                 call,
             } => {
-                if let Some(c) = self.on_udptl(ts_ns, src, dst, (seq, bytes, ifp), call) {
+                if let Some(c) = self.on_udptl(ts_ns, src, dst, &packet, call) {
                     self.report(&c, TapKind::Udptl, cur);
                 }
             }
@@ -560,14 +648,14 @@ impl CallShard {
             return;
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
-            d.on_message(ts_ns, src, m);
+            d.on_message(ts_ns, src, dst, m);
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
                 self.out.counters.calls_dropped += 1;
                 return;
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
-            d.on_message(ts_ns, src, m);
+            d.on_message(ts_ns, src, dst, m);
             self.dialogs.insert(Arc::from(call_id), d);
             self.calls_started += 1;
         } else {
@@ -643,7 +731,7 @@ impl CallShard {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        (seq, bytes, ifp): (u16, usize, Option<IfpType>),
+        packet: &UdptlPacket,
         call: CallRef,
     ) -> Option<Arc<str>> {
         let flow = PackedKey::new(src, dst, 0);
@@ -656,10 +744,7 @@ impl CallShard {
             }
         };
         if let Some(r) = self.t38.get_mut(&flow) {
-            r.flow.add(ts_ns, seq, bytes);
-            if let Some(t) = ifp {
-                r.flow.saw(t);
-            }
+            r.flow.take(ts_ns, packet);
             return r.call_id.clone().filter(|_| self.tap.is_some());
         }
         if self.streams.len() + self.t38.len() >= self.max_streams {
@@ -667,13 +752,10 @@ impl CallShard {
             return None;
         }
         let call_id = known.or_else(|| self.flow_calls.get(&flow).cloned());
-        let mut r = T38Record {
-            flow: T38Flow::new(src, dst, ts_ns, seq, bytes),
+        let r = T38Record {
+            flow: T38Flow::new(src, dst, ts_ns, packet),
             call_id,
         };
-        if let Some(t) = ifp {
-            r.flow.saw(t);
-        }
         let call = r.call_id.clone().filter(|_| self.tap.is_some());
         self.t38.insert(flow, r);
         call
@@ -1033,16 +1115,33 @@ impl Front {
                     let at = (payload.as_ptr() as usize).wrapping_sub(frame.as_ptr() as usize);
                     let rtp_offset = (at <= frame.len() && payload.len() <= frame.len() - at)
                         .then_some(at as u32);
-                    let udptl = UdptlHead::new(payload);
+                    // A reassembled datagram is gone once `rtp` runs: its head is kept in
+                    // case the SDP made it UDPTL. One in the frame is read from there.
+                    let head = rtp_offset
+                        .is_none()
+                        .then(|| UdptlHead::new(payload))
+                        .flatten();
+                    let len = payload.len();
                     // Telephone events use a dynamic payload type; only those are looked at.
                     let event = (h.payload_type >= 96)
                         .then(|| h.event_bytes(payload))
                         .flatten();
-                    self.rtp(ts_ns, src, dst, h, rtp_offset, (udptl, event), emit);
-                } else if let Some(udptl) = UdptlHead::new(payload)
+                    if self.rtp(ts_ns, src, dst, h, rtp_offset, event, emit) {
+                        let packet = match rtp_offset {
+                            Some(at) => frame
+                                .get(at as usize..at as usize + len)
+                                .and_then(UdptlPacket::parse),
+                            None => head.as_ref().map(UdptlPacket::from_head),
+                        };
+                        if let Some(p) = packet {
+                            self.udptl(ts_ns, src, dst, p, emit);
+                        }
+                    }
+                } else if payload.len() >= crate::t38::MIN_UDPTL_BYTES
                     && is_t38(&self.endpoints, src, dst)
+                    && let Some(p) = UdptlPacket::parse(payload)
                 {
-                    self.udptl(ts_ns, src, dst, udptl, emit);
+                    self.udptl(ts_ns, src, dst, p, emit);
                 } else if crate::rtp::looks_like_rtcp(payload) {
                     self.counters.rtcp_packets += 1;
                     let mut blocks = std::mem::take(&mut self.rtcp_blocks);
@@ -1208,9 +1307,10 @@ impl Front {
         dst: SocketAddr,
         h: RtpHeader,
         rtp_offset: Option<u32>,
-        (udptl, event): (Option<UdptlHead>, Option<[u8; 4]>),
+        event: Option<[u8; 4]>,
         emit: &mut dyn FnMut(u16, Event),
-    ) {
+    ) -> bool {
+        // Returns whether the SDP made the flow UDPTL: the caller then reads it as T.38.
         self.counters.rtp_packets += 1;
         let packed_flow = PackedKey::new(src, dst, 0);
         let flow_shard = if self.shards == 1 {
@@ -1219,7 +1319,7 @@ impl Front {
             (self.hasher.hash_one(packed_flow) % self.shards as u64) as u16
         };
         if self.me.is_some_and(|me| me != flow_shard) {
-            return;
+            return false;
         }
         let now_ms = self.rel_ms(ts_ns);
         let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
@@ -1229,10 +1329,7 @@ impl Front {
         if ep.as_ref().is_some_and(|e| e.t38) {
             // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number.
             self.counters.rtp_packets -= 1;
-            if let Some(udptl) = udptl {
-                self.udptl(ts_ns, src, dst, udptl, emit);
-            }
-            return;
+            return true;
         }
         let (call, call_shard, clock_rate, (media, encrypted, dtmf)) = match ep {
             Some(e) => {
@@ -1259,7 +1356,7 @@ impl Front {
                 // it only applies to ports that no well-known protocol owns (DNS, NetBIOS, ...).
                 if src.port() < 1024 || dst.port() < 1024 {
                     self.counters.rtp_packets -= 1;
-                    return;
+                    return false;
                 }
                 let rate = crate::rtp::static_clock_rate(h.payload_type);
                 (None, None, rate, (Media::Unknown, false, false))
@@ -1289,7 +1386,7 @@ impl Front {
             if dtmf && let Some(bytes) = event {
                 emit(0, dtmf_event(ts_ns, src, dst, &h, bytes));
             }
-            return;
+            return false;
         }
         let (shard, call) = pin_flow(
             &mut self.flows,
@@ -1323,6 +1420,7 @@ impl Front {
         if dtmf && let Some(bytes) = event {
             emit(shard, dtmf_event(ts_ns, src, dst, &h, bytes));
         }
+        false
     }
 }
 
@@ -1408,6 +1506,7 @@ fn dtmf_event(
         src,
         dst,
         ssrc: h.ssrc,
+        pt: h.payload_type,
         timestamp: h.timestamp,
         bytes,
     }
@@ -1431,7 +1530,7 @@ impl Front {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        udptl: UdptlHead,
+        packet: UdptlPacket,
         emit: &mut dyn FnMut(u16, Event),
     ) {
         let packed_flow = PackedKey::new(src, dst, 0);
@@ -1479,9 +1578,7 @@ impl Front {
                 ts_ns,
                 src,
                 dst,
-                seq: udptl.seq(),
-                bytes: udptl.len(),
-                ifp: udptl.ifp_type(),
+                packet,
                 call,
             },
         );

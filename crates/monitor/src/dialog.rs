@@ -86,6 +86,24 @@ pub struct Dialog {
     pub sip_messages: u32,
     /// The RTP streams tied to this call by its SDP, in order of first packet.
     pub streams: Vec<crate::rtp::StreamKey>,
+    /// Keypad digits sent in INFO requests, in order (at most [`INFO_DIGITS_MAX`]).
+    pub dtmf: Vec<InfoDtmf>,
+}
+
+/// At most this many INFO digits are kept per call.
+pub const INFO_DIGITS_MAX: usize = 256;
+
+/// A keypad digit sent in a SIP INFO request (`application/dtmf-relay` or `application/dtmf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InfoDtmf {
+    /// Capture time of the INFO, ns since the epoch.
+    pub ts_ns: i64,
+    pub digit: char,
+    pub duration_ms: Option<u32>,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// The request's CSeq: a retransmission of the same INFO is counted once.
+    pub cseq: u32,
 }
 
 impl Dialog {
@@ -114,11 +132,12 @@ impl Dialog {
             reinvites: 0,
             sip_messages: 0,
             streams: Vec::new(),
+            dtmf: Vec::new(),
         }
     }
 
     /// Updates the dialog with one message of its Call-ID.
-    pub fn on_message(&mut self, ts_ns: i64, src: SocketAddr, m: &Message<'_>) {
+    pub fn on_message(&mut self, ts_ns: i64, src: SocketAddr, dst: SocketAddr, m: &Message<'_>) {
         self.sip_messages = self.sip_messages.saturating_add(1);
         self.last_activity_ns = ts_ns;
         let from_caller = || {
@@ -148,6 +167,22 @@ impl Dialog {
                     self.state = CallState::Cancelled;
                     if let Some(c) = m.q850_cause() {
                         self.q850_cause = Some(c);
+                    }
+                }
+                "INFO" => {
+                    if let Some(d) = m.info_digit() {
+                        let cseq = m.cseq().map(|c| c.0).unwrap_or(0);
+                        let repeated = self.dtmf.iter().any(|e| e.cseq == cseq && e.src == src);
+                        if !repeated && self.dtmf.len() < INFO_DIGITS_MAX {
+                            self.dtmf.push(InfoDtmf {
+                                ts_ns,
+                                digit: d.digit,
+                                duration_ms: d.duration_ms,
+                                src,
+                                dst,
+                                cseq,
+                            });
+                        }
                     }
                 }
                 "BYE" => {

@@ -24,7 +24,8 @@ pub mod tap;
 pub mod tcp;
 
 pub use analyzer::{
-    Analysis, CallRecord, Monitor, MonitorConfig, SipStats, StreamRecord, T38Record,
+    Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, SipStats, StreamRecord,
+    T38Record,
 };
 pub use live::{LiveCounters, LiveSnapshot};
 pub use tap::{CallTap, TapFrame, TapKind};

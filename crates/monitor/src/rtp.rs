@@ -515,6 +515,8 @@ pub struct RtpStream {
     pub clock_rate: u32,
     /// RFC 4733 telephone events (keypad digits) carried in this stream, in order.
     pub dtmf: Vec<DtmfEvent>,
+    /// The payload type the SDP named `telephone-event`, once one of its packets came.
+    pub events_pt: Option<u8>,
 }
 
 impl RtpStream {
@@ -534,6 +536,7 @@ impl RtpStream {
             signalled,
             clock_rate: 0,
             dtmf: Vec::new(),
+            events_pt: None,
         }
     }
 
@@ -569,7 +572,11 @@ impl RtpStream {
             if !s.is_empty() {
                 s.push_str(", ");
             }
-            let name = payload_name(pt);
+            let name = if self.events_pt == Some(pt) {
+                "telephone-event"
+            } else {
+                payload_name(pt)
+            };
             if name.is_empty() {
                 s.push_str(&pt.to_string());
             } else {
@@ -654,7 +661,8 @@ impl DtmfEvent {
 
 impl RtpStream {
     /// Adds one telephone-event packet: its RTP timestamp and first four payload bytes.
-    pub fn add_event(&mut self, ts_ns: i64, timestamp: u32, bytes: [u8; 4]) {
+    pub fn add_event(&mut self, ts_ns: i64, pt: u8, timestamp: u32, bytes: [u8; 4]) {
+        self.events_pt = Some(pt);
         let h_timestamp = timestamp;
         let [event, flags, d0, d1] = bytes;
         let duration = u16::from_be_bytes([d0, d1]);

@@ -12,11 +12,12 @@ use std::path::Path;
 
 use monitor::rtp::Media;
 use monitor::synth::PcapBuilder;
+use monitor::synth::fax::{FaxPlan, FaxTruth, fax_session};
 use monitor::synth::packet::write_rtp;
+use monitor::t38::{FaxResult, IfpType};
 use monitor::{Monitor, MonitorConfig};
 
 const AUDIO_PACKETS: u16 = 50;
-const FAX_PACKETS: u16 = 30;
 /// Sequence numbers of the two UDPTL directions: both cross into values whose first byte
 /// reads as RTP version 2 (0x80-0xBF), so a monitor that ignores the SDP takes them for RTP.
 const FAX_SEQ: [u16; 2] = [0x7ff0, 0xbff0];
@@ -80,8 +81,16 @@ fn bye(b: &mut PcapBuilder, t: i64, cseq: u32) {
     b.udp(t + 10_000_000, b_sip, a_sip, ok.as_bytes());
 }
 
-/// The fax call: audio, a re-INVITE to T.38 on the same ports, UDPTL, BYE.
-fn write_fax_call(path: &Path) {
+/// The fax: two pages, completed, each packet carrying the one before as redundancy.
+fn fax_plan() -> FaxPlan {
+    FaxPlan {
+        seq0: FAX_SEQ,
+        ..FaxPlan::default()
+    }
+}
+
+/// The fax call: audio, a re-INVITE to T.38 on the same ports, the T.30 session, BYE.
+fn write_fax_call(path: &Path) -> FaxTruth {
     let (a_media, b_media) = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
     let audio_a = sdp("10.0.0.1", "m=audio 4000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
     let audio_b = sdp("10.0.0.2", "m=audio 5000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
@@ -112,24 +121,18 @@ fn write_fax_call(path: &Path) {
         }
     }
     t = answered_call(&mut b, t + 100_000_000, &fax_a, &fax_b, 2);
-    for n in 0..FAX_PACKETS {
-        t += 30_000_000;
-        for (dir, (src, dst)) in [(a_media, b_media), (b_media, a_media)]
-            .into_iter()
-            .enumerate()
-        {
-            let seq = FAX_SEQ[dir].wrapping_add(n);
-            // Sequence number, then a primary IFP of 40 bytes (image data: long enough to parse
-            // as an RTP header) and no recovery.
-            let mut udptl = seq.to_be_bytes().to_vec();
-            udptl.push(40);
-            udptl.extend_from_slice(&[0xc0, 0x01, 0x80]);
-            udptl.resize(udptl.len() + 37, 0x55);
-            b.udp(t + dir as i64 * 1_000_000, src, dst, &udptl);
-        }
+    let (packets, truth) = fax_session(&fax_plan());
+    for p in &packets {
+        let (src, dst) = if p.from_caller {
+            (a_media, b_media)
+        } else {
+            (b_media, a_media)
+        };
+        b.udp(t + p.at_ns, src, dst, &p.udptl);
     }
-    bye(&mut b, t + 100_000_000, 3);
+    bye(&mut b, t + packets.last().unwrap().at_ns + 100_000_000, 3);
     b.finish().unwrap();
+    truth
 }
 
 fn analyse(path: &Path, workers: usize) -> monitor::Analysis {
@@ -142,7 +145,7 @@ fn analyse(path: &Path, workers: usize) -> monitor::Analysis {
 fn a_reinvite_to_t38_ends_the_audio_and_the_udptl_packets_are_a_fax_not_rtp() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fax.pcap");
-    write_fax_call(&path);
+    let truth = write_fax_call(&path);
     for workers in [1, 2] {
         let a = analyse(&path, workers);
         assert_eq!(a.calls.len(), 1, "{workers} worker(s)");
@@ -153,15 +156,27 @@ fn a_reinvite_to_t38_ends_the_audio_and_the_udptl_packets_are_a_fax_not_rtp() {
         let packets: Vec<u64> = call.streams.iter().map(|s| s.stream.packets).collect();
         assert_eq!(packets, [50, 50], "{workers} worker(s)");
         assert!(a.streams.is_empty(), "no stray RTP stream: {:?}", a.streams);
-        // Two T.38 flows, one per direction, each whole.
+        // Two T.38 flows, one per direction, each whole, with the T.30 frames sent.
         assert_eq!(call.t38.len(), 2);
         for f in &call.t38 {
+            let d = usize::from(f.flow.src.port() != 4000);
             assert_eq!(
                 (f.flow.packets, f.flow.lost, f.flow.duplicates),
-                (u64::from(FAX_PACKETS), 0, 0)
+                (truth.packets[d], 0, 0)
             );
+            let frames: Vec<u8> = f.flow.t30.iter().map(|t| t.fcf).collect();
+            assert_eq!(frames, truth.frames[d]);
+            assert_eq!(f.flow.redundant, truth.packets[d] - 1, "all but the first");
         }
-        assert_eq!(a.counters.udptl_packets, 2 * u64::from(FAX_PACKETS));
+        let fax = call.fax().unwrap();
+        assert_eq!(fax.pages, Some(truth.pages));
+        assert_eq!(fax.result, Some(FaxResult::Completed));
+        assert_eq!(fax.modulation, Some(truth.modulation));
+        assert_eq!(fax.start_ns, call.t38[0].flow.first_ns);
+        assert_eq!(
+            a.counters.udptl_packets,
+            truth.packets[0] + truth.packets[1]
+        );
         assert_eq!(a.counters.rtp_packets, 2 * u64::from(AUDIO_PACKETS));
     }
 }
@@ -197,6 +212,12 @@ fn tshark_counts_the_same_audio_packets() {
             "t38.seq_number",
         ])
         .args(["-e", "t38.t30_indicator", "-e", "t38.t30_data"])
+        .args([
+            "-e",
+            "t30.FacsimileControl",
+            "-e",
+            "t38.secondary_ifp_packets",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
@@ -214,12 +235,38 @@ fn tshark_counts_the_same_audio_packets() {
         );
         assert_eq!(rows[0][1], f.flow.first_seq.to_string());
         assert_eq!(rows[rows.len() - 1][1], f.flow.highest_seq().to_string());
-        // tshark gives the enumeration's number: data type 0 is v21.
-        assert!(
-            rows.iter().all(|r| r[2].is_empty() && r[3] == "0"),
-            "{rows:?}"
+        // The IFP types in order of first appearance; tshark gives the enumerations' numbers.
+        let mut types = Vec::new();
+        for r in &rows {
+            // A packet's own IFP comes first; its secondary copies follow.
+            let first = |f: &str| f.split(',').next().unwrap_or("").to_owned();
+            let t = match (first(r[2]).as_str(), first(r[3]).as_str()) {
+                ("", "") => continue,
+                ("", d) => IfpType::Data(d.parse().unwrap()),
+                (i, _) => IfpType::Indicator(i.parse().unwrap()),
+            };
+            if !types.contains(&t) {
+                types.push(t);
+            }
+        }
+        assert_eq!(f.flow.types, types, "IFP types from {port}");
+        // The T.30 control frames tshark puts back together, in order.
+        let frames: Vec<u8> = rows
+            .iter()
+            .filter(|r| !r[4].is_empty())
+            .map(|r| r[4].parse().unwrap())
+            .collect();
+        let ours: Vec<u8> = f.flow.t30.iter().map(|t| t.fcf).collect();
+        assert_eq!(ours, frames, "T.30 frames from {port}");
+        // Redundancy: tshark's count of secondary IFP packets per packet.
+        let redundant = rows
+            .iter()
+            .filter(|r| !r[5].is_empty() && r[5] != "0")
+            .count();
+        assert_eq!(
+            f.flow.redundant, redundant as u64,
+            "redundant packets from {port}"
         );
-        assert_eq!(f.flow.types, [monitor::t38::IfpType::Data(0)]);
     }
 }
 
@@ -291,15 +338,18 @@ fn dtmf_event(
     seq
 }
 
+/// An SDP offering PCMA with telephone events on 101.
+fn audio_with_events(ip: &str, port: u16) -> String {
+    sdp(
+        ip,
+        &format!(
+            "m=audio {port} RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/8000"
+        ),
+    )
+}
+
 fn write_dtmf_call(path: &Path) {
-    let m = |ip: &str, port: u16| {
-        sdp(
-            ip,
-            &format!(
-                "m=audio {port} RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/8000"
-            ),
-        )
-    };
+    let m = audio_with_events;
     let mut b = PcapBuilder::create(path).unwrap();
     let t = answered_call(
         &mut b,
@@ -384,4 +434,148 @@ fn keypad_digits_are_events_counted_once_as_tshark_decodes_them() {
         .map(|e| (u16::from(e.event), e.duration, e.ended))
         .collect();
     assert_eq!(ours, theirs, "tshark: {text}");
+}
+
+/// Voice with a digit in the middle, as phones send it: the same SSRC and sequence, the event's
+/// packets in place of voice (its timestamp fixed at its start, the end sent three times), then
+/// voice again with its clock moved on. Jitter, deltas and loss must be tshark's, wherever tshark
+/// leaves the event's packets out.
+fn write_voice_with_digit(path: &Path) {
+    let m = audio_with_events;
+    let mut b = PcapBuilder::create(path).unwrap();
+    let t0 = answered_call(
+        &mut b,
+        1_700_000_000_000_000_000,
+        &m("10.0.0.1", 4000),
+        &m("10.0.0.2", 5000),
+        1,
+    );
+    let (src, dst) = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
+    let mut rtp = Vec::new();
+    let (mut seq, mut tick) = (1000u16, 0u32);
+    // A little arrival jitter so that the figures are not all zero.
+    let wobble = |n: u32| i64::from(n % 3) * 700_000;
+    let voice = |b: &mut PcapBuilder, rtp: &mut Vec<u8>, seq: u16, tick: u32, marker: bool| {
+        rtp.clear();
+        write_rtp(rtp, 8, marker, seq, tick * 160, 0x5151, 160, 0xd5);
+        b.udp(
+            t0 + i64::from(tick) * 20_000_000 + wobble(tick),
+            src,
+            dst,
+            rtp,
+        );
+    };
+    for _ in 0..40 {
+        voice(&mut b, &mut rtp, seq, tick, tick == 0);
+        seq += 1;
+        tick += 1;
+    }
+    // The digit 5: six 20 ms packets, then its end twice more.
+    let event_ts = tick * 160;
+    for n in 1..=8u32 {
+        let end = n >= 6;
+        rtp.clear();
+        write_rtp(&mut rtp, 101, n == 1, seq, event_ts, 0x5151, 0, 0);
+        rtp.extend_from_slice(&[5, if end { 0x80 | 10 } else { 10 }]);
+        rtp.extend_from_slice(&((160 * n.min(6)) as u16).to_be_bytes());
+        b.udp(
+            t0 + i64::from(tick + n - 1) * 20_000_000 + wobble(n),
+            src,
+            dst,
+            &rtp,
+        );
+        seq += 1;
+    }
+    tick += 8;
+    for _ in 0..40 {
+        voice(&mut b, &mut rtp, seq, tick, false);
+        seq += 1;
+        tick += 1;
+    }
+    bye(&mut b, t0 + i64::from(tick) * 20_000_000 + 100_000_000, 2);
+    b.finish().unwrap();
+}
+
+#[test]
+fn a_digit_inside_voice_leaves_jitter_and_delta_as_tshark_computes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("voice-dtmf.pcap");
+    write_voice_with_digit(&path);
+    let a = analyse(&path, 1);
+    let call = &a.calls[0];
+    let digits: Vec<String> = call.dtmf().iter().map(|d| d.digit.to_string()).collect();
+    assert_eq!(digits, ["5"]);
+    assert_eq!(call.digits(), "5");
+    if !common::have_tshark() {
+        return;
+    }
+    let theirs = common::tshark_rtp_streams(&path, &[]);
+    let ours: Vec<&monitor::StreamRecord> = a.all_streams().collect();
+    common::assert_streams_match("voice-dtmf.pcap", &ours, &theirs);
+}
+
+/// Digits in SIP INFO: `application/dtmf-relay` (sent twice: a retransmission) and
+/// `application/dtmf`, from either side.
+#[test]
+fn digits_sent_in_sip_info_are_the_call_s_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("info.pcap");
+    let audio = |ip: &str, port: u16| {
+        sdp(
+            ip,
+            &format!("m=audio {port} RTP/AVP 8\r\na=rtpmap:8 PCMA/8000"),
+        )
+    };
+    let mut b = PcapBuilder::create(&path).unwrap();
+    let t = answered_call(
+        &mut b,
+        1_700_000_000_000_000_000,
+        &audio("10.0.0.1", 4000),
+        &audio("10.0.0.2", 5000),
+        1,
+    );
+    let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
+    let info = |cseq: u32, ct: &str, body: &str| {
+        sip(
+            &format!("INFO {URI} SIP/2.0"),
+            &format!("{cseq} INFO"),
+            None,
+        )
+        .replace(
+            "Content-Length: 0\r\n\r\n",
+            &format!(
+                "Content-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    let relay = info(2, "application/dtmf-relay", "Signal=7\r\nDuration=250\r\n");
+    b.udp(t + 100_000_000, a_sip, b_sip, relay.as_bytes());
+    b.udp(t + 600_000_000, a_sip, b_sip, relay.as_bytes());
+    let plain = info(3, "application/dtmf", "#");
+    b.udp(t + 900_000_000, b_sip, a_sip, plain.as_bytes());
+    bye(&mut b, t + 2_000_000_000, 4);
+    b.finish().unwrap();
+    let a = analyse(&path, 1);
+    let call = &a.calls[0];
+    let got: Vec<(String, Option<f64>, &str, String)> = call
+        .dtmf()
+        .iter()
+        .map(|d| {
+            (
+                d.digit.to_string(),
+                d.duration_ms,
+                d.via.as_str(),
+                d.src.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("7".into(), Some(250.0), "sip-info", "10.0.0.1:5060".into()),
+            ("#".into(), None, "sip-info", "10.0.0.2:5060".into()),
+        ]
+    );
+    assert_eq!(call.digits(), "7#");
 }

@@ -90,31 +90,42 @@ pub fn t38_json(t: &T38Record) -> serde_json::Value {
         "first_seq": f.first_seq,
         "last_seq": f.highest_seq(),
         "types": f.types.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "redundant": f.redundant,
+        "fec": f.fec,
+        "t30": f.t30.iter().map(|t| monitor::t38::fcf::label(t.fcf)).collect::<Vec<_>>(),
     })
 }
 
-/// The call's keypad digits (RFC 4733 events of all its streams), in time order.
+/// The call's keypad digits (RFC 4733 events and SIP INFO alike), in time order.
 fn dtmf_json(c: &CallRecord) -> serde_json::Value {
-    let mut events: Vec<_> = c
-        .streams
+    c.dtmf()
         .iter()
-        .flat_map(|s| s.stream.dtmf.iter().map(move |e| (s, e)))
-        .collect();
-    events.sort_by_key(|(_, e)| e.start_ns);
-    events
-        .iter()
-        .map(|(s, e)| {
+        .map(|e| {
             json!({
-                "digit": e.digit(),
+                "digit": e.digit,
                 "start": format_time_us(us(e.start_ns)),
-                "duration_ms": round3(e.duration_ms(8000)),
+                "duration_ms": e.duration_ms.map(round3),
                 "volume": e.volume,
-                "src": s.stream.key.src.to_string(),
-                "dst": s.stream.key.dst.to_string(),
+                "src": e.src.to_string(),
+                "dst": e.dst.to_string(),
+                "via": e.via.as_str(),
                 "ended": e.ended,
             })
         })
         .collect()
+}
+
+/// The fax of a call as a whole; `null` for a call without T.38.
+fn fax_json(c: &CallRecord) -> serde_json::Value {
+    let Some(f) = c.fax() else {
+        return serde_json::Value::Null;
+    };
+    json!({
+        "start": format_time_us(us(f.start_ns)),
+        "modulation": f.modulation.map(|m| m.name()),
+        "pages": f.pages,
+        "result": f.result.map(|r| r.as_str()),
+    })
 }
 
 pub fn call_json(c: &CallRecord) -> serde_json::Value {
@@ -138,6 +149,7 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "sip_messages": d.sip_messages,
         "reinvites": d.reinvites,
         "fax": c.is_fax(),
+        "fax_session": fax_json(c),
         "dtmf": dtmf_json(c),
         "encrypted": c.streams.iter().any(|s| s.stream.encrypted),
         "video": c.streams.iter().any(|s| s.stream.media == monitor::rtp::Media::Video),

@@ -37,6 +37,12 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
             .iter()
             .filter_map(|s| s.stream.mos())
             .min_by(|a, b| a.total_cmp(b)),
+        dtmf: c.digits(),
+        fax_pages: c.fax().and_then(|f| f.pages),
+        fax_result: c
+            .fax()
+            .and_then(|f| f.result)
+            .map(|r| r.as_str().to_string()),
         ..CdrCall::default()
     }
 }
@@ -86,6 +92,14 @@ pub fn cdr_t38(r: &monitor::T38Record) -> cdr::CdrT38 {
             .types
             .iter()
             .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        redundant: f.redundant,
+        fec: f.fec,
+        t30: f
+            .t30
+            .iter()
+            .map(|t| monitor::t38::fcf::label(t.fcf))
             .collect::<Vec<_>>()
             .join(","),
     }

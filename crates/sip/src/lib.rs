@@ -6,8 +6,10 @@
 //! spacing, unknown headers) but strict about what would make the result wrong: a message
 //! without a start line or with a header section that never ends is an error.
 //!
-//! Start reading at [`Message::parse`] and [`sdp::Sdp::parse`].
+//! Start reading at [`Message::parse`] and [`sdp::Sdp::parse`]; keypad digits in INFO bodies are
+//! [`dtmf`]'s.
 
+pub mod dtmf;
 pub mod sdp;
 pub mod secrets;
 
@@ -312,6 +314,14 @@ impl<'a> Message<'a> {
                     .next()
                     .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/sdp"))
             })
+    }
+
+    /// The keypad digit of an INFO request (`application/dtmf-relay` or `application/dtmf`).
+    pub fn info_digit(&self) -> Option<dtmf::InfoDigit> {
+        if self.method() != Some("INFO") || self.body.is_empty() {
+            return None;
+        }
+        dtmf::info_digit(self.header("content-type")?, self.body)
     }
 
     /// The Q.850 cause of a `Reason: Q.850;cause=N` header (RFC 3326), if any.

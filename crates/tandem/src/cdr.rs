@@ -217,6 +217,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 if let Some(q) = c.q850_cause {
                     writeln!(out, "Q.850 cause  {q}")?;
                 }
+                if !c.dtmf.is_empty() {
+                    writeln!(out, "digits       {}", c.dtmf)?;
+                }
+                if let Some(r) = &c.fax_result {
+                    let pages = c.fax_pages.map(|p| p.to_string()).unwrap_or("?".into());
+                    writeln!(out, "fax          {r}, {pages} page(s)")?;
+                }
                 for s in streams {
                     writeln!(
                         out,
@@ -240,14 +247,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 for t in t38 {
                     writeln!(
                         out,
-                        "t38  {} -> {}  packets {}  lost {}  duplicates {}  {} ms  {}",
+                        "t38  {} -> {}  packets {}  lost {}  duplicates {}  redundant {}  fec {}  {} ms  {}  t30 {}",
                         t.src,
                         t.dst,
                         t.packets,
                         t.lost,
                         t.duplicates,
+                        t.redundant,
+                        t.fec,
                         (t.end_us - t.start_us) / 1000,
-                        t.types
+                        t.types,
+                        t.t30
                     )?;
                 }
             }

@@ -13,6 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::pcap::PcapWriter;
 
+pub mod fax;
+
 /// Frame builders (no checksums: monitors and tshark do not verify them by default).
 pub mod packet {
     use std::net::{IpAddr, SocketAddr};
