@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = m.status();
         let _ = m.has_sdp();
         let _ = m.q850_cause();
+        let _ = m.info_digit();
         if let Some(f) = m.from() {
             let _ = f.user();
         }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use monitor::pcap::CaptureReader;
-use monitor::synth::{SynthConfig, generate};
+use monitor::synth::{CallKind, GroundTruth, SynthConfig, generate};
 use monitor::{Monitor, MonitorConfig};
 use serde::Serialize;
 
@@ -41,6 +41,10 @@ pub struct Args {
     /// Keep the synthetic captures (rtp.pcap, sip.pcap) in --dir.
     #[arg(long)]
     pub keep: bool,
+    /// What the calls carry, in turn (comma-separated): voice, fax (a re-INVITE to T.38),
+    /// dtmf (RFC 4733 digits in the voice), srtp, video, hold-resume (new ports halfway).
+    #[arg(long, value_delimiter = ',', default_value = "voice")]
+    pub kinds: Vec<CallKind>,
 }
 
 #[derive(Serialize)]
@@ -84,6 +88,11 @@ struct CaptureBench {
     peak_rss_bytes: u64,
     streams_found: usize,
     streams_expected: usize,
+    /// The call kinds in the RTP capture.
+    kinds: String,
+    /// Calls whose streams, packet counts, digits, fax, encryption and video flags all equal the
+    /// generator's ground truth (out of `calls`).
+    calls_matching_truth: usize,
 }
 
 impl BenchReport for CaptureBench {
@@ -159,6 +168,11 @@ impl BenchReport for CaptureBench {
             "streams found / expected".to_string(),
             format!("{} / {}", self.streams_found, self.streams_expected),
         ]);
+        t.row(["call kinds".to_string(), self.kinds.clone()]);
+        t.row([
+            "calls matching ground truth".to_string(),
+            format!("{} / {}", self.calls_matching_truth, self.calls),
+        ]);
         t.write(out)
     }
 }
@@ -192,6 +206,40 @@ fn process_cpu_seconds() -> f64 {
 }
 
 /// Analyses `path`: (wall seconds, CPU seconds of this thread, streams found).
+/// How many of the generated calls the analysis found as they were sent: every stream with its
+/// packet count, the digits, the fax's pages and result, the encryption and video flags.
+fn calls_matching_truth(a: &monitor::Analysis, truth: &GroundTruth) -> usize {
+    truth
+        .calls
+        .iter()
+        .filter(|t| {
+            let Some(c) = a.calls.iter().find(|c| *c.dialog.call_id == *t.call_id) else {
+                return false;
+            };
+            let streams_match = c.streams.len() == t.streams.len()
+                && t.streams.iter().all(|ts| {
+                    c.streams.iter().any(|s| {
+                        Some(s.stream.key.src) == ts.src
+                            && s.stream.key.ssrc == ts.ssrc
+                            && s.stream.packets == ts.sent - ts.dropped + ts.duplicated
+                            && (s.stream.media == monitor::rtp::Media::Video) == ts.video
+                    })
+                });
+            let fax_matches = match (&t.fax, c.fax()) {
+                (None, None) => true,
+                (Some(f), Some(g)) => g.pages == Some(f.pages) && g.result == Some(f.result),
+                _ => false,
+            };
+            streams_match
+                && fax_matches
+                && c.digits() == t.digits
+                && c.streams
+                    .iter()
+                    .all(|s| s.stream.encrypted == t.encrypted())
+        })
+        .count()
+}
+
 fn time_analysis(path: &Path, shards: usize) -> anyhow::Result<(f64, f64, usize)> {
     let cpu = thread_cpu_seconds();
     let started = Instant::now();
@@ -229,13 +277,19 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         duplicate_pct: 0.1,
         reorder_pct: 0.1,
         jitter_ms: 3.0,
+        kinds: args.kinds.clone(),
         ..SynthConfig::default()
     };
     let truth = generate(&cfg, std::fs::File::create(&rtp_path)?)?;
     let capture_bytes = std::fs::metadata(&rtp_path)?.len();
-    let streams_expected = truth.calls.len() * 2;
-    // Warm the page cache, then time.
-    let (_, _, streams_found) = time_analysis(&rtp_path, 1)?;
+    let streams_expected = truth.calls.iter().map(|c| c.streams.len()).sum();
+    // Check the analysis against the ground truth (this also warms the page cache), then time.
+    let mut m = Monitor::new(MonitorConfig::default(), 1);
+    m.read_file(&rtp_path, |_| {})?;
+    let analysis = m.finish();
+    let streams_found = analysis.all_streams().count();
+    let calls_matching_truth = calls_matching_truth(&analysis, &truth);
+    drop(analysis);
     let mut one = Vec::new();
     let mut one_cpu = Vec::new();
     let mut two = Vec::new();
@@ -348,5 +402,12 @@ fn measure(args: &Args, dir: &Path) -> anyhow::Result<CaptureBench> {
         peak_rss_bytes: procstat::peak_rss_bytes().unwrap_or(0),
         streams_found,
         streams_expected,
+        kinds: args
+            .kinds
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+        calls_matching_truth,
     })
 }

@@ -298,6 +298,22 @@ impl CallRecord {
         out
     }
 
+    /// Gives each stream the names its call's SDP gave its dynamic payload types.
+    pub fn name_codecs(&mut self) {
+        if self.dialog.codecs.is_empty() {
+            return;
+        }
+        for s in &mut self.streams {
+            s.stream.codec_names = self
+                .dialog
+                .codecs
+                .iter()
+                .filter(|(pt, _)| s.stream.payload_types.contains(pt))
+                .cloned()
+                .collect();
+        }
+    }
+
     /// The fax as a whole (start, modulation, pages, result); `None` for a call without T.38.
     pub fn fax(&self) -> Option<crate::t38::FaxSummary> {
         crate::t38::FaxSummary::of(self.t38.iter().map(|r| &r.flow))
@@ -423,6 +439,8 @@ pub(crate) enum Event {
         src: SocketAddr,
         dst: SocketAddr,
         data: Box<[u8]>,
+        /// The dynamic payload types its SDP names (not telephone-event), if any.
+        codecs: Option<Codecs>,
     },
     Rtp {
         ts_ns: i64,
@@ -542,9 +560,10 @@ impl CallShard {
                 src,
                 dst,
                 data,
+                codecs,
             } => {
                 if let Ok(m) = Message::parse(&data) {
-                    self.on_sip(ts_ns, src, dst, &m, cur);
+                    self.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), cur);
                 }
             }
             Event::Rtp {
@@ -615,6 +634,7 @@ impl CallShard {
         src: SocketAddr,
         dst: SocketAddr,
         m: &Message<'_>,
+        codecs: Option<&[(u8, Box<str>)]>,
         cur: &Current<'_>,
     ) {
         let Some(call_id) = m.call_id() else { return };
@@ -649,6 +669,7 @@ impl CallShard {
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, dst, m);
+            d.learn_codecs(codecs.unwrap_or_default());
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
                 self.out.counters.calls_dropped += 1;
@@ -656,6 +677,7 @@ impl CallShard {
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, dst, m);
+            d.learn_codecs(codecs.unwrap_or_default());
             self.dialogs.insert(Arc::from(call_id), d);
             self.calls_started += 1;
         } else {
@@ -845,11 +867,13 @@ impl CallShard {
                 .map(|(_, r)| r)
                 .collect();
             t38.sort_by_key(|r| (r.flow.first_ns, r.flow.src, r.flow.dst));
-            self.out.calls.push(CallRecord {
+            let mut call = CallRecord {
                 dialog: d,
                 streams,
                 t38,
-            });
+            };
+            call.name_codecs();
+            self.out.calls.push(call);
         }
         let stream_idle = self.cfg.stream_idle_timeout_ms as i64 * ms;
         let dialogs = &self.dialogs;
@@ -1220,9 +1244,13 @@ impl Front {
             self.sip.resent += 1;
         }
         let shard = self.shard_of(&call_id);
+        let mut codecs = None;
         if m.has_sdp() {
             match Sdp::parse(m.body) {
-                Ok(sdp) => self.learn_endpoints(ts_ns, call_id, shard, &sdp),
+                Ok(sdp) => {
+                    self.learn_endpoints(ts_ns, call_id, shard, &sdp);
+                    codecs = dynamic_codecs(&sdp);
+                }
                 Err(_) => self.counters.sdp_parse_errors += 1,
             }
         }
@@ -1233,6 +1261,7 @@ impl Front {
                 src,
                 dst,
                 data: m_bytes(data, &m),
+                codecs,
             },
         );
     }
@@ -1469,6 +1498,27 @@ fn pin_flow(
             (shard, call.cloned())
         }
     }
+}
+
+/// Names of dynamic payload types, as an SDP's `a=rtpmap` lines give them.
+pub(crate) type Codecs = Box<[(u8, Box<str>)]>;
+
+/// The dynamic payload types an SDP names, telephone events aside (the front tells those apart
+/// itself); `None` when there are none, as in most G.711 calls, so that nothing is allocated.
+fn dynamic_codecs(sdp: &Sdp<'_>) -> Option<Codecs> {
+    let named = || {
+        sdp.media
+            .iter()
+            .flat_map(|m| m.rtpmaps.iter())
+            .filter(|r| r.payload_type >= 96 && !r.encoding.eq_ignore_ascii_case("telephone-event"))
+    };
+    named().next()?;
+    Some(
+        named()
+            .take(crate::dialog::CODECS_MAX)
+            .map(|r| (r.payload_type, Box::from(r.encoding)))
+            .collect(),
+    )
 }
 
 /// Hands each item whose Call-ID names one of `calls` to it with `push`; returns the others.
@@ -1802,9 +1852,10 @@ impl Monitor {
                             src,
                             dst,
                             data,
+                            codecs,
                         } => {
                             if let Ok(m) = Message::parse(&data) {
-                                shard.on_sip(ts_ns, src, dst, &m, &cur);
+                                shard.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), &cur);
                             }
                         }
                         other => shard.handle(other, &cur),
@@ -2008,6 +2059,7 @@ impl Monitor {
             |c, r| c.t38.push(r),
         );
         for c in &mut out.calls {
+            c.name_codecs();
             c.streams.sort_by_key(|s| (s.stream.first_ns, s.stream.key));
             c.t38
                 .sort_by_key(|r| (r.flow.first_ns, r.flow.src, r.flow.dst));

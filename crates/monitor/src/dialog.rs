@@ -88,7 +88,13 @@ pub struct Dialog {
     pub streams: Vec<crate::rtp::StreamKey>,
     /// Keypad digits sent in INFO requests, in order (at most [`INFO_DIGITS_MAX`]).
     pub dtmf: Vec<InfoDtmf>,
+    /// Dynamic payload types and the encodings the SDP named them (`96 H264`), the latest
+    /// naming of each (at most [`CODECS_MAX`]).
+    pub codecs: Vec<(u8, Box<str>)>,
 }
+
+/// At most this many named dynamic payload types are kept per call.
+pub const CODECS_MAX: usize = 16;
 
 /// At most this many INFO digits are kept per call.
 pub const INFO_DIGITS_MAX: usize = 256;
@@ -133,6 +139,20 @@ impl Dialog {
             sip_messages: 0,
             streams: Vec::new(),
             dtmf: Vec::new(),
+            codecs: Vec::new(),
+        }
+    }
+
+    /// Takes the names an SDP gave dynamic payload types.
+    pub fn learn_codecs(&mut self, codecs: &[(u8, Box<str>)]) {
+        for (pt, name) in codecs {
+            if let Some(c) = self.codecs.iter_mut().find(|(p, _)| p == pt) {
+                if c.1 != *name {
+                    c.1 = name.clone();
+                }
+            } else if self.codecs.len() < CODECS_MAX {
+                self.codecs.push((*pt, name.clone()));
+            }
         }
     }
 

@@ -517,6 +517,8 @@ pub struct RtpStream {
     pub dtmf: Vec<DtmfEvent>,
     /// The payload type the SDP named `telephone-event`, once one of its packets came.
     pub events_pt: Option<u8>,
+    /// Names the call's SDP gave this stream's dynamic payload types (set when the call closes).
+    pub codec_names: Vec<(u8, Box<str>)>,
 }
 
 impl RtpStream {
@@ -537,6 +539,7 @@ impl RtpStream {
             clock_rate: 0,
             dtmf: Vec::new(),
             events_pt: None,
+            codec_names: Vec::new(),
         }
     }
 
@@ -574,6 +577,8 @@ impl RtpStream {
             }
             let name = if self.events_pt == Some(pt) {
                 "telephone-event"
+            } else if let Some((_, n)) = self.codec_names.iter().find(|(p, _)| *p == pt) {
+                n
             } else {
                 payload_name(pt)
             };

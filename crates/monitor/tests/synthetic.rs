@@ -7,7 +7,8 @@ mod common;
 use std::path::Path;
 
 use monitor::dialog::{CallState, Party};
-use monitor::synth::{GroundTruth, SynthConfig, SynthOutcome, generate};
+use monitor::rtp::Media;
+use monitor::synth::{CallKind, GroundTruth, SynthConfig, SynthOutcome, generate};
 use monitor::{Analysis, Monitor, MonitorConfig};
 
 fn lossy() -> SynthConfig {
@@ -339,4 +340,101 @@ fn pcapng_from_editcap_reads_the_same() {
             y.stream.wireshark.mean_jitter_ms
         );
     }
+}
+
+/// Every kind of call at once: fax after a re-INVITE, a digit in the voice, SRTP, video and a
+/// move to new ports, with loss, duplicates and reordering. What the monitor finds equals what
+/// the generator sent, on one shard and on two.
+fn every_kind() -> SynthConfig {
+    SynthConfig {
+        calls: 24,
+        call_interval_us: 30_000,
+        call_duration_ms: 2_000,
+        loss_pct: 1.0,
+        duplicate_pct: 0.5,
+        reorder_pct: 0.5,
+        jitter_ms: 2.0,
+        seed: 11,
+        kinds: CallKind::ALL.to_vec(),
+        ..SynthConfig::default()
+    }
+}
+
+#[test]
+fn every_kind_of_call_matches_its_ground_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, truth) = write(dir.path(), "kinds.pcap", &every_kind());
+    for shards in [1, 2] {
+        let a = analyse(&path, shards);
+        assert_eq!(a.calls.len(), truth.calls.len());
+        assert_eq!(
+            a.counters.rtp_packets, truth.rtp_packets,
+            "{shards} shard(s)"
+        );
+        assert_eq!(a.counters.udptl_packets, truth.udptl_packets);
+        assert!(a.streams.is_empty(), "every stream belongs to a call");
+        assert!(a.t38.is_empty(), "every T.38 flow belongs to a call");
+        for t in &truth.calls {
+            let c = a
+                .calls
+                .iter()
+                .find(|c| *c.dialog.call_id == *t.call_id)
+                .unwrap();
+            let what = format!("{} ({})", t.call_id, t.kind.as_str());
+            if !t.answered() {
+                continue;
+            }
+            assert_eq!(c.streams.len(), t.streams.len(), "{what}: streams");
+            for ts in &t.streams {
+                let s = c
+                    .streams
+                    .iter()
+                    .find(|s| Some(s.stream.key.src) == ts.src && s.stream.key.ssrc == ts.ssrc)
+                    .unwrap_or_else(|| panic!("{what}: stream {ts:?} missing"));
+                assert_eq!(
+                    s.stream.packets,
+                    ts.sent - ts.dropped + ts.duplicated,
+                    "{what}: packets"
+                );
+                assert_eq!(s.stream.sequence.lost(), ts.dropped as i64, "{what}");
+                let video = s.stream.media == Media::Video;
+                assert_eq!(video, ts.video, "{what}: media");
+                assert_eq!(
+                    s.stream.mos().is_none(),
+                    video,
+                    "{what}: MOS for audio only"
+                );
+                assert_eq!(s.stream.encrypted, t.encrypted(), "{what}: encrypted");
+            }
+            assert_eq!(c.digits(), t.digits, "{what}: digits");
+            assert_eq!(c.is_fax(), t.fax.is_some(), "{what}: fax");
+            if let Some(f) = &t.fax {
+                let got = c.fax().unwrap();
+                assert_eq!(got.pages, Some(f.pages), "{what}");
+                assert_eq!(got.result, Some(f.result), "{what}");
+                assert_eq!(got.modulation, Some(f.modulation), "{what}");
+                let packets: u64 = c.t38.iter().map(|r| r.flow.packets).sum();
+                assert_eq!(
+                    packets,
+                    f.packets[0] + f.packets[1],
+                    "{what}: UDPTL packets"
+                );
+            }
+            let reinvites = u16::from(matches!(t.kind, CallKind::Fax | CallKind::HoldResume));
+            assert_eq!(c.dialog.reinvites, reinvites, "{what}");
+        }
+    }
+}
+
+#[test]
+fn every_kind_of_call_has_tshark_s_rtp_figures() {
+    if !common::have_tshark() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write(dir.path(), "kinds.pcap", &every_kind());
+    let theirs = common::tshark_rtp_streams(&path, &[]);
+    let a = analyse(&path, 1);
+    let ours: Vec<&monitor::StreamRecord> = a.all_streams().collect();
+    common::assert_streams_match("kinds.pcap", &ours, &theirs);
 }

@@ -2,6 +2,11 @@
 //! ways) with configurable loss, jitter, reordering and duplicates. Used by the tests at small
 //! sizes and by `tandem bench capture` at large ones.
 //!
+//! Answered calls can carry more than voice ([`CallKind`], cycled through
+//! [`SynthConfig::kinds`]): a re-INVITE to T.38 and a fax ([`fax`]), a keypad digit as RFC 4733
+//! events inside the voice, SRTP (`RTP/SAVP` with an SDES key), a video stream, or a hold that
+//! resumes on new ports. Each has its ground truth in [`SynthCall`].
+//!
 //! The generator is event driven: a heap holds each call's next 20 ms tick and the packets in
 //! flight, so memory grows with the number of concurrent calls, not with the capture's length,
 //! and packets come out in non-decreasing time order.
@@ -209,7 +214,88 @@ pub struct SynthConfig {
     pub failures: bool,
     pub seed: u64,
     pub start_ns: i64,
+    /// What answered calls carry, in turn: call `i` is `kinds[i % len]`.
+    pub kinds: Vec<CallKind>,
 }
+
+/// What an answered synthetic call carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// G.711 both ways.
+    Voice,
+    /// Voice, then a re-INVITE moves the same ports to T.38 and a one-page fax runs.
+    Fax,
+    /// Voice with a keypad digit from the caller as RFC 4733 events (its end sent three times).
+    Dtmf,
+    /// Voice offered and answered as `RTP/SAVP` with an SDES `a=crypto` key.
+    Srtp,
+    /// Voice and an H.264 video stream both ways.
+    Video,
+    /// Voice; halfway, a re-INVITE moves both sides to new ports.
+    HoldResume,
+}
+
+impl CallKind {
+    pub const ALL: [CallKind; 6] = [
+        CallKind::Voice,
+        CallKind::Fax,
+        CallKind::Dtmf,
+        CallKind::Srtp,
+        CallKind::Video,
+        CallKind::HoldResume,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Voice => "voice",
+            CallKind::Fax => "fax",
+            CallKind::Dtmf => "dtmf",
+            CallKind::Srtp => "srtp",
+            CallKind::Video => "video",
+            CallKind::HoldResume => "hold-resume",
+        }
+    }
+
+    fn reinvites(self) -> bool {
+        matches!(self, CallKind::Fax | CallKind::HoldResume)
+    }
+}
+
+impl std::str::FromStr for CallKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CallKind, String> {
+        CallKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = CallKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("unknown call kind {s:?} (one of {})", names.join(", "))
+            })
+    }
+}
+
+/// The SDES key of call `i`'s SRTP offer: 40 base64 characters, unique per call, so that a test
+/// can look for it in everything written.
+pub fn sdes_key(i: usize) -> String {
+    format!("TandemSynthKey{i:026}")
+}
+
+/// The fax every [`CallKind::Fax`] call sends: one page, completed.
+fn fax_plan() -> fax::FaxPlan {
+    fax::FaxPlan {
+        pages: 1,
+        page_packets: 10,
+        // Both directions cross into sequence numbers whose first byte reads as RTP version 2.
+        seq0: [0x7ffa, 0xbffa],
+        ..fax::FaxPlan::default()
+    }
+}
+
+/// Ticks of a [`CallKind::Dtmf`] digit: six growing packets, then the end twice more.
+const DIGIT_TICKS: u32 = 8;
+const DIGIT_PACKETS_GROWING: u32 = 6;
+const EVENTS_PT: u8 = 101;
+const VIDEO_PT: u8 = 96;
 
 impl Default for SynthConfig {
     fn default() -> Self {
@@ -227,6 +313,7 @@ impl Default for SynthConfig {
             failures: true,
             seed: 1,
             start_ns: 1_700_000_000_000_000_000,
+            kinds: vec![CallKind::Voice],
         }
     }
 }
@@ -248,6 +335,7 @@ pub struct SynthStream {
     pub src: Option<SocketAddr>,
     pub dst: Option<SocketAddr>,
     pub ssrc: u32,
+    pub video: bool,
     pub sent: u64,
     pub dropped: u64,
     pub duplicated: u64,
@@ -260,7 +348,27 @@ pub struct SynthCall {
     pub caller: String,
     pub called: String,
     pub outcome: SynthOutcome,
-    pub streams: [SynthStream; 2],
+    pub kind: CallKind,
+    /// Audio both ways; then video both ways, or the audio after a move to new ports.
+    pub streams: Vec<SynthStream>,
+    /// The fax of a [`CallKind::Fax`] call.
+    pub fax: Option<fax::FaxTruth>,
+    /// Keypad digits sent, in order.
+    pub digits: String,
+}
+
+impl SynthCall {
+    pub fn answered(&self) -> bool {
+        matches!(self.outcome, SynthOutcome::Answered { .. })
+    }
+
+    pub fn encrypted(&self) -> bool {
+        self.kind == CallKind::Srtp
+    }
+
+    pub fn video(&self) -> bool {
+        self.kind == CallKind::Video && self.answered()
+    }
 }
 
 /// Ground truth of a generated capture.
@@ -270,6 +378,7 @@ pub struct GroundTruth {
     pub packets: u64,
     pub rtp_packets: u64,
     pub sip_messages: u64,
+    pub udptl_packets: u64,
 }
 
 /// A small deterministic PRNG (xorshift64*), enough for loss and jitter patterns.
@@ -296,8 +405,10 @@ enum Ev {
     Sip { call: u32, step: u8 },
     /// A 20 ms media tick of `call` (both directions send).
     Tick { call: u32, n: u32 },
-    /// An RTP packet arrives.
-    Rtp { call: u32, dir: u8, n: u32 },
+    /// An RTP packet of stream `stream` (0, 1: audio; 2, 3: video or audio on new ports) arrives.
+    Rtp { call: u32, stream: u8, n: u32 },
+    /// Packet `idx` of a fax call's T.38 session.
+    Udptl { call: u32, idx: u32 },
 }
 
 fn caller_ip(i: usize) -> IpAddr {
@@ -322,8 +433,18 @@ fn rtp_port(i: usize) -> u16 {
     10_000 + 2 * (i % 20_000) as u16
 }
 
+/// Where a [`CallKind::HoldResume`] call's audio moves.
+fn moved_port(port: u16) -> u16 {
+    port + 1000
+}
+
 /// The SIP messages of a call in order: (from caller?, text).
-fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, String)> {
+fn sip_script(
+    cfg: &SynthConfig,
+    i: usize,
+    outcome: SynthOutcome,
+    kind: CallKind,
+) -> Vec<(bool, String)> {
     let a = caller_ip(i);
     let b = callee_ip(i);
     let call_id = format!("synth-{i}@tandem.test");
@@ -331,11 +452,38 @@ fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, 
     let called = format!("2{i:06}");
     let pt = cfg.payload_type;
     let codec = if pt == 0 { "PCMU" } else { "PCMA" };
-    let sdp = |ip: IpAddr, port: u16| {
-        format!(
-            "v=0\r\no=- {i} 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\nm=audio {port} RTP/AVP {pt} 101\r\na=rtpmap:{pt} {codec}/8000\r\na=rtpmap:101 telephone-event/8000\r\na=ptime:{}\r\na=sendrecv\r\n",
-            cfg.ptime_ms
-        )
+    // The SDP of one side: `leg` 0 for the call's start, 1 after its re-INVITE.
+    let sdp = |ip: IpAddr, port: u16, leg: u8| {
+        let head = format!(
+            "v=0\r\no=- {i} {} IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n",
+            leg + 1
+        );
+        let audio = |port: u16, proto: &str| {
+            format!(
+                "m=audio {port} {proto} {pt} {EVENTS_PT}\r\na=rtpmap:{pt} {codec}/8000\r\na=rtpmap:{EVENTS_PT} telephone-event/8000\r\na=ptime:{}\r\na=sendrecv\r\n",
+                cfg.ptime_ms
+            )
+        };
+        let media = match (kind, leg) {
+            (CallKind::Srtp, _) => format!(
+                "{}a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{}\r\n",
+                audio(port, "RTP/SAVP"),
+                sdes_key(i)
+            ),
+            (CallKind::Video, _) => format!(
+                "{}m=video {} RTP/AVP {VIDEO_PT}\r\na=rtpmap:{VIDEO_PT} H264/90000\r\n",
+                audio(port, "RTP/AVP"),
+                port + 2
+            ),
+            (CallKind::Fax, 1) => {
+                format!(
+                    "m=image {port} udptl t38\r\na=T38FaxVersion:0\r\na=T38FaxRateManagement:transferredTCF\r\n"
+                )
+            }
+            (CallKind::HoldResume, 1) => audio(moved_port(port), "RTP/AVP"),
+            _ => audio(port, "RTP/AVP"),
+        };
+        format!("{head}{media}")
     };
     let head = |start: &str,
                 via_host: IpAddr,
@@ -372,7 +520,7 @@ fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, 
         "1 INVITE",
         false,
         &format!("Contact: <sip:{caller}@{a}:5060>\r\n"),
-        &sdp(a, rtp_port(i)),
+        &sdp(a, rtp_port(i), 0),
     );
     let resp = |code: &str, cseq: &str, tag: bool, body: &str| {
         head(&format!("SIP/2.0 {code}"), a, cseq, tag, "", body)
@@ -386,32 +534,51 @@ fn sip_script(cfg: &SynthConfig, i: usize, outcome: SynthOutcome) -> Vec<(bool, 
         SynthOutcome::Answered { caller_hangs_up } => {
             s.push((
                 false,
-                resp("200 OK", "1 INVITE", true, &sdp(b, rtp_port(i))),
+                resp("200 OK", "1 INVITE", true, &sdp(b, rtp_port(i), 0)),
             ));
-            s.push((
-                true,
+            let ack = |cseq: &str| {
                 head(
                     &format!("ACK sip:{called}@{b}:5060 SIP/2.0"),
                     a,
-                    "1 ACK",
+                    cseq,
                     true,
                     "",
                     "",
-                ),
-            ));
+                )
+            };
+            s.push((true, ack("1 ACK")));
+            if kind.reinvites() {
+                s.push((
+                    true,
+                    head(
+                        &format!("INVITE sip:{called}@{b}:5060 SIP/2.0"),
+                        a,
+                        "2 INVITE",
+                        true,
+                        &format!("Contact: <sip:{caller}@{a}:5060>\r\n"),
+                        &sdp(a, rtp_port(i), 1),
+                    ),
+                ));
+                s.push((
+                    false,
+                    resp("200 OK", "2 INVITE", true, &sdp(b, rtp_port(i), 1)),
+                ));
+                s.push((true, ack("2 ACK")));
+            }
             if caller_hangs_up {
+                let cseq = if kind.reinvites() { "3 BYE" } else { "2 BYE" };
                 s.push((
                     true,
                     head(
                         &format!("BYE sip:{called}@{b}:5060 SIP/2.0"),
                         a,
-                        "2 BYE",
+                        cseq,
                         true,
                         "",
                         "",
                     ),
                 ));
-                s.push((false, resp("200 OK", "2 BYE", true, "")));
+                s.push((false, resp("200 OK", cseq, true, "")));
             } else {
                 // The callee's BYE travels the other way, From the callee.
                 s.push((
@@ -482,25 +649,88 @@ fn outcome_of(cfg: &SynthConfig, i: usize) -> SynthOutcome {
     }
 }
 
+/// The keypad digit of a [`CallKind::Dtmf`] call: its RFC 4733 event number (0-9).
+fn digit_event(i: usize) -> u8 {
+    (i % 10) as u8
+}
+
+/// The timing of a call's media, shared by all its calls.
+struct Timing {
+    ptime_ns: i64,
+    /// Voice ticks of a call that keeps its audio to the end.
+    ticks: u32,
+    /// The tick where a hold/resume moves ports and where a fax stops the voice.
+    half: u32,
+    /// The first tick of a digit; `None` when the call is too short for one.
+    digit_at: Option<u32>,
+    samples: u32,
+}
+
+impl Timing {
+    /// The ticks that stream `stream` of a `kind` call sends in: first, and one past the last.
+    fn range(&self, kind: CallKind, stream: u8) -> (u32, u32) {
+        match (kind, stream) {
+            (CallKind::Fax, _) => (0, self.half),
+            (CallKind::HoldResume, 0 | 1) => (0, self.half),
+            (CallKind::HoldResume, _) => (self.half, self.ticks),
+            _ => (0, self.ticks),
+        }
+    }
+
+    fn in_digit(&self, kind: CallKind, stream: u8, n: u32) -> bool {
+        kind == CallKind::Dtmf
+            && stream == 0
+            && self
+                .digit_at
+                .is_some_and(|d| (d..d + DIGIT_TICKS).contains(&n))
+    }
+}
+
 /// Generates the capture into `out` (Ethernet, microsecond pcap) and returns its ground truth.
 pub fn generate<W: io::Write>(cfg: &SynthConfig, out: W) -> io::Result<GroundTruth> {
+    assert!(!cfg.kinds.is_empty(), "SynthConfig::kinds is empty");
     let mut w = PcapWriter::new(io::BufWriter::with_capacity(1 << 20, out), 1, false)?;
     let mut truth = GroundTruth::default();
     let mut rng = Rng(cfg.seed.max(1));
-    let ptime_ns = cfg.ptime_ms as i64 * 1_000_000;
     let ticks = (cfg.call_duration_ms / cfg.ptime_ms as u64).max(2) as u32;
-    let samples = cfg.ptime_ms * 8;
+    let half = ticks / 2;
+    let timing = Timing {
+        ptime_ns: cfg.ptime_ms as i64 * 1_000_000,
+        ticks,
+        half,
+        // Clear of the stream's first packet and of its last two.
+        digit_at: (half >= 2 && half + DIGIT_TICKS + 2 < ticks).then_some(half),
+        samples: cfg.ptime_ms * 8,
+    };
+    let ptime_ns = timing.ptime_ns;
+    let (fax_packets, fax_truth) = fax::fax_session(&fax_plan());
+    let fax_ns = fax_packets.last().map_or(0, |p| p.at_ns);
     // Scripts are built when a call starts and dropped when it ends.
     let mut scripts: Vec<Option<Vec<(bool, String)>>> = vec![None; cfg.calls];
     let mut heap: BinaryHeap<Reverse<(i64, Ev)>> = BinaryHeap::new();
     for i in 0..cfg.calls {
         let outcome = outcome_of(cfg, i);
+        let kind = cfg.kinds[i % cfg.kinds.len()];
+        let answered = matches!(outcome, SynthOutcome::Answered { .. });
+        let streams = if answered && matches!(kind, CallKind::Video | CallKind::HoldResume) {
+            4
+        } else {
+            2
+        };
+        let digit = answered && cfg.rtp && kind == CallKind::Dtmf && timing.digit_at.is_some();
         truth.calls.push(SynthCall {
             call_id: format!("synth-{i}@tandem.test"),
             caller: format!("1{i:06}"),
             called: format!("2{i:06}"),
             outcome,
-            streams: Default::default(),
+            kind,
+            streams: vec![SynthStream::default(); streams],
+            fax: (answered && cfg.rtp && kind == CallKind::Fax).then(|| fax_truth.clone()),
+            digits: if digit {
+                digit_event(i).to_string()
+            } else {
+                String::new()
+            },
         });
         let t = cfg.start_ns + i as i64 * cfg.call_interval_us as i64 * 1000;
         heap.push(Reverse((
@@ -512,13 +742,13 @@ pub fn generate<W: io::Write>(cfg: &SynthConfig, out: W) -> io::Result<GroundTru
         )));
     }
     let mut frame = Vec::with_capacity(2048);
-    let mut rtp = Vec::with_capacity(256);
+    let mut rtp = Vec::with_capacity(512);
     while let Some(Reverse((t, ev))) = heap.pop() {
         match ev {
             Ev::Sip { call, step } => {
                 let i = call as usize;
-                let outcome = truth.calls[i].outcome;
-                let script = scripts[i].get_or_insert_with(|| sip_script(cfg, i, outcome));
+                let (outcome, kind) = (truth.calls[i].outcome, truth.calls[i].kind);
+                let script = scripts[i].get_or_insert_with(|| sip_script(cfg, i, outcome, kind));
                 let (from_caller, text) = &script[step as usize];
                 let (a, b) = (
                     SocketAddr::new(caller_ip(i), 5060),
@@ -537,78 +767,155 @@ pub fn generate<W: io::Write>(cfg: &SynthConfig, out: W) -> io::Result<GroundTru
                     continue;
                 }
                 let answered = matches!(outcome, SynthOutcome::Answered { .. });
-                // After the ACK (step 4) of an answered call the media runs, then the BYE.
+                let reinvites = kind.reinvites();
+                const MS: i64 = 1_000_000;
+                // After the ACK (step 4) of an answered call the media runs; a re-INVITE
+                // (steps 5-7) comes halfway, or once a fax call's voice is over; then the BYE.
                 let gap_ns = match (answered, next) {
-                    (_, 1) => 2_000_000,
-                    (_, 2) => 30_000_000,
-                    (true, 3) => 1_000_000_000,
-                    (true, 4) => 10_000_000,
+                    (_, 1) => 2 * MS,
+                    (_, 2) => 30 * MS,
+                    (true, 3) => 1_000 * MS,
+                    (true, 4) => 10 * MS,
                     (true, 5) => {
                         if cfg.rtp {
-                            heap.push(Reverse((t + 5_000_000, Ev::Tick { call, n: 0 })));
+                            heap.push(Reverse((t + 5 * MS, Ev::Tick { call, n: 0 })));
                         }
-                        ticks as i64 * ptime_ns + 40_000_000
+                        match kind {
+                            // The move is acknowledged 20 ms before the first tick on new ports.
+                            CallKind::HoldResume => (half as i64 * ptime_ns - 45 * MS).max(MS),
+                            CallKind::Fax => half as i64 * ptime_ns + 25 * MS,
+                            _ => ticks as i64 * ptime_ns + 40 * MS,
+                        }
                     }
-                    (false, 3) => 500_000_000,
-                    _ => 5_000_000,
+                    (true, 6) if reinvites => 20 * MS,
+                    (true, 7) if reinvites => 10 * MS,
+                    (true, 8) if reinvites => match kind {
+                        CallKind::Fax => {
+                            if cfg.rtp && !fax_packets.is_empty() {
+                                let at = t + 20 * MS + fax_packets[0].at_ns;
+                                heap.push(Reverse((at, Ev::Udptl { call, idx: 0 })));
+                            }
+                            fax_ns + 80 * MS
+                        }
+                        _ => (ticks - half) as i64 * ptime_ns + 60 * MS,
+                    },
+                    (false, 3) => 500 * MS,
+                    _ => 5 * MS,
                 };
                 heap.push(Reverse((t + gap_ns, Ev::Sip { call, step: next })));
             }
             Ev::Tick { call, n } => {
-                for dir in 0..2u8 {
-                    let s = &mut truth.calls[call as usize].streams[dir as usize];
+                let kind = truth.calls[call as usize].kind;
+                let video = kind == CallKind::Video;
+                for stream in 0..if video { 4 } else { 2 } {
+                    // Hold/resume: the ports in use at this tick.
+                    let stream = if kind == CallKind::HoldResume && n >= half {
+                        stream + 2
+                    } else {
+                        stream
+                    };
+                    let (first, end) = timing.range(kind, stream);
+                    if !(first..end).contains(&n) {
+                        continue;
+                    }
+                    let s = &mut truth.calls[call as usize].streams[stream as usize];
                     s.sent += 1;
                     // The first and the last two packets are never disturbed, so that tshark's
-                    // first/last sequence numbers equal the sent ones.
-                    let edge = n == 0 || n + 2 >= ticks;
-                    if !edge && rng.chance(cfg.loss_pct) {
+                    // first/last sequence numbers equal the sent ones; nor are a digit's.
+                    let calm = n == first || n + 2 >= end || timing.in_digit(kind, stream, n);
+                    if !calm && rng.chance(cfg.loss_pct) {
                         s.dropped += 1;
                         continue;
                     }
                     let mut delay = (rng.unit() * cfg.jitter_ms * 1e6) as i64;
-                    if !edge && rng.chance(cfg.reorder_pct) {
+                    if !calm && rng.chance(cfg.reorder_pct) {
                         s.reordered += 1;
                         delay += ptime_ns + 1_000_000;
                     }
-                    heap.push(Reverse((t + delay, Ev::Rtp { call, dir, n })));
-                    if !edge && rng.chance(cfg.duplicate_pct) {
+                    heap.push(Reverse((t + delay, Ev::Rtp { call, stream, n })));
+                    if !calm && rng.chance(cfg.duplicate_pct) {
                         s.duplicated += 1;
-                        heap.push(Reverse((t + delay + 100_000, Ev::Rtp { call, dir, n })));
+                        heap.push(Reverse((t + delay + 100_000, Ev::Rtp { call, stream, n })));
                     }
                 }
-                if n + 1 < ticks {
+                let (_, end) = timing.range(kind, 0);
+                if n + 1 < end.max(timing.range(kind, 2).1) {
                     heap.push(Reverse((t + ptime_ns, Ev::Tick { call, n: n + 1 })));
                 }
             }
-            Ev::Rtp { call, dir, n } => {
+            Ev::Rtp { call, stream, n } => {
                 let i = call as usize;
-                let a = SocketAddr::new(caller_ip(i), rtp_port(i));
-                let b = SocketAddr::new(callee_ip(i), rtp_port(i));
+                let kind = truth.calls[i].kind;
+                let video = kind == CallKind::Video && stream >= 2;
+                let port = match (kind, stream) {
+                    (CallKind::Video, 2 | 3) => rtp_port(i) + 2,
+                    (CallKind::HoldResume, 2 | 3) => moved_port(rtp_port(i)),
+                    _ => rtp_port(i),
+                };
+                let a = SocketAddr::new(caller_ip(i), port);
+                let b = SocketAddr::new(callee_ip(i), port);
+                let dir = stream % 2;
                 let (src, dst) = if dir == 0 { (a, b) } else { (b, a) };
                 let ssrc = (call.wrapping_mul(2_654_435_761))
-                    ^ if dir == 0 { 0x1111_1111 } else { 0x2222_2222 };
-                let seq0 = (call.wrapping_mul(7919) as u16).wrapping_add(dir as u16 * 1000);
+                    ^ if dir == 0 { 0x1111_1111 } else { 0x2222_2222 }
+                    ^ if video { 0x0f0f_0000 } else { 0 };
+                let seq0 = (call.wrapping_mul(7919) as u16)
+                    .wrapping_add(u16::from(dir) * 1000)
+                    .wrapping_add(if video { 20_000 } else { 0 });
                 let ts0 = call.wrapping_mul(104_729);
-                let s = &mut truth.calls[i].streams[dir as usize];
+                let s = &mut truth.calls[i].streams[stream as usize];
                 s.src = Some(src);
                 s.dst = Some(dst);
                 s.ssrc = ssrc;
+                s.video = video;
+                let seq = seq0.wrapping_add(n as u16);
                 rtp.clear();
-                packet::write_rtp(
-                    &mut rtp,
-                    cfg.payload_type,
-                    n == 0,
-                    seq0.wrapping_add(n as u16),
-                    ts0.wrapping_add(n * samples),
-                    ssrc,
-                    samples as usize,
-                    if cfg.payload_type == 0 { 0xff } else { 0xd5 },
-                );
+                if video {
+                    // 90 kHz clock; one small frame per tick.
+                    let ts = ts0.wrapping_add(n * 90 * cfg.ptime_ms);
+                    packet::write_rtp(&mut rtp, VIDEO_PT, true, seq, ts, ssrc, 300, 0x00);
+                } else if timing.in_digit(kind, stream, n) {
+                    let start = timing.digit_at.unwrap_or(0);
+                    let k = n - start;
+                    let ts = ts0.wrapping_add(start * timing.samples);
+                    packet::write_rtp(&mut rtp, EVENTS_PT, k == 0, seq, ts, ssrc, 0, 0);
+                    let end = k + 1 >= DIGIT_PACKETS_GROWING;
+                    let duration = (timing.samples * (k + 1).min(DIGIT_PACKETS_GROWING)) as u16;
+                    rtp.extend_from_slice(&[digit_event(i), if end { 0x80 | 10 } else { 10 }]);
+                    rtp.extend_from_slice(&duration.to_be_bytes());
+                } else {
+                    packet::write_rtp(
+                        &mut rtp,
+                        cfg.payload_type,
+                        n == 0,
+                        seq,
+                        ts0.wrapping_add(n * timing.samples),
+                        ssrc,
+                        timing.samples as usize,
+                        if cfg.payload_type == 0 { 0xff } else { 0xd5 },
+                    );
+                }
                 frame.clear();
                 packet::write_ethernet_udp(&mut frame, src, dst, &rtp);
                 w.write_packet(t, &frame)?;
                 truth.packets += 1;
                 truth.rtp_packets += 1;
+            }
+            Ev::Udptl { call, idx } => {
+                let i = call as usize;
+                let p = &fax_packets[idx as usize];
+                let a = SocketAddr::new(caller_ip(i), rtp_port(i));
+                let b = SocketAddr::new(callee_ip(i), rtp_port(i));
+                let (src, dst) = if p.from_caller { (a, b) } else { (b, a) };
+                frame.clear();
+                packet::write_ethernet_udp(&mut frame, src, dst, &p.udptl);
+                w.write_packet(t, &frame)?;
+                truth.packets += 1;
+                truth.udptl_packets += 1;
+                if let Some(next) = fax_packets.get(idx as usize + 1) {
+                    let at = t - p.at_ns + next.at_ns;
+                    heap.push(Reverse((at, Ev::Udptl { call, idx: idx + 1 })));
+                }
             }
         }
     }
