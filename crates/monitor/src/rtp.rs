@@ -591,6 +591,13 @@ impl RtpStream {
         s
     }
 
+    /// Comfort noise (payload type 13, or the older 19) came in this stream.
+    pub fn has_comfort_noise(&self) -> bool {
+        self.payload_types
+            .iter()
+            .any(|&p| p == PT_CN || p == PT_CN_OLD)
+    }
+
     /// The main payload type: the first one that is not comfort noise.
     pub fn main_payload_type(&self) -> Option<u8> {
         self.payload_types

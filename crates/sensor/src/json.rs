@@ -48,6 +48,8 @@ pub fn stream_json(s: &StreamRecord) -> serde_json::Value {
         "media": st.media.as_str(),
         "encrypted": st.encrypted,
         "payload": st.payload_names(),
+        "payload_types": &st.payload_types,
+        "comfort_noise": st.has_comfort_noise(),
         "payload_types": st.payload_types,
         "start": format_time_us(us(st.first_ns)),
         "end": format_time_us(us(st.last_ns)),

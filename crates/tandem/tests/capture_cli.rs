@@ -433,3 +433,118 @@ fn a_reader_that_goes_away_ends_the_capture_quietly() {
     );
     assert!(stored.lines().count() > 0, "no CDR stored");
 }
+
+/// Every kind of call through `tandem capture --json` and into the CDR database: a fax with its
+/// pages and T.30 frames, a digit, SRTP, video and a move to new ports, as a user reads them.
+#[test]
+fn every_kind_of_call_in_json_and_cdrs() {
+    use monitor::synth::CallKind;
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("kinds.pcap");
+    let cfg = SynthConfig {
+        calls: 6,
+        failures: false,
+        kinds: CallKind::ALL.to_vec(),
+        ..SynthConfig::default()
+    };
+    let truth = generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let text = stdout_of(
+        tandem()
+            .arg("capture")
+            .arg("--read")
+            .arg(&pcap)
+            .arg("--json")
+            .arg("--cdr-db")
+            .arg(&db),
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let call = |kind: CallKind| {
+        let t = truth.calls.iter().find(|c| c.kind == kind).unwrap();
+        let c = lines
+            .iter()
+            .find(|v| v["kind"] == "call" && v["call_id"] == t.call_id.as_str())
+            .unwrap();
+        (t, c)
+    };
+    let (t, c) = call(CallKind::Fax);
+    assert_eq!(c["fax"], true);
+    let fax = &c["fax_session"];
+    let f = t.fax.as_ref().unwrap();
+    assert_eq!(fax["pages"], f.pages);
+    assert_eq!(fax["result"], "completed");
+    assert_eq!(fax["modulation"], "v17-14400");
+    let flows: Vec<_> = lines
+        .iter()
+        .filter(|v| v["kind"] == "t38_stream" && v["call_id"] == t.call_id.as_str())
+        .collect();
+    assert_eq!(flows.len(), 2);
+    let t30: Vec<&str> = flows
+        .iter()
+        .flat_map(|f| f["t30"].as_array().unwrap())
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for frame in ["DIS", "DCS", "CFR", "EOP", "MCF", "DCN"] {
+        assert!(t30.contains(&frame), "{frame} in {t30:?}");
+    }
+    let (t, c) = call(CallKind::Dtmf);
+    let digits: Vec<&str> = c["dtmf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["digit"].as_str().unwrap())
+        .collect();
+    assert_eq!(digits.concat(), t.digits);
+    assert_eq!(c["dtmf"][0]["via"], "rfc4733");
+    let (_, c) = call(CallKind::Srtp);
+    assert_eq!(
+        (c["encrypted"].clone(), c["video"].clone()),
+        (true.into(), false.into())
+    );
+    let (t, c) = call(CallKind::Video);
+    assert_eq!(c["video"], true);
+    let video = lines
+        .iter()
+        .find(|v| {
+            v["kind"] == "rtp_stream" && v["call_id"] == t.call_id.as_str() && v["media"] == "video"
+        })
+        .unwrap();
+    assert_eq!(
+        (video["payload"].as_str(), video["mos"].is_null()),
+        (Some("H264"), true)
+    );
+    assert_eq!(video["payload_types"], serde_json::json!([96]));
+    let (t, _) = call(CallKind::HoldResume);
+    let moved = lines
+        .iter()
+        .filter(|v| v["kind"] == "rtp_stream" && v["call_id"] == t.call_id.as_str())
+        .count();
+    assert_eq!(moved, 4, "two streams before the move, two after");
+    // The CDRs hold the digits and the fax's outcome.
+    let (t, _) = call(CallKind::Dtmf);
+    let shown = stdout_of(
+        tandem()
+            .args(["cdr", "show", &t.call_id])
+            .arg("--cdr-db")
+            .arg(&db),
+    );
+    assert!(
+        shown.contains(&format!("digits       {}", t.digits)),
+        "{shown}"
+    );
+    let (t, _) = call(CallKind::Fax);
+    let shown = stdout_of(
+        tandem()
+            .args(["cdr", "show", &t.call_id])
+            .arg("--cdr-db")
+            .arg(&db),
+    );
+    assert!(
+        shown.contains("fax          completed, 1 page(s)"),
+        "{shown}"
+    );
+    assert!(shown.contains("t30 DIS,"), "{shown}");
+}
