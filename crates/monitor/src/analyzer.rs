@@ -1152,14 +1152,10 @@ impl Front {
                         .flatten();
                     if self.rtp(ts_ns, src, dst, h, rtp_offset, event, emit) {
                         let packet = match rtp_offset {
-                            Some(at) => frame
-                                .get(at as usize..at as usize + len)
-                                .and_then(UdptlPacket::parse),
-                            None => head.as_ref().map(UdptlPacket::from_head),
+                            Some(at) => frame.get(at as usize..at as usize + len),
+                            None => None,
                         };
-                        if let Some(p) = packet {
-                            self.udptl(ts_ns, src, dst, p, emit);
-                        }
+                        self.rtp_looking_udptl(ts_ns, (src, dst), packet, head, emit);
                     }
                 } else if payload.len() >= crate::t38::MIN_UDPTL_BYTES
                     && is_t38(&self.endpoints, src, dst)
@@ -1571,6 +1567,27 @@ fn is_t38(endpoints: &FastMap<PackedAddr, Endpoint>, src: SocketAddr, dst: Socke
 }
 
 impl Front {
+    /// A datagram that looked like RTP on a port the SDP moved to T.38: read whole from the
+    /// frame, or from the head kept of a reassembled one. Cold, out of the RTP path.
+    #[cold]
+    #[inline(never)]
+    fn rtp_looking_udptl(
+        &mut self,
+        ts_ns: i64,
+        (src, dst): (SocketAddr, SocketAddr),
+        datagram: Option<&[u8]>,
+        head: Option<UdptlHead>,
+        emit: &mut dyn FnMut(u16, Event),
+    ) {
+        let packet = match datagram {
+            Some(d) => UdptlPacket::parse(d),
+            None => head.as_ref().map(UdptlPacket::from_head),
+        };
+        if let Some(p) = packet {
+            self.udptl(ts_ns, src, dst, p, emit);
+        }
+    }
+
     /// A UDPTL packet on a port the SDP moved to T.38: routed like RTP (the flow keeps its
     /// shard), counted apart from it. Cold: kept out of the RTP path's instructions.
     #[cold]
