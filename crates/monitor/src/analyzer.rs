@@ -280,7 +280,7 @@ impl CallRecord {
                     ended: e.ended,
                 })
             })
-            .chain(self.dialog.dtmf.iter().map(|d| CallDigit {
+            .chain(self.dialog.info_digits().iter().map(|d| CallDigit {
                 digit: match d.digit {
                     '!' => "flash".into(),
                     c => c.to_string().into(),
@@ -300,13 +300,13 @@ impl CallRecord {
 
     /// Gives each stream the names its call's SDP gave its dynamic payload types.
     pub fn name_codecs(&mut self) {
-        if self.dialog.codecs.is_empty() {
+        if self.dialog.codecs().is_empty() {
             return;
         }
         for s in &mut self.streams {
             s.stream.codec_names = self
                 .dialog
-                .codecs
+                .codecs()
                 .iter()
                 .filter(|(pt, _)| s.stream.payload_types.contains(pt))
                 .cloned()
@@ -474,7 +474,8 @@ pub(crate) enum Event {
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        packet: UdptlPacket,
+        /// Boxed: T.38 is rare, and the RTP event's layout stays as it was without it.
+        packet: Box<UdptlPacket>,
         call: CallRef,
     },
     Tick {
@@ -1325,6 +1326,8 @@ impl Front {
     }
 
     #[allow(clippy::too_many_arguments)]
+    // Out of line: inlined into `packet`, the RTP path cost 1 % more instructions (callgrind).
+    #[inline(never)]
     fn rtp(
         &mut self,
         ts_ns: i64,
@@ -1645,7 +1648,7 @@ impl Front {
                 ts_ns,
                 src,
                 dst,
-                packet,
+                packet: Box::new(packet),
                 call,
             },
         );

@@ -86,11 +86,19 @@ pub struct Dialog {
     pub sip_messages: u32,
     /// The RTP streams tied to this call by its SDP, in order of first packet.
     pub streams: Vec<crate::rtp::StreamKey>,
+    /// What few calls have: INFO digits, named dynamic payload types. Boxed, so that a call
+    /// without them costs one pointer.
+    extras: Option<Box<DialogExtras>>,
+}
+
+/// The rarer parts of a dialog.
+#[derive(Debug, Clone, Default)]
+struct DialogExtras {
     /// Keypad digits sent in INFO requests, in order (at most [`INFO_DIGITS_MAX`]).
-    pub dtmf: Vec<InfoDtmf>,
+    dtmf: Vec<InfoDtmf>,
     /// Dynamic payload types and the encodings the SDP named them (`96 H264`), the latest
     /// naming of each (at most [`CODECS_MAX`]).
-    pub codecs: Vec<(u8, Box<str>)>,
+    codecs: Vec<(u8, Box<str>)>,
 }
 
 /// At most this many named dynamic payload types are kept per call.
@@ -138,20 +146,34 @@ impl Dialog {
             reinvites: 0,
             sip_messages: 0,
             streams: Vec::new(),
-            dtmf: Vec::new(),
-            codecs: Vec::new(),
+            extras: None,
         }
+    }
+
+    /// Keypad digits sent in INFO requests, in order (at most [`INFO_DIGITS_MAX`]).
+    pub fn info_digits(&self) -> &[InfoDtmf] {
+        self.extras.as_ref().map_or(&[], |e| &e.dtmf)
+    }
+
+    /// Dynamic payload types and the encodings the SDP named them (`96 H264`), the latest
+    /// naming of each (at most [`CODECS_MAX`]).
+    pub fn codecs(&self) -> &[(u8, Box<str>)] {
+        self.extras.as_ref().map_or(&[], |e| &e.codecs)
     }
 
     /// Takes the names an SDP gave dynamic payload types.
     pub fn learn_codecs(&mut self, codecs: &[(u8, Box<str>)]) {
+        if codecs.is_empty() {
+            return;
+        }
+        let known = &mut self.extras.get_or_insert_default().codecs;
         for (pt, name) in codecs {
-            if let Some(c) = self.codecs.iter_mut().find(|(p, _)| p == pt) {
+            if let Some(c) = known.iter_mut().find(|(p, _)| p == pt) {
                 if c.1 != *name {
                     c.1 = name.clone();
                 }
-            } else if self.codecs.len() < CODECS_MAX {
-                self.codecs.push((*pt, name.clone()));
+            } else if known.len() < CODECS_MAX {
+                known.push((*pt, name.clone()));
             }
         }
     }
@@ -192,9 +214,10 @@ impl Dialog {
                 "INFO" => {
                     if let Some(d) = m.info_digit() {
                         let cseq = m.cseq().map(|c| c.0).unwrap_or(0);
-                        let repeated = self.dtmf.iter().any(|e| e.cseq == cseq && e.src == src);
-                        if !repeated && self.dtmf.len() < INFO_DIGITS_MAX {
-                            self.dtmf.push(InfoDtmf {
+                        let dtmf = &mut self.extras.get_or_insert_default().dtmf;
+                        let repeated = dtmf.iter().any(|e| e.cseq == cseq && e.src == src);
+                        if !repeated && dtmf.len() < INFO_DIGITS_MAX {
+                            dtmf.push(InfoDtmf {
                                 ts_ns,
                                 digit: d.digit,
                                 duration_ms: d.duration_ms,
