@@ -401,17 +401,23 @@ fn keypad_digits_are_events_counted_once_as_tshark_decodes_them() {
     if !common::have_tshark() {
         return;
     }
-    // tshark's rtpevent decode, packet by packet: the last (event, duration) of each timestamp.
+    // tshark's rtpevent decode, packet by packet: the last (event, duration) of each timestamp,
+    // and the capture time of its first packet (the event's start).
     let out = std::process::Command::new("tshark")
         .args(["-n", "-r"])
         .arg(&path)
         .args(["-Y", "rtpevent", "-T", "fields", "-e", "rtp.timestamp"])
         .args(["-e", "rtpevent.event_id", "-e", "rtpevent.duration"])
-        .args(["-e", "rtpevent.end_of_event"])
+        .args(["-e", "rtpevent.end_of_event", "-e", "frame.time_epoch"])
         .output()
         .unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut theirs: Vec<(String, u16, u16, bool)> = Vec::new();
+    let epoch_ns = |s: &str| -> i64 {
+        let (secs, frac) = s.split_once('.').unwrap_or((s, "0"));
+        let frac = format!("{frac:0<9}");
+        secs.parse::<i64>().unwrap() * 1_000_000_000 + frac[..9].parse::<i64>().unwrap()
+    };
+    let mut theirs: Vec<(String, u16, u16, bool, i64)> = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         let (ts, ev, dur) = (
@@ -425,13 +431,13 @@ fn keypad_digits_are_events_counted_once_as_tshark_decodes_them() {
                 last.2 = last.2.max(dur);
                 last.3 |= end;
             }
-            _ => theirs.push((ts, ev, dur, end)),
+            _ => theirs.push((ts, ev, dur, end, epoch_ns(f[4]))),
         }
     }
-    let theirs: Vec<(u16, u16, bool)> = theirs.iter().map(|t| (t.1, t.2, t.3)).collect();
-    let ours: Vec<(u16, u16, bool)> = events
+    let theirs: Vec<(u16, u16, bool, i64)> = theirs.iter().map(|t| (t.1, t.2, t.3, t.4)).collect();
+    let ours: Vec<(u16, u16, bool, i64)> = events
         .iter()
-        .map(|e| (u16::from(e.event), e.duration, e.ended))
+        .map(|e| (u16::from(e.event), e.duration, e.ended, e.start_ns))
         .collect();
     assert_eq!(ours, theirs, "tshark: {text}");
 }
