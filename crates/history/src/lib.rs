@@ -1,0 +1,551 @@
+//! Metrics history: every sample of a series is rolled up, as it arrives, into the open bucket
+//! of each level (raw samples, 1-minute, 1-hour and 1-day buckets by default), kept in SQLite.
+//!
+//! Why this shape: a dashboard that re-averages its whole retained history on every refresh does
+//! work that grows with the history (FreePBX's did 90 days every minute). Here a sample costs
+//! O(levels) row writes whatever the history's length, and reads nothing once the series' open
+//! buckets are in memory. Each bucket keeps count, sum, min, max and last ([`Bucket`]), so
+//! averages compose exactly across buckets and levels. A chart's query picks the finest level
+//! that fits its range in about `max_points` buckets ([`History::query`]), so no chart reads
+//! more than about that many rows per series, and the open bucket is always among them: "now"
+//! is on every chart.
+//!
+//! Durability: one transaction per [`History::record`] call (one sampling tick), so a restart
+//! loses at most the tick in flight; the open buckets are written at every tick and read back
+//! when a series is next sampled, so a restart in the middle of a bucket keeps it whole.
+//! Retention drops whole ranges of old buckets per level ([`History::retain`]).
+//!
+//! This crate does no sampling and no network IO: the binary samples `/metrics` and `/proc` and
+//! hands the figures to [`History::record`].
+
+mod bucket;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use bucket::Bucket;
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// At most this many levels.
+pub const LEVELS_MAX: usize = 8;
+/// Longest series name accepted (`tandem_agi_sessions_total{route="dialparties"}` is 46).
+pub const NAME_BYTES_MAX: usize = 256;
+/// Most points a query may ask for.
+pub const POINTS_MAX: usize = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("history database {path}: {source}")]
+    Sqlite {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("history levels: {0}")]
+    Config(String),
+    #[error(
+        "history database {path} was written with levels {stored:?} (bucket seconds); the configuration now says {configured:?}: move the file away or restore the levels"
+    )]
+    LevelsChanged {
+        path: String,
+        stored: Vec<u32>,
+        configured: Vec<u32>,
+    },
+}
+
+/// One level: buckets of `width_s` seconds, kept `retention_s` (for ever when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LevelConfig {
+    pub name: String,
+    pub width_s: u32,
+    pub retention_s: Option<u64>,
+}
+
+/// The levels, finest first. Defaults: raw samples every 10 s kept 48 h, 1-minute buckets kept
+/// 30 days, 1-hour buckets kept 2 years, 1-day buckets kept for ever.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryConfig {
+    pub levels: Vec<LevelConfig>,
+}
+
+const HOUR_S: u64 = 3_600;
+const DAY_S: u64 = 86_400;
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig::with_interval(10)
+    }
+}
+
+impl HistoryConfig {
+    /// The default levels over raw samples every `interval_s`.
+    pub fn with_interval(interval_s: u32) -> HistoryConfig {
+        let level = |name: &str, width_s: u32, retention_s: Option<u64>| LevelConfig {
+            name: name.into(),
+            width_s,
+            retention_s,
+        };
+        HistoryConfig {
+            levels: vec![
+                level("raw", interval_s, Some(48 * HOUR_S)),
+                level("1m", 60, Some(30 * DAY_S)),
+                level("1h", 3_600, Some(730 * DAY_S)),
+                level("1d", 86_400, None),
+            ],
+        }
+    }
+
+    /// Widths must grow and each divide the next, so that every bucket lies inside one bucket of
+    /// each coarser level.
+    pub fn validate(&self) -> Result<(), HistoryError> {
+        let bad = |m: String| Err(HistoryError::Config(m));
+        if self.levels.is_empty() || self.levels.len() > LEVELS_MAX {
+            return bad(format!(
+                "1 to {LEVELS_MAX} levels, not {}",
+                self.levels.len()
+            ));
+        }
+        for (i, l) in self.levels.iter().enumerate() {
+            if l.width_s == 0 {
+                return bad(format!("level {} has a width of 0 s", l.name));
+            }
+            if let Some(prev) = i.checked_sub(1).map(|p| &self.levels[p])
+                && (l.width_s <= prev.width_s || l.width_s % prev.width_s != 0)
+            {
+                return bad(format!(
+                    "level {} ({} s) must be a larger multiple of level {} ({} s)",
+                    l.name, l.width_s, prev.name, prev.width_s
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn widths(&self) -> Vec<u32> {
+        self.levels.iter().map(|l| l.width_s).collect()
+    }
+}
+
+/// What a call cost the database: the figure that must stay flat as history grows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RowCounts {
+    pub read: u64,
+    pub written: u64,
+}
+
+/// One point of a chart: a bucket at the level the query chose.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub t_s: i64,
+    pub count: u64,
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+    pub last: f64,
+}
+
+/// A series over a range, at one level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesData {
+    pub level: String,
+    pub width_s: u32,
+    pub points: Vec<Point>,
+}
+
+/// The history database.
+pub struct History {
+    path: String,
+    conn: Connection,
+    cfg: HistoryConfig,
+    ids: HashMap<String, i64>,
+    /// The open bucket of each level, per series id, once the series was sampled here.
+    open: HashMap<i64, Vec<Option<Bucket>>>,
+    /// The latest sample time recorded.
+    latest_s: Option<i64>,
+    rows: RowCounts,
+    /// Samples ignored: not finite, or older than their series' open bucket.
+    pub rejected: u64,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS series (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS bucket (
+    level   INTEGER NOT NULL,
+    series  INTEGER NOT NULL,
+    start_s INTEGER NOT NULL,
+    count   INTEGER NOT NULL,
+    sum     REAL    NOT NULL,
+    min     REAL    NOT NULL,
+    max     REAL    NOT NULL,
+    last    REAL    NOT NULL,
+    last_s  INTEGER NOT NULL,
+    PRIMARY KEY (level, series, start_s)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS bucket_age ON bucket(level, start_s);
+";
+
+impl History {
+    /// Opens (creating if needed) the history at `path`.
+    pub fn open(path: &Path, cfg: HistoryConfig) -> Result<History, HistoryError> {
+        cfg.validate()?;
+        let name = path.display().to_string();
+        let wrap = |source| HistoryError::Sqlite {
+            path: name.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(wrap)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(wrap)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(wrap)?;
+        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        let widths = cfg.widths();
+        let text = widths
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let stored: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'levels'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(wrap)?;
+        match stored {
+            Some(s) if s != text => {
+                return Err(HistoryError::LevelsChanged {
+                    path: name,
+                    stored: s.split(',').filter_map(|w| w.parse().ok()).collect(),
+                    configured: widths,
+                });
+            }
+            Some(_) => {}
+            None => {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('levels', ?1)",
+                    [&text],
+                )
+                .map_err(wrap)?;
+            }
+        }
+        let latest_s: Option<i64> = conn
+            .query_row("SELECT MAX(last_s) FROM bucket WHERE level = 0", [], |r| {
+                r.get(0)
+            })
+            .map_err(wrap)?;
+        Ok(History {
+            path: name,
+            conn,
+            cfg,
+            ids: HashMap::new(),
+            open: HashMap::new(),
+            latest_s,
+            rows: RowCounts::default(),
+            rejected: 0,
+        })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.path)
+    }
+
+    pub fn config(&self) -> &HistoryConfig {
+        &self.cfg
+    }
+
+    /// Rows read and written since the history was opened.
+    pub fn rows(&self) -> RowCounts {
+        self.rows
+    }
+
+    fn err(&self, source: rusqlite::Error) -> HistoryError {
+        HistoryError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Records one sampling tick: every `(series, value)` taken at `t_s` (seconds since the
+    /// epoch), in one transaction. Returns the rows it read and wrote.
+    pub fn record(&mut self, t_s: i64, samples: &[(&str, f64)]) -> Result<RowCounts, HistoryError> {
+        let before = self.rows;
+        let r = self.record_in_tx(t_s, samples);
+        r.map_err(|e| self.err(e))?;
+        self.latest_s = Some(self.latest_s.map_or(t_s, |l| l.max(t_s)));
+        Ok(RowCounts {
+            read: self.rows.read - before.read,
+            written: self.rows.written - before.written,
+        })
+    }
+
+    fn record_in_tx(&mut self, t_s: i64, samples: &[(&str, f64)]) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut upsert = tx.prepare_cached(
+                "INSERT OR REPLACE INTO bucket (level, series, start_s, count, sum, min, max, last, last_s) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for &(name, v) in samples {
+                if !v.is_finite() || name.is_empty() || name.len() > NAME_BYTES_MAX {
+                    self.rejected += 1;
+                    continue;
+                }
+                let id = match self.ids.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = series_id(&tx, name, &mut self.rows)?;
+                        self.ids.insert(name.to_owned(), id);
+                        id
+                    }
+                };
+                if !self.open.contains_key(&id) {
+                    let loaded = load_open(&tx, id, self.cfg.levels.len(), &mut self.rows)?;
+                    self.open.insert(id, loaded);
+                }
+                let open = self.open.get_mut(&id).expect("loaded above");
+                // A sample older than the open bucket of the finest level (the clock went back)
+                // would reopen closed buckets: it is refused whole, at every level.
+                if open[0]
+                    .is_some_and(|b| bucket_start(t_s, self.cfg.levels[0].width_s) < b.start_s)
+                {
+                    self.rejected += 1;
+                    continue;
+                }
+                for (level, cfg) in self.cfg.levels.iter().enumerate() {
+                    let start = bucket_start(t_s, cfg.width_s);
+                    let b = match &mut open[level] {
+                        Some(b) if b.start_s == start => {
+                            b.add(t_s, v);
+                            *b
+                        }
+                        slot => *slot.insert(Bucket::of(start, t_s, v)),
+                    };
+                    upsert.execute(params![
+                        level as i64,
+                        id,
+                        b.start_s,
+                        b.count as i64,
+                        b.sum,
+                        b.min,
+                        b.max,
+                        b.last,
+                        b.last_s
+                    ])?;
+                    self.rows.written += 1;
+                }
+            }
+        }
+        tx.commit()
+    }
+
+    /// The level a chart of `[from_s, to_s)` reads: the finest whose buckets cover the range in
+    /// about `max_points` (at most one and a half times as many: a day of 1-minute buckets for
+    /// a chart of 1,000 points, not a day of 24 hours) and whose retention still holds `from_s`;
+    /// else the coarsest.
+    pub fn level_for(&self, from_s: i64, to_s: i64, max_points: usize) -> usize {
+        let now = self.latest_s.unwrap_or(to_s).max(to_s);
+        let span = (to_s - from_s).max(0) as u64;
+        let max_points = max_points.clamp(1, POINTS_MAX) as u64;
+        let max_points = max_points + max_points / 2;
+        self.cfg
+            .levels
+            .iter()
+            .position(|l| {
+                let fits = span.div_ceil(u64::from(l.width_s)) <= max_points;
+                let kept = l
+                    .retention_s
+                    .is_none_or(|r| now.saturating_sub(from_s) as u64 <= r);
+                fits && kept
+            })
+            .unwrap_or(self.cfg.levels.len() - 1)
+    }
+
+    /// The series `name` over `[from_s, to_s)`, at the level [`History::level_for`] picks: its
+    /// buckets in time order, the open one included. An unknown series has no points.
+    pub fn query(
+        &mut self,
+        name: &str,
+        from_s: i64,
+        to_s: i64,
+        max_points: usize,
+    ) -> Result<SeriesData, HistoryError> {
+        let level = self.level_for(from_s, to_s, max_points);
+        let points = self.points(name, level, from_s, to_s)?;
+        let cfg = &self.cfg.levels[level];
+        Ok(SeriesData {
+            level: cfg.name.clone(),
+            width_s: cfg.width_s,
+            points,
+        })
+    }
+
+    /// The buckets of series `name` at `level` whose start lies in the bucket of `from_s` or
+    /// after it, and before `to_s`, in time order.
+    pub fn points(
+        &mut self,
+        name: &str,
+        level: usize,
+        from_s: i64,
+        to_s: i64,
+    ) -> Result<Vec<Point>, HistoryError> {
+        let Some(cfg) = self.cfg.levels.get(level) else {
+            return Ok(Vec::new());
+        };
+        let from = bucket_start(from_s, cfg.width_s);
+        let id: Option<i64> = match self.ids.get(name) {
+            Some(&id) => Some(id),
+            None => self
+                .conn
+                .query_row("SELECT id FROM series WHERE name = ?1", [name], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(|e| self.err(e))?,
+        };
+        let Some(id) = id else {
+            return Ok(Vec::new());
+        };
+        let rows = (|| -> rusqlite::Result<Vec<Point>> {
+            let mut st = self.conn.prepare_cached(
+                "SELECT start_s, count, sum, min, max, last FROM bucket \
+                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 ORDER BY start_s",
+            )?;
+            st.query_map(params![level as i64, id, from, to_s], |r| {
+                let count = r.get::<_, i64>(1)?.max(0) as u64;
+                let sum: f64 = r.get(2)?;
+                Ok(Point {
+                    t_s: r.get(0)?,
+                    count,
+                    min: r.get(3)?,
+                    max: r.get(4)?,
+                    avg: if count == 0 { 0.0 } else { sum / count as f64 },
+                    last: r.get(5)?,
+                })
+            })?
+            .collect()
+        })();
+        let points = rows.map_err(|e| self.err(e))?;
+        self.rows.read += points.len() as u64;
+        Ok(points)
+    }
+
+    /// Drops, per level, the buckets older than its retention before `now_s`. Returns the rows
+    /// dropped.
+    pub fn retain(&mut self, now_s: i64) -> Result<u64, HistoryError> {
+        let mut dropped = 0;
+        for (level, cfg) in self.cfg.levels.iter().enumerate() {
+            let Some(keep) = cfg.retention_s else {
+                continue;
+            };
+            let before = now_s.saturating_sub(i64::try_from(keep).unwrap_or(i64::MAX));
+            dropped += self
+                .conn
+                .execute(
+                    "DELETE FROM bucket WHERE level = ?1 AND start_s < ?2",
+                    params![level as i64, before],
+                )
+                .map_err(|e| HistoryError::Sqlite {
+                    path: self.path.clone(),
+                    source: e,
+                })? as u64;
+        }
+        Ok(dropped)
+    }
+
+    /// The names of every series recorded, sorted.
+    pub fn series_names(&self) -> Result<Vec<String>, HistoryError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT name FROM series ORDER BY name")
+            .map_err(|e| self.err(e))?;
+        let names = st
+            .query_map([], |r| r.get(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>());
+        names.map_err(|e| self.err(e))
+    }
+
+    /// Writes closed buckets directly (building a long history for a benchmark or an import):
+    /// `(level, series, bucket)` rows in one transaction. The open buckets in memory are left
+    /// alone.
+    pub fn import(&mut self, rows: &[(usize, &str, Bucket)]) -> Result<(), HistoryError> {
+        let r = (|| -> rusqlite::Result<()> {
+            let tx = self.conn.transaction()?;
+            {
+                let mut ins = tx.prepare_cached(
+                    "INSERT OR REPLACE INTO bucket (level, series, start_s, count, sum, min, max, last, last_s) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?;
+                let mut ignored = RowCounts::default();
+                for (level, name, b) in rows {
+                    let id = match self.ids.get(*name) {
+                        Some(&id) => id,
+                        None => {
+                            let id = series_id(&tx, name, &mut ignored)?;
+                            self.ids.insert((*name).to_owned(), id);
+                            id
+                        }
+                    };
+                    ins.execute(params![
+                        *level as i64,
+                        id,
+                        b.start_s,
+                        b.count as i64,
+                        b.sum,
+                        b.min,
+                        b.max,
+                        b.last,
+                        b.last_s
+                    ])?;
+                }
+            }
+            tx.commit()
+        })();
+        r.map_err(|e| self.err(e))
+    }
+}
+
+/// The start of the bucket of `width_s` seconds that holds `t_s`.
+pub fn bucket_start(t_s: i64, width_s: u32) -> i64 {
+    t_s - t_s.rem_euclid(i64::from(width_s))
+}
+
+fn series_id(tx: &Connection, name: &str, rows: &mut RowCounts) -> rusqlite::Result<i64> {
+    tx.execute("INSERT OR IGNORE INTO series (name) VALUES (?1)", [name])?;
+    rows.read += 1;
+    tx.query_row("SELECT id FROM series WHERE name = ?1", [name], |r| {
+        r.get(0)
+    })
+}
+
+/// The latest bucket of each level of series `id`: its open buckets, if it was sampled before.
+fn load_open(
+    tx: &Connection,
+    id: i64,
+    levels: usize,
+    rows: &mut RowCounts,
+) -> rusqlite::Result<Vec<Option<Bucket>>> {
+    let mut st = tx.prepare_cached(
+        "SELECT start_s, count, sum, min, max, last, last_s FROM bucket \
+         WHERE level = ?1 AND series = ?2 ORDER BY start_s DESC LIMIT 1",
+    )?;
+    (0..levels)
+        .map(|level| {
+            let b = st
+                .query_row(params![level as i64, id], |r| {
+                    Ok(Bucket {
+                        start_s: r.get(0)?,
+                        count: r.get::<_, i64>(1)?.max(0) as u64,
+                        sum: r.get(2)?,
+                        min: r.get(3)?,
+                        max: r.get(4)?,
+                        last: r.get(5)?,
+                        last_s: r.get(6)?,
+                    })
+                })
+                .optional()?;
+            rows.read += 1;
+            Ok(b)
+        })
+        .collect()
+}
