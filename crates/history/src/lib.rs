@@ -282,10 +282,7 @@ impl History {
     fn record_in_tx(&mut self, t_s: i64, samples: &[(&str, f64)]) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
         {
-            let mut upsert = tx.prepare_cached(
-                "INSERT OR REPLACE INTO bucket (level, series, start_s, count, sum, min, max, last, last_s) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
+            let mut upsert = tx.prepare_cached(PUT_BUCKET)?;
             for &(name, v) in samples {
                 if !v.is_finite() || name.is_empty() || name.len() > NAME_BYTES_MAX {
                     self.rejected += 1;
@@ -321,17 +318,7 @@ impl History {
                         }
                         slot => *slot.insert(Bucket::of(start, t_s, v)),
                     };
-                    upsert.execute(params![
-                        level as i64,
-                        id,
-                        b.start_s,
-                        b.count as i64,
-                        b.sum,
-                        b.min,
-                        b.max,
-                        b.last,
-                        b.last_s
-                    ])?;
+                    put_bucket(&mut upsert, level, id, &b)?;
                     self.rows.written += 1;
                 }
             }
@@ -472,10 +459,7 @@ impl History {
         let r = (|| -> rusqlite::Result<()> {
             let tx = self.conn.transaction()?;
             {
-                let mut ins = tx.prepare_cached(
-                    "INSERT OR REPLACE INTO bucket (level, series, start_s, count, sum, min, max, last, last_s) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?;
+                let mut ins = tx.prepare_cached(PUT_BUCKET)?;
                 let mut ignored = RowCounts::default();
                 for (level, name, b) in rows {
                     let id = match self.ids.get(*name) {
@@ -486,23 +470,37 @@ impl History {
                             id
                         }
                     };
-                    ins.execute(params![
-                        *level as i64,
-                        id,
-                        b.start_s,
-                        b.count as i64,
-                        b.sum,
-                        b.min,
-                        b.max,
-                        b.last,
-                        b.last_s
-                    ])?;
+                    put_bucket(&mut ins, *level, id, b)?;
                 }
             }
             tx.commit()
         })();
         r.map_err(|e| self.err(e))
     }
+}
+
+const PUT_BUCKET: &str = "INSERT OR REPLACE INTO bucket \
+     (level, series, start_s, count, sum, min, max, last, last_s) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// Writes one bucket row with a statement of [`PUT_BUCKET`].
+fn put_bucket(
+    st: &mut rusqlite::CachedStatement<'_>,
+    level: usize,
+    series: i64,
+    b: &Bucket,
+) -> rusqlite::Result<usize> {
+    st.execute(params![
+        level as i64,
+        series,
+        b.start_s,
+        b.count as i64,
+        b.sum,
+        b.min,
+        b.max,
+        b.last,
+        b.last_s
+    ])
 }
 
 /// The start of the bucket of `width_s` seconds that holds `t_s`.
