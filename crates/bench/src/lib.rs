@@ -21,6 +21,7 @@ mod capture_live;
 pub mod floor;
 pub mod kv;
 pub mod report;
+mod rollup;
 mod taskpool;
 
 use clap::Subcommand;
@@ -47,6 +48,9 @@ pub enum BenchCommand {
     Archive(archive::Args),
     /// Live capture on a veth pair (root): rising packets/s until loss, and which counter shows where it began.
     CaptureLive(capture_live::Args),
+    /// Metrics history: rows and time per sampling tick at 1 day, 90 days and 2 years of
+    /// history, against a replica that re-averages every tier every minute; dashboard reads.
+    Rollup(rollup::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -60,5 +64,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Capture(args) => capture::run(args),
         BenchCommand::Archive(args) => archive::run(args),
         BenchCommand::CaptureLive(args) => capture_live::run(args),
+        BenchCommand::Rollup(args) => rollup::run(args),
     }
 }
