@@ -51,10 +51,11 @@ pub struct Args {
 struct Length {
     days: u64,
     rows_stored: u64,
-    /// Rows read and written by one sampling tick of every series (steady state: after the
-    /// first tick, which reads each series' open buckets once).
-    rows_read_per_tick: u64,
-    rows_written_per_tick: u64,
+    /// Rows read and written per sampling tick of every series, the mean over the timed ticks
+    /// (the open buckets, and the buckets that close on that tick; after the warm-up, which
+    /// reads each series' open buckets once).
+    rows_read_per_tick: f64,
+    rows_written_per_tick: f64,
     tick_us: Percentiles,
 }
 
@@ -63,8 +64,8 @@ struct RollupBench {
     series: usize,
     levels: Vec<String>,
     lengths: Vec<Length>,
-    rows_per_tick_1d: u64,
-    rows_per_tick_2y: u64,
+    rows_per_tick_1d: f64,
+    rows_per_tick_2y: f64,
     tick_us_1d: f64,
     tick_us_2y: f64,
     /// tick_us_2y / tick_us_1d (goal: at most 1.2).
@@ -75,7 +76,7 @@ struct RollupBench {
     replica_series: usize,
     replica_minute_ms_measured: f64,
     /// Tandem's rows in one minute: six 10-second ticks.
-    tandem_rows_per_minute_90d: u64,
+    tandem_rows_per_minute_90d: f64,
     /// replica / Tandem (goal: at least 1,000).
     rows_ratio_90d: f64,
     dashboard_series: usize,
@@ -99,8 +100,8 @@ impl BenchReport for RollupBench {
             t.row([
                 format!("{} days", l.days),
                 l.rows_stored.to_string(),
-                l.rows_read_per_tick.to_string(),
-                l.rows_written_per_tick.to_string(),
+                format!("{:.1}", l.rows_read_per_tick),
+                format!("{:.1}", l.rows_written_per_tick),
                 format!("{:.0}", l.tick_us.p50_us),
                 format!("{:.0}", l.tick_us.p99_us),
             ]);
@@ -125,7 +126,7 @@ impl BenchReport for RollupBench {
         ]);
         t.row([
             "rows per minute, 90 days: Tandem".to_string(),
-            self.tandem_rows_per_minute_90d.to_string(),
+            format!("{:.0}", self.tandem_rows_per_minute_90d),
         ]);
         t.row([
             "replica / Tandem".to_string(),
@@ -242,7 +243,7 @@ fn time_ticks(
     h: &mut History,
     series: usize,
     ticks: usize,
-) -> anyhow::Result<(u64, u64, Percentiles)> {
+) -> anyhow::Result<(f64, f64, Percentiles)> {
     let names: Vec<String> = (0..series).map(series_name).collect();
     let tick = |t: i64| -> Vec<(&str, f64)> {
         names
@@ -256,7 +257,7 @@ fn time_ticks(
     for k in 0..WARM_TICKS {
         h.record(NOW_S + 10 * k, &tick(NOW_S + 10 * k))?;
     }
-    let (mut read, mut written) = (0, 0);
+    let (mut read, mut written) = (0u64, 0u64);
     let mut ns = Vec::with_capacity(ticks);
     for k in WARM_TICKS..WARM_TICKS + ticks as i64 {
         let t = NOW_S + 10 * k;
@@ -264,10 +265,11 @@ fn time_ticks(
         let started = Instant::now();
         let rows = h.record(t, &samples)?;
         ns.push(started.elapsed().as_nanos() as u64);
-        read = read.max(rows.read);
-        written = written.max(rows.written);
+        read += rows.read;
+        written += rows.written;
     }
-    Ok((read, written, Percentiles::from_nanos(&mut ns)))
+    let per = |n: u64| n as f64 / ticks as f64;
+    Ok((per(read), per(written), Percentiles::from_nanos(&mut ns)))
 }
 
 /// The replica: per-minute samples over 90 days in one SQLite table, and one minute's work of
@@ -401,7 +403,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (replica_rows_per_series, replica_ms) = replica(&dir, args.replica_series.max(1))?;
     bar.finish_and_clear();
     let per_tick = |l: &Length| l.rows_read_per_tick + l.rows_written_per_tick;
-    let tandem_rows_per_minute_90d = 6 * per_tick(&lengths[1]);
+    let tandem_rows_per_minute_90d = 6.0 * per_tick(&lengths[1]);
     let replica_rows_per_minute_90d = replica_rows_per_series * args.series as u64;
     let r = RollupBench {
         series: args.series,
@@ -415,8 +417,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         replica_series: args.replica_series.max(1),
         replica_minute_ms_measured: replica_ms,
         tandem_rows_per_minute_90d,
-        rows_ratio_90d: replica_rows_per_minute_90d as f64
-            / tandem_rows_per_minute_90d.max(1) as f64,
+        rows_ratio_90d: replica_rows_per_minute_90d as f64 / tandem_rows_per_minute_90d.max(1.0),
         dashboard_series: args.dashboard_series.min(args.series),
         dashboard_p99_ms_24h: dash.0,
         dashboard_p99_ms_1y: dash.2,

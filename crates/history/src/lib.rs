@@ -11,8 +11,11 @@
 //! is on every chart.
 //!
 //! Durability: one transaction per [`History::record`] call (one sampling tick), so a restart
-//! loses at most the tick in flight; the open buckets are written at every tick and read back
-//! when a series is next sampled, so a restart in the middle of a bucket keeps it whole.
+//! loses at most the tick in flight. The open buckets live in a small table of their own,
+//! rewritten at every tick and read back when a series is next sampled, so a restart in the
+//! middle of a bucket keeps it whole; a bucket joins the closed ones once, when it closes. The
+//! pages a tick dirties are then the open table's few and each series' newest closed rows, not
+//! one page per series per level: the cost of a tick does not grow with the history.
 //! Retention drops whole ranges of old buckets per level ([`History::retain`]).
 //!
 //! This crate does no sampling and no network IO: the binary samples `/metrics` and `/proc` and
@@ -183,6 +186,18 @@ CREATE TABLE IF NOT EXISTS bucket (
     PRIMARY KEY (level, series, start_s)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS bucket_age ON bucket(level, start_s);
+CREATE TABLE IF NOT EXISTS open_bucket (
+    level   INTEGER NOT NULL,
+    series  INTEGER NOT NULL,
+    start_s INTEGER NOT NULL,
+    count   INTEGER NOT NULL,
+    sum     REAL    NOT NULL,
+    min     REAL    NOT NULL,
+    max     REAL    NOT NULL,
+    last    REAL    NOT NULL,
+    last_s  INTEGER NOT NULL,
+    PRIMARY KEY (level, series)
+) WITHOUT ROWID;
 ";
 
 impl History {
@@ -230,9 +245,11 @@ impl History {
             }
         }
         let latest_s: Option<i64> = conn
-            .query_row("SELECT MAX(last_s) FROM bucket WHERE level = 0", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT MAX(last_s) FROM open_bucket WHERE level = 0",
+                [],
+                |r| r.get(0),
+            )
             .map_err(wrap)?;
         Ok(History {
             path: name,
@@ -282,7 +299,8 @@ impl History {
     fn record_in_tx(&mut self, t_s: i64, samples: &[(&str, f64)]) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
         {
-            let mut upsert = tx.prepare_cached(PUT_BUCKET)?;
+            let mut put_open = tx.prepare_cached(PUT_OPEN)?;
+            let mut put_closed = tx.prepare_cached(PUT_BUCKET)?;
             for &(name, v) in samples {
                 if !v.is_finite() || name.is_empty() || name.len() > NAME_BYTES_MAX {
                     self.rejected += 1;
@@ -316,9 +334,16 @@ impl History {
                             b.add(t_s, v);
                             *b
                         }
-                        slot => *slot.insert(Bucket::of(start, t_s, v)),
+                        slot => {
+                            // The open bucket is over: it joins the closed ones, once.
+                            if let Some(closed) = slot {
+                                put_bucket(&mut put_closed, level, id, closed)?;
+                                self.rows.written += 1;
+                            }
+                            *slot.insert(Bucket::of(start, t_s, v))
+                        }
                     };
-                    put_bucket(&mut upsert, level, id, &b)?;
+                    put_bucket(&mut put_open, level, id, &b)?;
                     self.rows.written += 1;
                 }
             }
@@ -396,7 +421,11 @@ impl History {
         let rows = (|| -> rusqlite::Result<Vec<Point>> {
             let mut st = self.conn.prepare_cached(
                 "SELECT start_s, count, sum, min, max, last FROM bucket \
-                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 ORDER BY start_s",
+                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
+                 UNION ALL \
+                 SELECT start_s, count, sum, min, max, last FROM open_bucket \
+                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
+                 ORDER BY start_s",
             )?;
             st.query_map(params![level as i64, id, from, to_s], |r| {
                 let count = r.get::<_, i64>(1)?.max(0) as u64;
@@ -426,16 +455,25 @@ impl History {
                 continue;
             };
             let before = now_s.saturating_sub(i64::try_from(keep).unwrap_or(i64::MAX));
-            dropped += self
-                .conn
-                .execute(
-                    "DELETE FROM bucket WHERE level = ?1 AND start_s < ?2",
-                    params![level as i64, before],
-                )
-                .map_err(|e| HistoryError::Sqlite {
-                    path: self.path.clone(),
-                    source: e,
-                })? as u64;
+            // A series no longer sampled leaves its last bucket open: it ages out the same way.
+            for table in ["bucket", "open_bucket"] {
+                dropped += self
+                    .conn
+                    .execute(
+                        &format!("DELETE FROM {table} WHERE level = ?1 AND start_s < ?2"),
+                        params![level as i64, before],
+                    )
+                    .map_err(|e| HistoryError::Sqlite {
+                        path: self.path.clone(),
+                        source: e,
+                    })? as u64;
+            }
+            // Forget the open buckets just dropped, so that they are not written back closed.
+            for open in self.open.values_mut() {
+                if open[level].is_some_and(|b| b.start_s < before) {
+                    open[level] = None;
+                }
+            }
         }
         Ok(dropped)
     }
@@ -479,7 +517,15 @@ impl History {
     }
 }
 
+/// A closed bucket joins the history.
 const PUT_BUCKET: &str = "INSERT OR REPLACE INTO bucket \
+     (level, series, start_s, count, sum, min, max, last, last_s) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+/// The open bucket of a level and series, rewritten at every sample. Kept apart from the closed
+/// ones: this small table's pages stay few and hot whatever the history's length, where rewriting
+/// each series' last row in the big table would dirty one page per series per level.
+const PUT_OPEN: &str = "INSERT OR REPLACE INTO open_bucket \
      (level, series, start_s, count, sum, min, max, last, last_s) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
@@ -524,8 +570,8 @@ fn load_open(
     rows: &mut RowCounts,
 ) -> rusqlite::Result<Vec<Option<Bucket>>> {
     let mut st = tx.prepare_cached(
-        "SELECT start_s, count, sum, min, max, last, last_s FROM bucket \
-         WHERE level = ?1 AND series = ?2 ORDER BY start_s DESC LIMIT 1",
+        "SELECT start_s, count, sum, min, max, last, last_s FROM open_bucket \
+         WHERE level = ?1 AND series = ?2",
     )?;
     (0..levels)
         .map(|level| {

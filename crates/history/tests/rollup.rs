@@ -119,24 +119,48 @@ fn rollups_equal_a_recomputation_from_raw_samples_across_restarts() {
 #[test]
 fn a_tick_costs_the_same_rows_whatever_the_history() {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = History::open(&dir.path().join("h.sqlite3"), HistoryConfig::default()).unwrap();
     let names: Vec<String> = (0..50).map(|i| format!("series_{i}")).collect();
-    let tick =
-        |t: i64| -> Vec<(&str, f64)> { names.iter().map(|n| (n.as_str(), t as f64)).collect() };
-    let t0 = 1_700_000_000;
-    // The first tick reads each series' open buckets (none yet); after it, nothing is read.
-    let first = h.record(t0, &tick(t0)).unwrap();
-    assert_eq!(first.written, 50 * 4);
-    let mut costs = Vec::new();
-    for k in 1..=1_000 {
-        let t = t0 + 10 * k;
-        costs.push(h.record(t, &tick(t)).unwrap());
+    let t0 = 1_700_000_040; // a minute boundary
+    // One history empty, one with 3 days of closed 1-minute and 1-hour buckets behind it.
+    let mut short =
+        History::open(&dir.path().join("short.sqlite3"), HistoryConfig::default()).unwrap();
+    let mut long =
+        History::open(&dir.path().join("long.sqlite3"), HistoryConfig::default()).unwrap();
+    let mut old = Vec::new();
+    for n in &names {
+        for (level, w) in [(1usize, 60i64), (2, 3600)] {
+            let mut t = t0 - 3 * 86_400;
+            while t < t0 - w {
+                old.push((level, n.as_str(), Bucket::of(t, t, 1.0)));
+                t += w;
+            }
+        }
     }
-    assert!(
-        costs.iter().all(|c| c.read == 0 && c.written == 50 * 4),
-        "{:?}",
-        &costs[..3]
+    long.import(&old).unwrap();
+    let costs = |h: &mut History| -> Vec<(u64, u64)> {
+        (0..120)
+            .map(|k| {
+                let t = t0 + 10 * k;
+                let tick: Vec<(&str, f64)> = names.iter().map(|n| (n.as_str(), k as f64)).collect();
+                let c = h.record(t, &tick).unwrap();
+                (c.read, c.written)
+            })
+            .collect()
+    };
+    let (a, b) = (costs(&mut short), costs(&mut long));
+    // The first tick looks up each series (the import already did, in the long one) and its
+    // open buckets; after it, the same ticks cost the same rows on either history.
+    assert_eq!((a[0].0, b[0].0), (50 + 50 * 4, 50 * 4));
+    assert_eq!(
+        a[1..],
+        b[1..],
+        "the same ticks cost the same rows on 3 days of history"
     );
+    // Nothing is read; each tick writes the 4 open buckets of 50 series, plus the buckets that
+    // close: every raw one, and the minute's at each minute.
+    assert!(a[1..].iter().all(|c| c.0 == 0));
+    assert_eq!(a[1].1, 50 * 4 + 50);
+    assert_eq!(a[6].1, 50 * 4 + 50 + 50, "a minute closed");
 }
 
 #[test]
