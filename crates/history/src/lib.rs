@@ -35,6 +35,8 @@ pub const LEVELS_MAX: usize = 8;
 pub const NAME_BYTES_MAX: usize = 256;
 /// Most points a query may ask for.
 pub const POINTS_MAX: usize = 10_000;
+/// SQLite's page cache for the history, KiB (SQLite's default is 2,000).
+pub const CACHE_KIB: u32 = 32 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
@@ -213,6 +215,10 @@ impl History {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(wrap)?;
+        // Room for the pages every tick touches (each series' newest closed rows and the open
+        // table), so that they are not read back from the file at every tick.
+        conn.pragma_update(None, "cache_size", -(CACHE_KIB as i64))
             .map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
         let widths = cfg.widths();
