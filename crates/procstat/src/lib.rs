@@ -8,8 +8,10 @@
 //! the fields are counted from the last `)`.
 //!
 //! `sockets.rs`: listening TCP sockets and the process holding each (for a server that must not
-//! share its port with another one).
+//! share its port with another one). `host.rs`: the host's CPU, load, memory, network, disk IO
+//! and uptime ([`host::HostSnapshot`]), for the metrics history.
 
+pub mod host;
 mod sockets;
 pub use sockets::{
     SocketHolder, TcpListenerEntry, listen_addrs_overlap, parse_tcp_line, socket_holder,

@@ -1,0 +1,268 @@
+//! What /proc says about the host: CPU time per core and in total (`/proc/stat`), load
+//! (`/proc/loadavg`), memory and swap (`/proc/meminfo`), network counters per interface
+//! (`/proc/net/dev`), block device IO (`/proc/diskstats`) and uptime (`/proc/uptime`). Counters
+//! are returned as the kernel keeps them (since boot); a caller that wants rates takes the
+//! difference between two readings. Each parser takes the file's text, so it is tested on fixed
+//! input as well as on this machine's /proc.
+
+/// CPU time of one line of `/proc/stat` (`cpu` for all cores, `cpuN` for one), clock ticks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// `cpu` or `cpu0`, `cpu1`...
+    pub name: String,
+    /// Time doing work: user, nice, system, irq, softirq, steal.
+    pub busy: u64,
+    /// Time idle or waiting for IO.
+    pub idle: u64,
+}
+
+/// The `cpu` lines of `/proc/stat`, the total first.
+pub fn parse_cpu_times(stat: &str) -> Vec<CpuTimes> {
+    stat.lines()
+        .take_while(|l| l.starts_with("cpu"))
+        .filter_map(|l| {
+            let mut f = l.split_ascii_whitespace();
+            let name = f.next()?.to_owned();
+            let v: Vec<u64> = f.map_while(|x| x.parse().ok()).collect();
+            // user nice system idle iowait irq softirq steal (guest time is inside user).
+            if v.len() < 4 {
+                return None;
+            }
+            let at = |i: usize| v.get(i).copied().unwrap_or(0);
+            Some(CpuTimes {
+                name,
+                busy: at(0) + at(1) + at(2) + at(5) + at(6) + at(7),
+                idle: at(3) + at(4),
+            })
+        })
+        .collect()
+}
+
+/// Load averages over 1, 5 and 15 minutes.
+pub fn parse_loadavg(text: &str) -> Option<[f64; 3]> {
+    let mut f = text.split_ascii_whitespace().map(|x| x.parse::<f64>().ok());
+    Some([f.next()??, f.next()??, f.next()??])
+}
+
+/// Memory and swap, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub total: u64,
+    /// What can be given to programs without swapping (`MemAvailable`).
+    pub available: u64,
+    pub swap_total: u64,
+    pub swap_free: u64,
+}
+
+pub fn parse_meminfo(text: &str) -> Option<Memory> {
+    let mut m = Memory::default();
+    let mut seen = 0;
+    for line in text.lines() {
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let kib: u64 = match rest
+            .split_ascii_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+        {
+            Some(v) => v,
+            None => continue,
+        };
+        let slot = match key {
+            "MemTotal" => &mut m.total,
+            "MemAvailable" => &mut m.available,
+            "SwapTotal" => &mut m.swap_total,
+            "SwapFree" => &mut m.swap_free,
+            _ => continue,
+        };
+        *slot = kib * 1024;
+        seen += 1;
+    }
+    (seen == 4).then_some(m)
+}
+
+/// One interface's counters since boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetCounters {
+    pub interface: String,
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_errors: u64,
+    pub rx_dropped: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_errors: u64,
+    pub tx_dropped: u64,
+}
+
+pub fn parse_net_dev(text: &str) -> Vec<NetCounters> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let v: Vec<u64> = rest
+                .split_ascii_whitespace()
+                .map_while(|x| x.parse().ok())
+                .collect();
+            if v.len() < 12 {
+                return None;
+            }
+            Some(NetCounters {
+                interface: name.trim().to_owned(),
+                rx_bytes: v[0],
+                rx_packets: v[1],
+                rx_errors: v[2],
+                rx_dropped: v[3],
+                tx_bytes: v[8],
+                tx_packets: v[9],
+                tx_errors: v[10],
+                tx_dropped: v[11],
+            })
+        })
+        .collect()
+}
+
+/// One block device's IO since boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskCounters {
+    pub device: String,
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub written_bytes: u64,
+    /// Time spent doing IO, ms (the basis of "utilisation").
+    pub io_ms: u64,
+}
+
+/// Whole disks and partitions of `/proc/diskstats` (loop and ram devices left out).
+pub fn parse_diskstats(text: &str) -> Vec<DiskCounters> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_ascii_whitespace().collect();
+            let device = (*f.get(2)?).to_owned();
+            if device.starts_with("loop") || device.starts_with("ram") {
+                return None;
+            }
+            let n = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
+            // Sectors are 512 bytes in this file, whatever the device's own sector size.
+            Some(DiskCounters {
+                device,
+                reads: n(3)?,
+                read_bytes: n(5)? * 512,
+                writes: n(7)?,
+                written_bytes: n(9)? * 512,
+                io_ms: n(12)?,
+            })
+        })
+        .collect()
+}
+
+/// Seconds since boot.
+pub fn parse_uptime(text: &str) -> Option<f64> {
+    text.split_ascii_whitespace().next()?.parse().ok()
+}
+
+/// Everything above, read now from this machine's /proc; a file that cannot be read gives an
+/// empty list or `None`.
+#[derive(Debug, Clone, Default)]
+pub struct HostSnapshot {
+    pub cpu: Vec<CpuTimes>,
+    pub load: Option<[f64; 3]>,
+    pub memory: Option<Memory>,
+    pub net: Vec<NetCounters>,
+    pub disks: Vec<DiskCounters>,
+    pub uptime_s: Option<f64>,
+}
+
+impl HostSnapshot {
+    pub fn read() -> HostSnapshot {
+        let file = |p: &str| std::fs::read_to_string(p).ok();
+        HostSnapshot {
+            cpu: file("/proc/stat")
+                .map(|t| parse_cpu_times(&t))
+                .unwrap_or_default(),
+            load: file("/proc/loadavg").and_then(|t| parse_loadavg(&t)),
+            memory: file("/proc/meminfo").and_then(|t| parse_meminfo(&t)),
+            net: file("/proc/net/dev")
+                .map(|t| parse_net_dev(&t))
+                .unwrap_or_default(),
+            disks: file("/proc/diskstats")
+                .map(|t| parse_diskstats(&t))
+                .unwrap_or_default(),
+            uptime_s: file("/proc/uptime").and_then(|t| parse_uptime(&t)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lines_split_into_busy_and_idle() {
+        let stat = "cpu  100 5 50 1000 20 1 2 3 0 0\ncpu0 60 5 30 500 10 1 1 2 0 0\ncpu1 40 0 20 500 10 0 1 1 0 0\nintr 12345\n";
+        let c = parse_cpu_times(stat);
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            (c[0].name.as_str(), c[0].busy, c[0].idle),
+            ("cpu", 161, 1020)
+        );
+        assert_eq!(c[2].name, "cpu1");
+    }
+
+    #[test]
+    fn memory_network_disks_load_and_uptime() {
+        let mem = "MemTotal: 1000 kB\nMemFree: 10 kB\nMemAvailable: 600 kB\nSwapTotal: 200 kB\nSwapFree: 150 kB\n";
+        assert_eq!(
+            parse_meminfo(mem),
+            Some(Memory {
+                total: 1_024_000,
+                available: 614_400,
+                swap_total: 204_800,
+                swap_free: 153_600
+            })
+        );
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None, "a field missing");
+        let net = "Inter-| Receive | Transmit\n face |bytes ...\n  eth0: 100 2 0 1 0 0 0 0 300 4 0 0 0 0 0 0\n";
+        let n = parse_net_dev(net);
+        assert_eq!(
+            (
+                n[0].interface.as_str(),
+                n[0].rx_bytes,
+                n[0].rx_dropped,
+                n[0].tx_bytes,
+                n[0].tx_packets
+            ),
+            ("eth0", 100, 1, 300, 4)
+        );
+        let disks = "   7       0 loop0 1 0 2 0 0 0 0 0 0 0 0\n 254       0 vda 10 0 80 5 20 0 160 7 0 30 12\n";
+        let d = parse_diskstats(disks);
+        assert_eq!(d.len(), 1, "loop devices left out");
+        assert_eq!(
+            (d[0].reads, d[0].read_bytes, d[0].written_bytes, d[0].io_ms),
+            (10, 40_960, 81_920, 30)
+        );
+        assert_eq!(
+            parse_loadavg("0.06 0.69 0.88 1/81 12300\n"),
+            Some([0.06, 0.69, 0.88])
+        );
+        assert_eq!(parse_uptime("28446.61 36118.95\n"), Some(28446.61));
+    }
+
+    #[test]
+    fn this_machine_s_proc_reads() {
+        let h = HostSnapshot::read();
+        assert!(
+            h.cpu.len() >= 2,
+            "the total and at least one core: {:?}",
+            h.cpu
+        );
+        assert!(
+            h.memory
+                .is_some_and(|m| m.total > 0 && m.available <= m.total)
+        );
+        assert!(h.net.iter().any(|n| n.interface == "lo"));
+        assert!(h.load.is_some() && h.uptime_s.is_some_and(|u| u > 0.0));
+    }
+}
