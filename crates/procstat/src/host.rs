@@ -195,6 +195,92 @@ impl HostSnapshot {
     }
 }
 
+impl HostSnapshot {
+    /// The snapshot as named figures for a history: gauges as they are, counters as rates per
+    /// second since `prev` (taken `elapsed_s` before; none without it). CPU is a percentage of
+    /// the time since `prev` spent busy, per core (`host_cpu_busy_pct{cpu="cpu0"}`) and in total
+    /// (`{cpu="cpu"}`).
+    pub fn samples(&self, prev: Option<&HostSnapshot>, elapsed_s: f64) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        if let Some([l1, l5, l15]) = self.load {
+            out.push(("host_load1".to_owned(), l1));
+            out.push(("host_load5".to_owned(), l5));
+            out.push(("host_load15".to_owned(), l15));
+        }
+        if let Some(m) = self.memory {
+            out.push(("host_memory_total_bytes".to_owned(), m.total as f64));
+            out.push(("host_memory_available_bytes".to_owned(), m.available as f64));
+            out.push((
+                "host_swap_used_bytes".to_owned(),
+                m.swap_total.saturating_sub(m.swap_free) as f64,
+            ));
+        }
+        if let Some(u) = self.uptime_s {
+            out.push(("host_uptime_seconds".to_owned(), u));
+        }
+        let Some(prev) = prev.filter(|_| elapsed_s > 0.0) else {
+            return out;
+        };
+        let rate = |now: u64, before: u64| now.saturating_sub(before) as f64 / elapsed_s;
+        for c in &self.cpu {
+            if let Some(p) = prev.cpu.iter().find(|p| p.name == c.name) {
+                let busy = c.busy.saturating_sub(p.busy) as f64;
+                let all = busy + c.idle.saturating_sub(p.idle) as f64;
+                if all > 0.0 {
+                    out.push((
+                        format!("host_cpu_busy_pct{{cpu=\"{}\"}}", c.name),
+                        100.0 * busy / all,
+                    ));
+                }
+            }
+        }
+        for n in &self.net {
+            let Some(p) = prev.net.iter().find(|p| p.interface == n.interface) else {
+                continue;
+            };
+            let l = format!("{{interface=\"{}\"}}", n.interface);
+            for (what, now, before) in [
+                ("rx_bytes", n.rx_bytes, p.rx_bytes),
+                ("tx_bytes", n.tx_bytes, p.tx_bytes),
+                ("rx_packets", n.rx_packets, p.rx_packets),
+                ("tx_packets", n.tx_packets, p.tx_packets),
+                (
+                    "errors",
+                    n.rx_errors + n.tx_errors,
+                    p.rx_errors + p.tx_errors,
+                ),
+                (
+                    "dropped",
+                    n.rx_dropped + n.tx_dropped,
+                    p.rx_dropped + p.tx_dropped,
+                ),
+            ] {
+                out.push((format!("host_net_{what}_per_second{l}"), rate(now, before)));
+            }
+        }
+        for d in &self.disks {
+            let Some(p) = prev.disks.iter().find(|p| p.device == d.device) else {
+                continue;
+            };
+            let l = format!("{{device=\"{}\"}}", d.device);
+            out.push((
+                format!("host_disk_read_bytes_per_second{l}"),
+                rate(d.read_bytes, p.read_bytes),
+            ));
+            out.push((
+                format!("host_disk_written_bytes_per_second{l}"),
+                rate(d.written_bytes, p.written_bytes),
+            ));
+            // Share of the time the device was busy.
+            out.push((
+                format!("host_disk_busy_pct{l}"),
+                (rate(d.io_ms, p.io_ms) / 10.0).min(100.0),
+            ));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +334,43 @@ mod tests {
             Some([0.06, 0.69, 0.88])
         );
         assert_eq!(parse_uptime("28446.61 36118.95\n"), Some(28446.61));
+    }
+
+    #[test]
+    fn counters_become_rates_and_cpu_a_busy_share() {
+        let mut a = HostSnapshot {
+            cpu: parse_cpu_times("cpu 100 0 0 900 0 0 0 0\n"),
+            net: parse_net_dev("h\nh\n  eth0: 1000 10 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"),
+            load: Some([1.0, 2.0, 3.0]),
+            ..HostSnapshot::default()
+        };
+        assert_eq!(
+            a.samples(None, 0.0).len(),
+            3,
+            "load only: no rates without a reading before"
+        );
+        let b = HostSnapshot {
+            cpu: parse_cpu_times("cpu 130 0 0 970 0 0 0 0\n"),
+            net: parse_net_dev("h\nh\n  eth0: 3000 30 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"),
+            ..a.clone()
+        };
+        let s = b.samples(Some(&a), 10.0);
+        let get = |n: &str| s.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("host_cpu_busy_pct{cpu=\"cpu\"}"), Some(30.0));
+        assert_eq!(
+            get("host_net_rx_bytes_per_second{interface=\"eth0\"}"),
+            Some(200.0)
+        );
+        assert_eq!(
+            get("host_net_rx_packets_per_second{interface=\"eth0\"}"),
+            Some(2.0)
+        );
+        a.cpu.clear();
+        assert!(
+            b.samples(Some(&a), 10.0)
+                .iter()
+                .all(|(k, _)| !k.starts_with("host_cpu"))
+        );
     }
 
     #[test]
