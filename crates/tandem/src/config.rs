@@ -15,6 +15,73 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub kv: KvConfig,
     pub capture: CaptureConfig,
+    pub history: HistorySettings,
+}
+
+/// `[history]`: the figures of `/metrics` and of the host, sampled into a history for the
+/// console's charts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistorySettings {
+    pub enabled: bool,
+    /// Seconds between samples: the raw level's bucket. 1 to 60, dividing 60.
+    pub interval_s: u32,
+    /// The history's file; empty: history.sqlite3 in the store's data directory.
+    pub file: String,
+    /// How long raw samples, 1-minute and 1-hour buckets are kept (1-day buckets: for ever).
+    pub raw_hours: u64,
+    pub minute_days: u64,
+    pub hour_days: u64,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        HistorySettings {
+            enabled: true,
+            interval_s: 10,
+            file: String::new(),
+            raw_hours: 48,
+            minute_days: 30,
+            hour_days: 730,
+        }
+    }
+}
+
+impl HistorySettings {
+    /// The history's levels, or what is wrong with the settings.
+    pub fn to_config(&self) -> anyhow::Result<history::HistoryConfig> {
+        anyhow::ensure!(
+            (1..=60).contains(&self.interval_s) && 60 % self.interval_s == 0,
+            "[history] interval_s = {}: it must be 1 to 60 seconds and divide a minute",
+            self.interval_s
+        );
+        let mut cfg = history::HistoryConfig::with_interval(self.interval_s);
+        if self.interval_s == 60 {
+            // The raw level would be the minute level: keep one of them.
+            cfg.levels.remove(0);
+        }
+        let hours = |h: u64| Some(h.saturating_mul(3_600));
+        let days = |d: u64| Some(d.saturating_mul(86_400));
+        for l in &mut cfg.levels {
+            l.retention_s = match l.name.as_str() {
+                "raw" => hours(self.raw_hours),
+                "1m" => days(self.minute_days),
+                "1h" => days(self.hour_days),
+                _ => None,
+            };
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The history's file, given the store's data directory.
+    pub fn path(&self, data_dir: &Path) -> std::path::PathBuf {
+        if self.file.is_empty() {
+            data_dir.join("history.sqlite3")
+        } else {
+            self.file.clone().into()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -198,6 +265,31 @@ mod tests {
         assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
         assert_eq!(example.kv.script_families, defaults.kv.script_families);
         assert_eq!(example.capture, defaults.capture);
+        assert_eq!(example.history, defaults.history);
+        assert!(defaults.history.to_config().is_ok());
+    }
+
+    #[test]
+    fn history_settings_become_levels_or_a_clear_error() {
+        let h = HistorySettings {
+            interval_s: 7,
+            ..HistorySettings::default()
+        };
+        let err = h.to_config().unwrap_err().to_string();
+        assert!(err.contains("interval_s = 7"), "{err}");
+        let cfg = HistorySettings {
+            raw_hours: 6,
+            ..HistorySettings::default()
+        }
+        .to_config()
+        .unwrap();
+        assert_eq!(cfg.levels[0].retention_s, Some(6 * 3_600));
+        assert_eq!(cfg.levels[3].retention_s, None);
+        let minute = HistorySettings {
+            interval_s: 60,
+            ..HistorySettings::default()
+        };
+        assert_eq!(minute.to_config().unwrap().levels[0].name, "1m");
     }
 
     /// `[capture]` in `tandem serve` means what the same options mean to `tandem capture`, and

@@ -21,6 +21,18 @@ impl Drop for Served {
     }
 }
 
+/// Sends SIGTERM to the server, as systemd does to stop it.
+fn sigterm(served: &Served) {
+    let pid = served.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 fn free_addr() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -132,14 +144,7 @@ fn sigterm_stops_accepting_and_drains_the_session_in_progress() {
         assert!(Instant::now() < deadline, "the session never started");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let pid = served.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sigterm(&served);
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_ok() {
         assert!(Instant::now() < deadline, "still accepting after SIGTERM");
@@ -355,4 +360,55 @@ fn a_log_written_to_a_file_has_no_colour_codes() {
         .unwrap();
     child.wait().unwrap();
     plain(&std::fs::read(&log_path).unwrap());
+}
+
+/// `tandem serve` samples `/metrics` and the host into the history every `interval_s`, and the
+/// samples are there after a SIGTERM: the figures the console's charts will draw.
+#[test]
+fn serve_keeps_a_history_of_its_metrics_and_of_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    let history_path = dir.path().join("history.sqlite3");
+    std::fs::write(
+        &config,
+        format!(
+            "[history]\ninterval_s = 1\nfile = \"{}\"\n",
+            history_path.display()
+        ),
+    )
+    .unwrap();
+    let mut served = serve(&["--config", config.to_str().unwrap()]);
+    // Three ticks: the first has no rates yet; the later ones have CPU and network rates.
+    std::thread::sleep(Duration::from_millis(3_500));
+    sigterm(&served);
+    assert!(served.child.wait().unwrap().success());
+    let mut h =
+        history::History::open(&history_path, history::HistoryConfig::with_interval(1)).unwrap();
+    let names = h.series_names().unwrap();
+    for wanted in [
+        "tandem_agi_sessions_active",
+        "host_load1",
+        "host_memory_available_bytes",
+        "host_cpu_busy_pct{cpu=\"cpu\"}",
+        "host_net_rx_bytes_per_second{interface=\"lo\"}",
+        "tandem_process_rss_bytes",
+        "tandem_process_cpu_pct",
+    ] {
+        assert!(
+            names.iter().any(|n| n == wanted),
+            "{wanted} not in {names:?}"
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let rss = h
+        .query("tandem_process_rss_bytes", now - 60, now + 1, 1000)
+        .unwrap();
+    assert_eq!(rss.level, "raw");
+    assert!(
+        rss.points.len() >= 2 && rss.points.iter().all(|p| p.last > 1e6),
+        "{rss:?}"
+    );
 }
