@@ -158,6 +158,60 @@ pub fn parse_diskstats(text: &str) -> Vec<DiskCounters> {
         .collect()
 }
 
+/// Filesystems whose usage is worth a chart: those on disks, not the kernel's own.
+const DISK_FILESYSTEMS: [&str; 8] = [
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "vfat", "f2fs",
+];
+
+/// The mount points of `/proc/mounts` on disk filesystems, each once, in order.
+pub fn parse_mounts(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_ascii_whitespace().collect();
+        if let [_, mount, fs, ..] = f[..]
+            && DISK_FILESYSTEMS.contains(&fs)
+            // Spaces and tabs in a mount point are written octal-escaped (`\040`).
+            && !out.iter().any(|m| m == mount)
+        {
+            out.push(mount.to_owned());
+        }
+    }
+    out
+}
+
+/// Space on one mounted filesystem, bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountUsage {
+    pub mount: String,
+    pub total: u64,
+    /// Used, as `df` counts it (total less free, reserved blocks included in used).
+    pub used: u64,
+}
+
+/// `statvfs` of a mount point; `None` if it cannot be read.
+// The statvfs fields are u64 here but narrower on 32-bit targets: the casts are for those.
+#[allow(clippy::unnecessary_cast)]
+pub fn mount_usage(mount: &str) -> Option<MountUsage> {
+    let path = std::ffi::CString::new(mount).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a NUL-terminated string and `st` points at a statvfs-sized buffer that
+    // the call fills in; its result is checked before the buffer is read.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the whole struct.
+    let st = unsafe { st.assume_init() };
+    let block = st.f_frsize as u64;
+    let total = st.f_blocks as u64 * block;
+    let free = st.f_bfree as u64 * block;
+    Some(MountUsage {
+        mount: mount.to_owned(),
+        total,
+        used: total.saturating_sub(free),
+    })
+}
+
 /// Seconds since boot.
 pub fn parse_uptime(text: &str) -> Option<f64> {
     text.split_ascii_whitespace().next()?.parse().ok()
@@ -172,6 +226,7 @@ pub struct HostSnapshot {
     pub memory: Option<Memory>,
     pub net: Vec<NetCounters>,
     pub disks: Vec<DiskCounters>,
+    pub mounts: Vec<MountUsage>,
     pub uptime_s: Option<f64>,
 }
 
@@ -190,6 +245,12 @@ impl HostSnapshot {
             disks: file("/proc/diskstats")
                 .map(|t| parse_diskstats(&t))
                 .unwrap_or_default(),
+            mounts: file("/proc/mounts")
+                .map(|t| parse_mounts(&t))
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|m| mount_usage(m))
+                .collect(),
             uptime_s: file("/proc/uptime").and_then(|t| parse_uptime(&t)),
         }
     }
@@ -217,6 +278,11 @@ impl HostSnapshot {
         }
         if let Some(u) = self.uptime_s {
             out.push(("host_uptime_seconds".to_owned(), u));
+        }
+        for m in &self.mounts {
+            let l = format!("{{mount=\"{}\"}}", m.mount);
+            out.push((format!("host_fs_used_bytes{l}"), m.used as f64));
+            out.push((format!("host_fs_size_bytes{l}"), m.total as f64));
         }
         let Some(prev) = prev.filter(|_| elapsed_s > 0.0) else {
             return out;
@@ -371,6 +437,15 @@ mod tests {
                 .iter()
                 .all(|(k, _)| !k.starts_with("host_cpu"))
         );
+    }
+
+    #[test]
+    fn disk_filesystems_are_the_mounts_worth_a_chart() {
+        let mounts = "proc /proc proc rw 0 0\n/dev/vda1 / ext4 rw 0 0\ntmpfs /run tmpfs rw 0 0\n/dev/vda1 / ext4 rw 0 0\n/dev/vdb /data xfs rw 0 0\n";
+        assert_eq!(parse_mounts(mounts), ["/", "/data"]);
+        let root = mount_usage("/").unwrap();
+        assert!(root.total > 0 && root.used <= root.total, "{root:?}");
+        assert_eq!(mount_usage("/nonexistent/mount"), None);
     }
 
     #[test]
