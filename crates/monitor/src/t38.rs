@@ -113,16 +113,7 @@ pub fn ifp_type(udptl: &[u8]) -> Option<IfpType> {
 
 /// [`ifp_type`] from the first bytes of a packet of `total_len` bytes.
 fn ifp_type_in(udptl: &[u8], total_len: usize) -> Option<IfpType> {
-    let first = *udptl.get(2)?;
-    let at: usize = if first & 0x80 == 0 { 3 } else { 4 };
-    let len = if first & 0x80 == 0 {
-        usize::from(first)
-    } else {
-        usize::from(first & 0x3f) << 8 | usize::from(*udptl.get(3)?)
-    };
-    if len == 0 || at.checked_add(len)? > total_len {
-        return None;
-    }
+    let (at, _) = ifp_span(udptl, total_len)?;
     let ifp = udptl.get(at..)?;
     let b = *ifp.first()?;
     let data = b & 0x40 != 0;
@@ -208,6 +199,13 @@ impl UdptlPacket {
 
 /// Where the primary IFP lies: (start, length), within `udptl`.
 fn primary_ifp(udptl: &[u8]) -> Option<(usize, usize)> {
+    ifp_span(udptl, udptl.len())
+}
+
+/// Where the primary IFP of a packet of `total_len` bytes lies, from its length determinant in
+/// `udptl` (the packet or its first bytes): one byte, or two with the top bit set. `None` when
+/// the IFP is empty or runs past the packet.
+fn ifp_span(udptl: &[u8], total_len: usize) -> Option<(usize, usize)> {
     let first = *udptl.get(2)?;
     let (at, len) = if first & 0x80 == 0 {
         (3, usize::from(first))
@@ -217,7 +215,7 @@ fn primary_ifp(udptl: &[u8]) -> Option<(usize, usize)> {
             usize::from(first & 0x3f) << 8 | usize::from(*udptl.get(3)?),
         )
     };
-    (len > 0 && at + len <= udptl.len()).then_some((at, len))
+    (len > 0 && at + len <= total_len).then_some((at, len))
 }
 
 /// The type of an IFP data field (T.38's `field-type`).
