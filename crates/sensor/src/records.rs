@@ -15,6 +15,7 @@ pub(crate) fn us(ns: i64) -> i64 {
 /// The CDR row of a call.
 pub fn cdr_call(c: &CallRecord) -> CdrCall {
     let d = &c.dialog;
+    let fax = c.fax();
     CdrCall {
         call_id: d.call_id.to_string(),
         caller: d.caller.to_string(),
@@ -38,11 +39,8 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
             .filter_map(|s| s.stream.mos())
             .min_by(|a, b| a.total_cmp(b)),
         dtmf: c.digits(),
-        fax_pages: c.fax().and_then(|f| f.pages),
-        fax_result: c
-            .fax()
-            .and_then(|f| f.result)
-            .map(|r| r.as_str().to_string()),
+        fax_pages: fax.and_then(|f| f.pages),
+        fax_result: fax.and_then(|f| f.result).map(|r| r.as_str().to_string()),
         ..CdrCall::default()
     }
 }
