@@ -209,11 +209,13 @@ fn process_cpu_seconds() -> f64 {
 /// How many of the generated calls the analysis found as they were sent: every stream with its
 /// packet count, the digits, the fax's pages and result, the encryption and video flags.
 fn calls_matching_truth(a: &monitor::Analysis, truth: &GroundTruth) -> usize {
+    let by_id: std::collections::HashMap<&str, &monitor::CallRecord> =
+        a.calls.iter().map(|c| (&*c.dialog.call_id, c)).collect();
     truth
         .calls
         .iter()
         .filter(|t| {
-            let Some(c) = a.calls.iter().find(|c| *c.dialog.call_id == *t.call_id) else {
+            let Some(c) = by_id.get(t.call_id.as_str()) else {
                 return false;
             };
             let streams_match = c.streams.len() == t.streams.len()

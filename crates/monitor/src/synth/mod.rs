@@ -411,22 +411,23 @@ enum Ev {
     Udptl { call: u32, idx: u32 },
 }
 
-fn caller_ip(i: usize) -> IpAddr {
+/// Call `i`'s address in a network of its side: `10.1.0.0/16` up for callers, `172.16.0.0/16`
+/// up for callees (a /16 per 65,536 calls).
+fn call_ip((first, second): (u8, u8), i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(
-        10,
-        1 + (i >> 16) as u8,
+        first,
+        second + (i >> 16) as u8,
         (i >> 8) as u8,
         i as u8,
     ))
 }
 
+fn caller_ip(i: usize) -> IpAddr {
+    call_ip((10, 1), i)
+}
+
 fn callee_ip(i: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(
-        172,
-        16 + (i >> 16) as u8,
-        (i >> 8) as u8,
-        i as u8,
-    ))
+    call_ip((172, 16), i)
 }
 
 fn rtp_port(i: usize) -> u16 {
