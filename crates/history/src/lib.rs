@@ -172,35 +172,30 @@ pub struct History {
     pub rejected: u64,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+/// The columns of a bucket row, closed or open.
+const BUCKET_COLUMNS: &str = "
+    level   INTEGER NOT NULL,
+    series  INTEGER NOT NULL,
+    start_s INTEGER NOT NULL,
+    count   INTEGER NOT NULL,
+    sum     REAL    NOT NULL,
+    min     REAL    NOT NULL,
+    max     REAL    NOT NULL,
+    last    REAL    NOT NULL,
+    last_s  INTEGER NOT NULL,";
+
+/// Closed buckets by (level, series, start); the one open bucket per (level, series) apart.
+fn schema() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS series (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS bucket (
-    level   INTEGER NOT NULL,
-    series  INTEGER NOT NULL,
-    start_s INTEGER NOT NULL,
-    count   INTEGER NOT NULL,
-    sum     REAL    NOT NULL,
-    min     REAL    NOT NULL,
-    max     REAL    NOT NULL,
-    last    REAL    NOT NULL,
-    last_s  INTEGER NOT NULL,
-    PRIMARY KEY (level, series, start_s)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS bucket ({BUCKET_COLUMNS}
+    PRIMARY KEY (level, series, start_s)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS bucket_age ON bucket(level, start_s);
-CREATE TABLE IF NOT EXISTS open_bucket (
-    level   INTEGER NOT NULL,
-    series  INTEGER NOT NULL,
-    start_s INTEGER NOT NULL,
-    count   INTEGER NOT NULL,
-    sum     REAL    NOT NULL,
-    min     REAL    NOT NULL,
-    max     REAL    NOT NULL,
-    last    REAL    NOT NULL,
-    last_s  INTEGER NOT NULL,
-    PRIMARY KEY (level, series)
-) WITHOUT ROWID;
-";
+CREATE TABLE IF NOT EXISTS open_bucket ({BUCKET_COLUMNS}
+    PRIMARY KEY (level, series)) WITHOUT ROWID;"
+    )
+}
 
 impl History {
     /// Opens (creating if needed) the history at `path`.
@@ -220,7 +215,7 @@ impl History {
         // table), so that they are not read back from the file at every tick.
         conn.pragma_update(None, "cache_size", -(CACHE_KIB as i64))
             .map_err(wrap)?;
-        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        conn.execute_batch(&schema()).map_err(wrap)?;
         let widths = cfg.widths();
         let text = widths
             .iter()
