@@ -18,15 +18,18 @@
 //! one page per series per level: the cost of a tick does not grow with the history.
 //! Retention drops whole ranges of old buckets per level ([`History::retain`]).
 //!
-//! This crate does no sampling and no network IO: the binary samples `/metrics` and `/proc` and
-//! hands the figures to [`History::record`].
+//! This crate does no sampling and no network IO: [`Recorder`] ticks on a thread of its own and
+//! records what the caller's source returns (in `tandem serve`, the figures of `/metrics` and of
+//! `/proc`).
 
 mod bucket;
+mod recorder;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use bucket::Bucket;
+pub use recorder::Recorder;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// At most this many levels.
@@ -98,6 +101,38 @@ impl HistoryConfig {
                 level("1d", 86_400, None),
             ],
         }
+    }
+
+    /// The default levels over raw samples every `interval_s` (1 to 60, dividing a minute),
+    /// keeping raw samples `raw_hours`, 1-minute buckets `minute_days` and 1-hour buckets
+    /// `hour_days`; 1-day buckets for ever. At 60 s the raw level is the minute level, kept once.
+    pub fn with_retention(
+        interval_s: u32,
+        raw_hours: u64,
+        minute_days: u64,
+        hour_days: u64,
+    ) -> Result<HistoryConfig, HistoryError> {
+        if !(1..=60).contains(&interval_s) || 60 % interval_s != 0 {
+            return Err(HistoryError::Config(format!(
+                "interval_s = {interval_s}: it must be 1 to 60 seconds and divide a minute"
+            )));
+        }
+        let mut cfg = HistoryConfig::with_interval(interval_s);
+        if interval_s == 60 {
+            cfg.levels.remove(0);
+        }
+        let hours = |h: u64| Some(h.saturating_mul(HOUR_S));
+        let days = |d: u64| Some(d.saturating_mul(DAY_S));
+        for l in &mut cfg.levels {
+            l.retention_s = match l.name.as_str() {
+                "raw" => hours(raw_hours),
+                "1m" => days(minute_days),
+                "1h" => days(hour_days),
+                _ => None,
+            };
+        }
+        cfg.validate()?;
+        Ok(cfg)
     }
 
     /// Widths must grow and each divide the next, so that every bucket lies inside one bucket of

@@ -347,6 +347,45 @@ impl HostSnapshot {
     }
 }
 
+/// The host's figures at each call, with rates since the call before, and this process's RSS
+/// and CPU share as `{prefix}_rss_bytes` and `{prefix}_cpu_pct`.
+pub struct HostSampler {
+    prefix: String,
+    prev: Option<(HostSnapshot, std::time::Instant, Option<f64>)>,
+}
+
+impl HostSampler {
+    pub fn new(prefix: &str) -> HostSampler {
+        HostSampler {
+            prefix: prefix.to_owned(),
+            prev: None,
+        }
+    }
+
+    pub fn sample(&mut self) -> Vec<(String, f64)> {
+        let host = HostSnapshot::read();
+        let cpu_s = crate::process_cpu_seconds(std::process::id());
+        let elapsed = self
+            .prev
+            .as_ref()
+            .map_or(0.0, |p| p.1.elapsed().as_secs_f64());
+        let mut out = host.samples(self.prev.as_ref().map(|p| &p.0), elapsed);
+        if let Some(rss) = crate::rss_bytes() {
+            out.push((format!("{}_rss_bytes", self.prefix), rss as f64));
+        }
+        if let (Some(now), Some(before)) = (cpu_s, self.prev.as_ref().and_then(|p| p.2))
+            && elapsed > 0.0
+        {
+            out.push((
+                format!("{}_cpu_pct", self.prefix),
+                100.0 * (now - before).max(0.0) / elapsed,
+            ));
+        }
+        self.prev = Some((host, std::time::Instant::now(), cpu_s));
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,28 +50,13 @@ impl Default for HistorySettings {
 impl HistorySettings {
     /// The history's levels, or what is wrong with the settings.
     pub fn to_config(&self) -> anyhow::Result<history::HistoryConfig> {
-        anyhow::ensure!(
-            (1..=60).contains(&self.interval_s) && 60 % self.interval_s == 0,
-            "[history] interval_s = {}: it must be 1 to 60 seconds and divide a minute",
-            self.interval_s
-        );
-        let mut cfg = history::HistoryConfig::with_interval(self.interval_s);
-        if self.interval_s == 60 {
-            // The raw level would be the minute level: keep one of them.
-            cfg.levels.remove(0);
-        }
-        let hours = |h: u64| Some(h.saturating_mul(3_600));
-        let days = |d: u64| Some(d.saturating_mul(86_400));
-        for l in &mut cfg.levels {
-            l.retention_s = match l.name.as_str() {
-                "raw" => hours(self.raw_hours),
-                "1m" => days(self.minute_days),
-                "1h" => days(self.hour_days),
-                _ => None,
-            };
-        }
-        cfg.validate()?;
-        Ok(cfg)
+        history::HistoryConfig::with_retention(
+            self.interval_s,
+            self.raw_hours,
+            self.minute_days,
+            self.hour_days,
+        )
+        .map_err(|e| anyhow::anyhow!("[history] {e}"))
     }
 
     /// The history's file, given the store's data directory.

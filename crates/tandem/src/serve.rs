@@ -118,17 +118,27 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await;
     };
     let registry = Arc::new(registry);
-    let history_task = if config.history.enabled {
-        let levels = config.history.to_config()?;
+    // Every interval_s, /metrics and the host into the history, on a thread of its own.
+    let recorder = if config.history.enabled {
         let path = config.history.path(&config.kv.data_dir);
-        let h = history::History::open(&path, levels)?;
+        let h = history::History::open(&path, config.history.to_config()?)?;
         info!(path = %path.display(), interval_s = config.history.interval_s, "metrics history open");
-        Some(tokio::spawn(sample_history(
-            h,
+        let (registry, mut host) = (
             registry.clone(),
+            procstat::host::HostSampler::new("tandem_process"),
+        );
+        let source = move || {
+            let mut samples = metrics_http::samples(&registry);
+            samples.extend(host.sample());
+            samples
+        };
+        let warn = |e| tracing::warn!(error = %e, "metrics history: tick not recorded");
+        Some(history::Recorder::spawn(
+            h,
             config.history.interval_s,
-            stop_rx.clone(),
-        )))
+            source,
+            warn,
+        )?)
     } else {
         None
     };
@@ -150,8 +160,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "FastAGI server stopped"
     );
     http_task.await??;
-    if let Some(task) = history_task {
-        task.await?;
+    if let Some(recorder) = recorder {
+        tokio::task::spawn_blocking(move || recorder.stop()).await?;
     }
     if let Some(capture) = capture {
         // Its calls in progress are reported and stored as `tandem capture` does at SIGTERM.
@@ -166,70 +176,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Every `interval_s`, the figures of `/metrics` and of the host (and this process's own RSS and
-/// CPU) into the history, until the stop signal; old buckets are dropped once an hour. A failed
-/// tick is logged and the next one tried: the history never stops the server.
-async fn sample_history(
-    h: history::History,
-    registry: Arc<Registry>,
-    interval_s: u32,
-    mut stop: fastagi::Shutdown,
-) {
-    use procstat::host::HostSnapshot;
-    let h = Arc::new(std::sync::Mutex::new(h));
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(interval_s.into()));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let pid = std::process::id();
-    let mut prev: Option<(HostSnapshot, std::time::Instant, Option<f64>)> = None;
-    let mut retained_at = 0i64;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => break,
-        }
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let host = HostSnapshot::read();
-        let cpu_s = procstat::process_cpu_seconds(pid);
-        let elapsed = prev.as_ref().map_or(0.0, |p| p.1.elapsed().as_secs_f64());
-        let mut samples = metrics_http::samples(&registry);
-        samples.extend(host.samples(prev.as_ref().map(|p| &p.0), elapsed));
-        if let Some(rss) = procstat::rss_bytes() {
-            samples.push(("tandem_process_rss_bytes".into(), rss as f64));
-        }
-        if let (Some(now), Some(before)) = (cpu_s, prev.as_ref().and_then(|p| p.2))
-            && elapsed > 0.0
-        {
-            samples.push((
-                "tandem_process_cpu_pct".into(),
-                100.0 * (now - before).max(0.0) / elapsed,
-            ));
-        }
-        prev = Some((host, std::time::Instant::now(), cpu_s));
-        let retain = now_s - retained_at >= 3_600;
-        if retain {
-            retained_at = now_s;
-        }
-        let h = h.clone();
-        let done = tokio::task::spawn_blocking(move || -> Result<(), history::HistoryError> {
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-            let refs: Vec<(&str, f64)> = samples.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-            h.record(now_s, &refs)?;
-            if retain {
-                h.retain(now_s)?;
-            }
-            Ok(())
-        })
-        .await;
-        match done {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "metrics history: tick not recorded"),
-            Err(e) => tracing::warn!(error = %e, "metrics history: tick failed"),
-        }
-    }
 }
 
 async fn wait_for_signal() {
