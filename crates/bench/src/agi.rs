@@ -8,7 +8,7 @@
 use super::report::{BenchReport, Percentiles, Table, median};
 use asterisk_emu::{Load, Plan, Target, run_load};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -351,14 +351,7 @@ pub(super) fn measure(
         rate_per_sec: s.rate_per_sec,
     };
     let total = subjects.len() * runs;
-    let bar = if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total as u64)
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} runs  {msg}",
-    )?);
+    let bar = crate::report::progress_bar(quiet, total as u64, "{bar:30} {pos}/{len} runs  {msg}")?;
     // Warm up every subject (connection paths, allocator, page cache) before measuring.
     for s in subjects.iter().filter(|_| warmup_seconds > 0.0) {
         bar.set_message(format!("warming up {}", s.name));

@@ -16,7 +16,7 @@
 use super::report::{BenchReport, Table, median};
 use asterisk_emu::Plan;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -149,14 +149,11 @@ pub fn run(args: MemoryArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let bar = if args.json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new((args.runs * STATES.len() * args.sessions) as u64)
-    };
-    bar.set_style(ProgressStyle::with_template(
+    let bar = crate::report::progress_bar(
+        args.json,
+        (args.runs * STATES.len() * args.sessions) as u64,
         "{bar:30} {pos}/{len} sessions held  {msg}",
-    )?);
+    )?;
     let mut samples: Vec<Vec<Sample>> = STATES.iter().map(|_| Vec::new()).collect();
     for run in 0..args.runs {
         for (i, state) in STATES.iter().enumerate() {

@@ -13,13 +13,13 @@
 mod load;
 
 use super::report::{self, BenchReport, Percentiles, Table};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use kv::{Durability, Options, Store};
 use load::{Affinity, Samples, Stream, open_loop, realtime_priority, spin_issuer};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use std::fs::File;
-use std::io::{IsTerminal, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
@@ -922,16 +922,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot make a directory in {}: {e}", base.display()))?;
     let dir = tmp.path();
     let steps = if args.pin_issuer { 15 } else { 13 };
-    let pb = if args.json || !std::io::stderr().is_terminal() {
-        ProgressBar::hidden()
-    } else {
-        let pb = ProgressBar::with_draw_target(Some(steps), ProgressDrawTarget::stderr());
-        pb.set_style(
-            ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        pb
-    };
+    let pb = crate::report::progress_bar(
+        args.json,
+        steps,
+        "{elapsed:>4} [{bar:30}] {pos}/{len} {msg}",
+    )?;
     let mut report = KvReport {
         dir: base.display().to_string(),
         phase_secs: args.phase_secs,

@@ -79,6 +79,22 @@ impl Table {
     }
 }
 
+/// A progress bar on stderr for the person watching a benchmark: hidden under `--json`
+/// (`quiet`) and when stderr is not a terminal, so that it never mixes into captured output.
+pub fn progress_bar(
+    quiet: bool,
+    len: u64,
+    template: &str,
+) -> anyhow::Result<indicatif::ProgressBar> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return Ok(ProgressBar::hidden());
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(ProgressStyle::with_template(template)?);
+    Ok(bar)
+}
+
 /// Latency percentiles of a set of samples, in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Percentiles {

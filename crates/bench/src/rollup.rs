@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use history::{Bucket, History, HistoryConfig, bucket_start};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::report::{self, BenchReport, Percentiles, Table};
@@ -181,12 +181,7 @@ fn value(i: usize, t: i64) -> f64 {
 }
 
 fn progress(quiet: bool, len: u64, what: &str) -> anyhow::Result<ProgressBar> {
-    let bar = if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(len)
-    };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")?);
+    let bar = report::progress_bar(quiet, len, "{bar:30} {pos}/{len} {msg}")?;
     bar.set_message(what.to_string());
     Ok(bar)
 }

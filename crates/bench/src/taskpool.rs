@@ -18,9 +18,8 @@ mod threadpool;
 
 use super::report::{self, BenchReport, Table, median};
 use clap::Args as ClapArgs;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -359,20 +358,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("threadpool serializer", threadpool_serializer),
         ("tokio channel pair", tokio_channel_pair),
     ];
-    let bar = if args.json || !std::io::stderr().is_terminal() {
-        ProgressBar::hidden()
-    } else {
-        let bar = ProgressBar::with_draw_target(
-            Some((variants.len() * args.runs) as u64),
-            ProgressDrawTarget::stderr(),
-        );
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} (eta {eta})")
-                .expect("progress template"),
-        );
+    let bar = crate::report::progress_bar(
+        args.json,
+        (variants.len() * args.runs) as u64,
+        "{bar:30} {pos}/{len} {msg} (eta {eta})",
+    )?;
+    if !bar.is_hidden() {
         bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    };
+    }
     let mut samples: [Vec<f64>; 6] = Default::default();
     // Runs are interleaved (every variant once per round) so a change in machine load affects
     // every variant alike.
