@@ -182,6 +182,8 @@ pub struct Point {
     pub max: f64,
     pub avg: f64,
     pub last: f64,
+    /// When `last` was sampled (a counter's rate between two points divides by this time).
+    pub last_s: i64,
 }
 
 /// A series over a range, at one level.
@@ -456,10 +458,10 @@ impl History {
         };
         let rows = (|| -> rusqlite::Result<Vec<Point>> {
             let mut st = self.conn.prepare_cached(
-                "SELECT start_s, count, sum, min, max, last FROM bucket \
+                "SELECT start_s, count, sum, min, max, last, last_s FROM bucket \
                  WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
                  UNION ALL \
-                 SELECT start_s, count, sum, min, max, last FROM open_bucket \
+                 SELECT start_s, count, sum, min, max, last, last_s FROM open_bucket \
                  WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
                  ORDER BY start_s",
             )?;
@@ -473,6 +475,7 @@ impl History {
                     max: r.get(4)?,
                     avg: if count == 0 { 0.0 } else { sum / count as f64 },
                     last: r.get(5)?,
+                    last_s: r.get(6)?,
                 })
             })?
             .collect()

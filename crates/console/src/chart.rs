@@ -1,0 +1,429 @@
+//! Charts as SVG, drawn on the server: a page shows its charts without JavaScript, and the
+//! small script in `assets/console.js` only adds zoom, legend toggles and local time labels.
+//!
+//! Each series is drawn as its average line over a min-max band. The plot's geometry and range
+//! are written on the `<svg>` (`data-from`, `data-to`, `data-x0`, `data-x1`, `data-y0`,
+//! `data-y1`, `data-ymax`), so a script (or a test) maps a pixel back to a time and a value.
+//! The open bucket, still filling, is the last point of a series and drawn hollow: "now" is
+//! always on the chart.
+
+use std::fmt::Write;
+
+/// The plot's size in SVG user units; the page scales it to its column.
+pub const WIDTH: f64 = 640.0;
+pub const HEIGHT: f64 = 200.0;
+const LEFT: f64 = 56.0;
+const RIGHT: f64 = 8.0;
+const TOP: f64 = 8.0;
+const BOTTOM: f64 = 22.0;
+/// Series colours, in order (readable on white, distinct for the common colour blindnesses);
+/// a series gets the class `c<i>`, and the stylesheet gives the colour (the page's content
+/// security policy allows no inline styles).
+pub const COLOURS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2",
+];
+
+/// How values are written on the axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Plain,
+    Bytes,
+    BytesPerSecond,
+    Percent,
+    PerSecond,
+    PerMinute,
+    Seconds,
+}
+
+/// One point as drawn: a bucket's time and figures.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChartPoint {
+    pub t_s: i64,
+    pub min: f64,
+    pub max: f64,
+    pub avg: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartSeries {
+    pub label: String,
+    /// The history's series name (for `/api/series` and the legend's tooltip).
+    pub name: String,
+    pub points: Vec<ChartPoint>,
+}
+
+/// Everything one chart needs.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    pub id: String,
+    pub title: String,
+    pub unit: Unit,
+    pub from_s: i64,
+    pub to_s: i64,
+    /// Bucket width of the level the points come from.
+    pub width_s: u32,
+    /// Buckets starting after `now_s - width_s` are still open.
+    pub now_s: i64,
+    pub series: Vec<ChartSeries>,
+}
+
+/// A number with at most 3 significant digits and a unit prefix.
+pub fn format_value(v: f64, unit: Unit) -> String {
+    let (scaled, suffix) = match unit {
+        Unit::Bytes | Unit::BytesPerSecond => {
+            let mut v = v;
+            let mut i = 0;
+            const P: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+            while v.abs() >= 1024.0 && i < P.len() - 1 {
+                v /= 1024.0;
+                i += 1;
+            }
+            let per = if unit == Unit::BytesPerSecond {
+                "/s"
+            } else {
+                ""
+            };
+            return format!("{} {}{per}", trim(v), P[i]);
+        }
+        Unit::Percent => (v, "%"),
+        Unit::PerSecond => (v, "/s"),
+        Unit::PerMinute => (v, "/min"),
+        Unit::Seconds => {
+            return if v.abs() < 1.0 && v != 0.0 {
+                format!("{} ms", trim(v * 1000.0))
+            } else {
+                format!("{} s", trim(v))
+            };
+        }
+        Unit::Plain => (v, ""),
+    };
+    let (scaled, prefix) = if scaled.abs() >= 1e9 {
+        (scaled / 1e9, "G")
+    } else if scaled.abs() >= 1e6 {
+        (scaled / 1e6, "M")
+    } else if scaled.abs() >= 1e4 {
+        (scaled / 1e3, "k")
+    } else {
+        (scaled, "")
+    };
+    format!("{}{prefix}{suffix}", trim(scaled))
+}
+
+fn trim(v: f64) -> String {
+    let s = if v.abs() >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    };
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+/// A "nice" top of the axis and its step: 1, 2 or 5 times a power of ten (or of 1024 for
+/// bytes), at least `max`.
+fn nice_axis(max: f64, unit: Unit) -> (f64, f64) {
+    if max.is_nan() || max <= 0.0 || !max.is_finite() {
+        return (1.0, 0.25);
+    }
+    if unit == Unit::Percent && max <= 100.0 {
+        return (100.0, 25.0);
+    }
+    let base: f64 = if matches!(unit, Unit::Bytes | Unit::BytesPerSecond) && max >= 1024.0 {
+        1024.0
+    } else {
+        10.0
+    };
+    let raw = max / 4.0;
+    let mag = base.powf(raw.log(base).floor());
+    let step = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| s * 4.0 >= max)
+        .unwrap_or(raw);
+    (step * 4.0, step)
+}
+
+/// The time step of the x axis for a span: about six ticks.
+fn time_step(span_s: i64) -> i64 {
+    const STEPS: [i64; 16] = [
+        60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+        2592000, 7776000,
+    ];
+    STEPS
+        .iter()
+        .copied()
+        .find(|s| span_s / s <= 7)
+        .unwrap_or(31536000)
+}
+
+/// `HH:MM` for spans under two days, else `MM-DD`, in UTC (the page's script rewrites the
+/// labels in the browser's time zone).
+fn time_label(t_s: i64, span_s: i64) -> String {
+    let days = t_s.div_euclid(86400);
+    let secs = t_s.rem_euclid(86400);
+    if span_s <= 2 * 86400 {
+        format!("{:02}:{:02}", secs / 3600, secs % 3600 / 60)
+    } else {
+        let (_, m, d) = civil_from_days(days);
+        format!("{m:02}-{d:02}")
+    }
+}
+
+/// Year, month, day of a day count since 1970-01-01 (Howard Hinnant's civil calendar method).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z.rem_euclid(146097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// An ISO 8601 UTC time, to the second.
+pub fn iso_utc(t_s: i64) -> String {
+    let (y, m, d) = civil_from_days(t_s.div_euclid(86400));
+    let s = t_s.rem_euclid(86400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+impl Chart {
+    /// The highest value drawn (band tops included).
+    pub fn y_max(&self) -> f64 {
+        self.series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|p| p.t_s + i64::from(self.width_s) > self.from_s && p.t_s < self.to_s)
+            .map(|p| p.max.max(p.avg))
+            .fold(0.0, f64::max)
+    }
+
+    fn x(&self, t_s: f64) -> f64 {
+        let span = (self.to_s - self.from_s).max(1) as f64;
+        LEFT + (t_s - self.from_s as f64) / span * (WIDTH - LEFT - RIGHT)
+    }
+
+    fn y(&self, v: f64, top: f64) -> f64 {
+        HEIGHT - BOTTOM - (v / top).clamp(-0.05, 1.05) * (HEIGHT - TOP - BOTTOM)
+    }
+
+    /// The chart as an SVG element.
+    pub fn svg(&self) -> String {
+        let (top, step) = nice_axis(self.y_max(), self.unit);
+        let mut s = String::with_capacity(4096);
+        let _ = write!(
+            s,
+            r#"<svg class="chart" id="{id}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{title}" data-from="{from}" data-to="{to}" data-x0="{LEFT}" data-x1="{x1}" data-y0="{y0}" data-y1="{TOP}" data-ymax="{top}" data-width="{w}" preserveAspectRatio="none">"#,
+            id = esc(&self.id),
+            title = esc(&self.title),
+            from = self.from_s,
+            to = self.to_s,
+            x1 = WIDTH - RIGHT,
+            y0 = HEIGHT - BOTTOM,
+            w = self.width_s,
+        );
+        // Grid and y labels.
+        for i in 0..=4 {
+            let v = step * f64::from(i);
+            let y = self.y(v, top);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{LEFT}" x2="{x2}" y1="{y:.1}" y2="{y:.1}"/><text class="tick-y" x="{tx}" y="{ty:.1}">{label}</text>"#,
+                x2 = WIDTH - RIGHT,
+                tx = LEFT - 4.0,
+                ty = y + 3.5,
+                label = esc(&format_value(v, self.unit)),
+            );
+        }
+        // Time ticks, labelled in UTC with data-t for the page's script.
+        let span = self.to_s - self.from_s;
+        let tstep = time_step(span);
+        let mut t = self.from_s.div_euclid(tstep) * tstep + tstep;
+        while t < self.to_s {
+            let x = self.x(t as f64);
+            let _ = write!(
+                s,
+                r#"<line class="grid-x" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{y0}"/><text class="tick-x" x="{x:.1}" y="{ty}" data-t="{t}" data-step="{tstep}">{label}</text>"#,
+                y0 = HEIGHT - BOTTOM,
+                ty = HEIGHT - 6.0,
+                label = time_label(t, span),
+            );
+            t += tstep;
+        }
+        let half = f64::from(self.width_s) / 2.0;
+        let gap = i64::from(self.width_s) * 3 / 2;
+        for (i, series) in self.series.iter().enumerate() {
+            let _ = write!(
+                s,
+                r#"<g class="series c{c}" data-series="{i}" data-name="{name}">"#,
+                c = i % COLOURS.len(),
+                name = esc(&series.name)
+            );
+            let pts: Vec<&ChartPoint> = series.points.iter().collect();
+            // The band: min to max, one closed shape per run without gaps.
+            let mut runs: Vec<Vec<&ChartPoint>> = Vec::new();
+            for p in &pts {
+                match runs.last_mut() {
+                    Some(run) if p.t_s - run.last().map_or(p.t_s, |q| q.t_s) <= gap => run.push(p),
+                    _ => runs.push(vec![p]),
+                }
+            }
+            for run in &runs {
+                if run.iter().any(|p| p.max > p.min) {
+                    let mut d = String::new();
+                    for (j, p) in run.iter().enumerate() {
+                        let _ = write!(
+                            d,
+                            "{}{:.2},{:.2}",
+                            if j == 0 { "M" } else { "L" },
+                            self.x(p.t_s as f64 + half),
+                            self.y(p.max, top)
+                        );
+                    }
+                    for p in run.iter().rev() {
+                        let _ = write!(
+                            d,
+                            "L{:.2},{:.2}",
+                            self.x(p.t_s as f64 + half),
+                            self.y(p.min, top)
+                        );
+                    }
+                    let _ = write!(s, r#"<path class="band" d="{d}Z"/>"#);
+                }
+                let mut d = String::new();
+                for (j, p) in run.iter().enumerate() {
+                    let _ = write!(
+                        d,
+                        "{}{:.2},{:.2}",
+                        if j == 0 { "M" } else { "L" },
+                        self.x(p.t_s as f64 + half),
+                        self.y(p.avg, top)
+                    );
+                }
+                let _ = write!(s, r#"<path class="line" d="{d}"/>"#);
+            }
+            if let Some(last) = pts.last()
+                && last.t_s + i64::from(self.width_s) > self.now_s
+            {
+                let _ = write!(
+                    s,
+                    r#"<circle class="open" cx="{:.2}" cy="{:.2}" r="3"><title>open bucket, still filling: {}</title></circle>"#,
+                    self.x(last.t_s as f64 + half),
+                    self.y(last.avg, top),
+                    esc(&format_value(last.avg, self.unit)),
+                );
+            }
+            s.push_str("</g>");
+        }
+        if self.series.iter().all(|s| s.points.is_empty()) {
+            let _ = write!(
+                s,
+                r#"<text class="empty" x="{x}" y="{y}">no data in this range</text>"#,
+                x = WIDTH / 2.0,
+                y = HEIGHT / 2.0
+            );
+        }
+        let _ = write!(
+            s,
+            r#"<rect class="zoom" x="{LEFT}" y="{TOP}" width="0" height="{h}"/></svg>"#,
+            h = HEIGHT - TOP - BOTTOM
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_with_their_unit() {
+        assert_eq!(format_value(0.0, Unit::Percent), "0%");
+        assert_eq!(format_value(12.5, Unit::Percent), "12.5%");
+        assert_eq!(format_value(3.0 * 1024.0 * 1024.0, Unit::Bytes), "3 MiB");
+        assert_eq!(format_value(1536.0, Unit::BytesPerSecond), "1.5 KiB/s");
+        assert_eq!(format_value(25_000.0, Unit::PerSecond), "25k/s");
+        assert_eq!(format_value(0.0042, Unit::Seconds), "4.2 ms");
+    }
+
+    #[test]
+    fn the_axis_top_covers_the_highest_value() {
+        for (max, unit) in [
+            (0.3, Unit::Plain),
+            (7.0, Unit::Plain),
+            (1234.0, Unit::Plain),
+        ] {
+            let (top, step) = nice_axis(max, unit);
+            assert!(top >= max && top < max * 3.0, "{max} -> {top}");
+            assert_eq!(top, step * 4.0);
+        }
+        assert_eq!(nice_axis(42.0, Unit::Percent), (100.0, 25.0));
+    }
+
+    #[test]
+    fn dates_are_civil_dates() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_utc(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(iso_utc(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn a_point_is_drawn_where_its_time_and_value_say() {
+        let chart = Chart {
+            id: "c".into(),
+            title: "t".into(),
+            unit: Unit::Plain,
+            from_s: 0,
+            to_s: 1000,
+            width_s: 10,
+            now_s: 995,
+            series: vec![ChartSeries {
+                label: "a".into(),
+                name: "a".into(),
+                points: vec![
+                    ChartPoint {
+                        t_s: 0,
+                        min: 4.0,
+                        max: 4.0,
+                        avg: 4.0,
+                    },
+                    ChartPoint {
+                        t_s: 990,
+                        min: 2.0,
+                        max: 2.0,
+                        avg: 2.0,
+                    },
+                ],
+            }],
+        };
+        let svg = chart.svg();
+        // The first point sits at the middle of its bucket: t = 5 of 1000.
+        let x = LEFT + 5.0 / 1000.0 * (WIDTH - LEFT - RIGHT);
+        assert!(svg.contains(&format!("M{x:.2},")), "{svg}");
+        assert!(
+            svg.contains("class=\"open\""),
+            "the bucket of t = 990 is open at 995"
+        );
+        assert!(svg.contains("data-ymax=\"4\""), "{svg}");
+    }
+}

@@ -1,0 +1,194 @@
+//! Tandem's web console: a login, and a dashboard of the metrics history.
+//!
+//! - [`Console::bind`] checks the configuration against the security rules (no plain HTTP off
+//!   loopback unless allowed; loopback only while no user exists), loads TLS, and binds.
+//!   [`Console::serve`] serves until the stop future completes.
+//! - [`accounts::Accounts`]: users (Argon2id), sessions and API tokens, in `console.sqlite3`
+//!   beside the store; `tandem user ...` manages them while the server runs.
+//! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
+//! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
+//!   the stylesheet and the one small script are embedded: nothing is fetched from elsewhere,
+//!   and a page without JavaScript still shows its charts.
+//!
+//! Never: serves data to a request without a signed-in user or a valid token, changes state
+//! through GET, or keeps a password, a session id or a token in clear.
+
+pub mod accounts;
+pub mod chart;
+pub mod dashboard;
+mod listen;
+pub mod throttle;
+pub mod web;
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use accounts::{Accounts, Role, User};
+pub use listen::tls_acceptor;
+
+/// `[web]` in `tandem.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    pub enabled: bool,
+    /// Where the console listens.
+    pub listen: SocketAddr,
+    /// PEM certificate chain and private key: with both, the console speaks HTTPS only.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other than loopback (behind a TLS proxy, say).
+    pub allow_plain_http: bool,
+    /// How long a login lasts.
+    pub session_hours: u32,
+    /// Failed logins allowed per user name, and per client address, within the window.
+    pub login_failures_per_user: u32,
+    pub login_failures_per_address: u32,
+    pub login_window_s: u32,
+    /// Most connections served at once.
+    pub connections_max: usize,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        WebConfig {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9574)),
+            tls_cert: None,
+            tls_key: None,
+            allow_plain_http: false,
+            session_hours: 12,
+            login_failures_per_user: 5,
+            login_failures_per_address: 20,
+            login_window_s: 900,
+            connections_max: 256,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    #[error(
+        "refusing to serve the console on {0} without TLS: set web.tls_cert and web.tls_key, listen on loopback, or set web.allow_plain_http = true (behind a TLS proxy)"
+    )]
+    PlainOffLoopback(SocketAddr),
+    #[error(
+        "no console user exists yet, so the console listens on loopback only, not {addr}: create the first admin with `{hint}`"
+    )]
+    NoUserOffLoopback { addr: SocketAddr, hint: String },
+    #[error("web.tls_cert and web.tls_key go together: one is missing")]
+    HalfTls,
+    #[error("console TLS: {0}")]
+    Tls(String),
+    #[error("cannot listen for the console on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Accounts(#[from] accounts::AccountError),
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
+}
+
+/// A bound console, ready to serve.
+pub struct Console {
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    state: Arc<web::ConsoleState>,
+    connections_max: usize,
+}
+
+/// The command that creates the first admin for a data directory.
+pub fn first_admin_command(data_dir: &Path) -> String {
+    format!(
+        "tandem user add admin --role admin --data-dir {}",
+        data_dir.display()
+    )
+}
+
+impl Console {
+    /// Opens the accounts in `data_dir` and a reader of the history (when given), checks the
+    /// rules, and binds.
+    pub async fn bind(
+        cfg: &WebConfig,
+        data_dir: &Path,
+        history: Option<(&Path, history::HistoryConfig)>,
+    ) -> Result<Console, ConsoleError> {
+        let tls = match (&cfg.tls_cert, &cfg.tls_key) {
+            (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
+            (None, None) => None,
+            _ => return Err(ConsoleError::HalfTls),
+        };
+        let loopback = cfg.listen.ip().is_loopback();
+        if !loopback && tls.is_none() && !cfg.allow_plain_http {
+            return Err(ConsoleError::PlainOffLoopback(cfg.listen));
+        }
+        std::fs::create_dir_all(data_dir).map_err(|source| ConsoleError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+        let accounts = Accounts::open(&accounts::accounts_file(data_dir))?;
+        let hint = first_admin_command(data_dir);
+        if accounts.is_empty()? {
+            if !loopback {
+                return Err(ConsoleError::NoUserOffLoopback {
+                    addr: cfg.listen,
+                    hint,
+                });
+            }
+            tracing::warn!("no console user yet: create the first admin with `{hint}`");
+        }
+        let history = match history {
+            Some((path, hcfg)) => Some(Mutex::new(history::History::open(path, hcfg)?)),
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| ConsoleError::Bind {
+                addr: cfg.listen,
+                source,
+            })?;
+        let state = Arc::new(web::ConsoleState {
+            accounts,
+            throttle: throttle::LoginThrottle::new(throttle::ThrottleConfig {
+                failures_per_user: cfg.login_failures_per_user.max(1),
+                failures_per_address: cfg.login_failures_per_address.max(1),
+                window_s: i64::from(cfg.login_window_s.max(1)),
+            }),
+            history,
+            session_ttl_s: i64::from(cfg.session_hours.max(1)) * 3600,
+            tls: tls.is_some(),
+            first_admin_hint: hint,
+        });
+        Ok(Console {
+            listener,
+            tls,
+            state,
+            connections_max: cfg.connections_max,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The URL a person opens.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        match self.local_addr() {
+            Ok(a) => format!("{scheme}://{a}/"),
+            Err(_) => format!("{scheme}://?/"),
+        }
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ConsoleError> {
+        let app = web::router(self.state);
+        listen::serve(self.listener, app, self.tls, self.connections_max, shutdown).await
+    }
+}
