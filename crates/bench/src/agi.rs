@@ -260,6 +260,8 @@ pub fn run(args: AgiArgs) -> anyhow::Result<()> {
                 &listen,
                 "--metrics-listen",
                 "127.0.0.1:0",
+                "--web-listen",
+                "127.0.0.1:0",
             ])
             .env("TANDEM_LOG", "warn");
             subjects.push(spawn("tandem", cmd, port, &plan, expect)?);

@@ -234,7 +234,7 @@ fn start_server(sessions: usize) -> anyhow::Result<Server> {
         &config,
         format!(
             "[fastagi]\nlisten = \"127.0.0.1:{port}\"\nmax_sessions = {}\n\n\
-             [metrics]\nlisten = \"127.0.0.1:0\"\n\n[kv]\ndata_dir = {:?}\n",
+             [metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n[kv]\ndata_dir = {:?}\n",
             sessions + 64,
             dir.path().join("data")
         ),

@@ -152,7 +152,7 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n\
+            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
              [scripts]\ndir = \"{}\"\n\n\
              [[scripts.route]]\npath = \"warm/bench.sh\"\nprewarm = {prewarm}\n\n\
              [[scripts.route]]\npath = \"warm/bench.py\"\nprewarm = {prewarm}\n",

@@ -16,12 +16,13 @@ pub mod agi;
 mod agi_memory;
 mod agi_scripts;
 mod archive;
+pub mod browser;
 pub mod capture;
 mod capture_live;
 pub mod floor;
 pub mod kv;
 pub mod report;
-mod rollup;
+pub mod rollup;
 mod taskpool;
 
 use clap::Subcommand;

@@ -189,6 +189,24 @@ fn progress(quiet: bool, len: u64, what: &str) -> anyhow::Result<ProgressBar> {
 /// Fills every level of a new history with `days` of closed buckets (each level over what it
 /// retains), ending just before [`NOW_S`]. Returns the rows stored.
 fn build(h: &mut History, series: usize, days: i64, quiet: bool) -> anyhow::Result<u64> {
+    let names: Vec<String> = (0..series).map(series_name).collect();
+    let bar = progress(quiet, 0, &format!("building {days} days"))?;
+    let stored = seed(h, &names, NOW_S, days, &value, &bar)?;
+    bar.finish_and_clear();
+    Ok(stored)
+}
+
+/// Fills every level of `h` with `days` of closed buckets of `names` (each level over what it
+/// retains), ending just before `end_s`, each bucket of series `i` at `t` holding ten-second
+/// samples of `value(i, t)`. Returns the rows stored; `bar` counts them.
+pub fn seed(
+    h: &mut History,
+    names: &[String],
+    end_s: i64,
+    days: i64,
+    value: &dyn Fn(usize, i64) -> f64,
+    bar: &ProgressBar,
+) -> anyhow::Result<u64> {
     let levels = h.config().levels.clone();
     let mut plan = Vec::new();
     for (level, l) in levels.iter().enumerate() {
@@ -196,13 +214,13 @@ fn build(h: &mut History, series: usize, days: i64, quiet: bool) -> anyhow::Resu
             .retention_s
             .map_or(days * DAY_S, |r| (r as i64).min(days * DAY_S));
         let w = i64::from(l.width_s);
-        let first = bucket_start(NOW_S - keep, l.width_s);
-        let last = bucket_start(NOW_S, l.width_s) - w;
+        let first = bucket_start(end_s - keep, l.width_s);
+        let last = bucket_start(end_s, l.width_s) - w;
         plan.push((level, w, first, last));
     }
-    let total: i64 = plan.iter().map(|(_, w, f, l)| (l - f) / w + 1).sum::<i64>() * series as i64;
-    let bar = progress(quiet, total as u64, &format!("building {days} days"))?;
-    let names: Vec<String> = (0..series).map(series_name).collect();
+    let total: i64 =
+        plan.iter().map(|(_, w, f, l)| (l - f) / w + 1).sum::<i64>() * names.len() as i64;
+    bar.set_length(total as u64);
     let mut rows: Vec<(usize, &str, Bucket)> = Vec::with_capacity(100_000);
     let mut stored = 0u64;
     for &(level, w, first, last) in &plan {
@@ -218,8 +236,8 @@ fn build(h: &mut History, series: usize, days: i64, quiet: bool) -> anyhow::Resu
                         start_s: t,
                         count: samples_per_bucket,
                         sum: v * samples_per_bucket as f64,
-                        min: v - 1.0,
-                        max: v + 1.0,
+                        min: v - v.abs() * 0.05,
+                        max: v + v.abs() * 0.05,
                         last: v,
                         last_s: t + w - 10,
                     },
@@ -236,7 +254,6 @@ fn build(h: &mut History, series: usize, days: i64, quiet: bool) -> anyhow::Resu
     }
     h.import(&rows)?;
     stored += rows.len() as u64;
-    bar.finish_and_clear();
     Ok(stored)
 }
 

@@ -141,26 +141,30 @@ async fn require_user(
             req.extensions_mut().insert(user);
             next.run(req).await
         }
-        None if req.uri().path().starts_with("/api/") => (
+        None => refuse(req.uri()),
+    }
+}
+
+/// The answer to a request without a user: 401 on the API, the login page elsewhere.
+fn refuse(uri: &Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer realm=\"tandem\"")],
             axum::Json(
                 serde_json::json!({"error": "sign in, or send Authorization: Bearer TOKEN"}),
             ),
         )
-            .into_response(),
-        None => {
-            let next = req
-                .uri()
-                .path_and_query()
-                .map_or("/dashboard", |p| p.as_str());
-            let target = format!("/login?next={}", url_encode(next));
-            Redirect::to(&target).into_response()
-        }
+            .into_response();
     }
+    let next = uri.path_and_query().map_or("/dashboard", |p| p.as_str());
+    Redirect::to(&format!("/login?next={}", url_encode(next))).into_response()
 }
 
-async fn not_found() -> Response {
+async fn not_found(State(state): State<Shared>, req: axum::extract::Request) -> Response {
+    if user_of(&state, req.headers(), req.uri()).await.is_none() {
+        return refuse(req.uri());
+    }
     (StatusCode::NOT_FOUND, "no such page\n").into_response()
 }
 

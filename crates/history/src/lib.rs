@@ -244,6 +244,9 @@ impl History {
             source,
         };
         let conn = Connection::open(path).map_err(wrap)?;
+        // The console reads the file while the recorder writes it.
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(wrap)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")

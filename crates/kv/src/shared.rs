@@ -107,6 +107,26 @@ pub struct Stats {
     pub write_errors: u64,
 }
 
+impl Stats {
+    /// The figures as `(series, value)` for a metrics history, named as Prometheus would
+    /// (`tandem_kv_*`, counters ending in `_total`).
+    pub fn samples(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("tandem_kv_keys", self.keys as f64),
+            (
+                "tandem_kv_resident_value_bytes",
+                self.resident_value_bytes as f64,
+            ),
+            ("tandem_kv_large_value_bytes", self.large_value_bytes as f64),
+            ("tandem_kv_cache_bytes", self.cache_bytes as f64),
+            ("tandem_kv_queue_ops", self.queue_ops as f64),
+            ("tandem_kv_commits_total", self.commits as f64),
+            ("tandem_kv_committed_ops_total", self.committed_ops as f64),
+            ("tandem_kv_write_errors_total", self.write_errors as f64),
+        ]
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     pub commits: AtomicU64,

@@ -126,6 +126,12 @@ impl SensorHandle {
     pub fn stop_signal(&self) -> StopSignal {
         self.stop.clone()
     }
+    /// Adds this sensor's figures (`tandem_capture_*`) to `registry`, read at each scrape.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry
+            .sub_registry_with_prefix("tandem_capture")
+            .register_collector(Box::new(self.board.clone()));
+    }
     /// Every part's figures now (the status line's and the metrics').
     pub fn status(&self) -> Sample {
         self.board.sample()

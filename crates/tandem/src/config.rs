@@ -16,6 +16,7 @@ pub struct Config {
     pub kv: KvConfig,
     pub capture: CaptureConfig,
     pub history: HistorySettings,
+    pub web: console::WebConfig,
 }
 
 /// `[history]`: the figures of `/metrics` and of the host, sampled into a history for the
@@ -251,6 +252,7 @@ mod tests {
         assert_eq!(example.kv.script_families, defaults.kv.script_families);
         assert_eq!(example.capture, defaults.capture);
         assert_eq!(example.history, defaults.history);
+        assert_eq!(example.web, defaults.web);
         assert!(defaults.history.to_config().is_ok());
     }
 

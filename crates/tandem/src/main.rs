@@ -11,6 +11,7 @@ mod db;
 mod replay;
 mod serve;
 mod signals;
+mod user;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -40,7 +41,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run Tandem's services: the FastAGI server (127.0.0.1:4573) and metrics (127.0.0.1:9573).
+    /// Run Tandem's services: FastAGI (127.0.0.1:4573), metrics (127.0.0.1:9573) and the web
+    /// console (127.0.0.1:9574).
     Serve(serve::ServeArgs),
     /// Measure Tandem against its baselines and peers (a table, or one JSON object with --json).
     #[command(subcommand)]
@@ -53,6 +55,8 @@ enum Command {
     Cdr(self::cdr::Args),
     /// Send the frames of capture files onto an interface (original pace, scaled, or a fixed rate).
     Replay(replay::Args),
+    /// Manage the web console's users and API tokens (works while `serve` runs).
+    User(user::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,7 +66,10 @@ fn main() -> ExitCode {
     // `cat` does. Not serve or bench (they write to sockets and children's pipes), and not
     // capture: its CDR writer must store what it has accepted before the process ends, so a
     // closed stdout ends the capture through its error path instead (quietly: see below).
-    if matches!(cli.command, Command::Db(_) | Command::Cdr(_)) {
+    if matches!(
+        cli.command,
+        Command::Db(_) | Command::Cdr(_) | Command::User(_)
+    ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -75,6 +82,7 @@ fn main() -> ExitCode {
         Command::Capture(args) => capture::run(*args),
         Command::Cdr(args) => self::cdr::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::User(args) => user::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,9 @@ pub struct ServeArgs {
     /// Where /metrics and /health listen (overrides metrics.listen).
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Where the web console listens (overrides web.listen; default 127.0.0.1:9574).
+    #[arg(long, value_name = "ADDR")]
+    pub web_listen: Option<SocketAddr>,
     /// Directory of the key-value store (overrides kv.data_dir).
     #[arg(long, value_name = "DIR", env = "TANDEM_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -42,6 +45,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(a) = args.metrics_listen {
         config.metrics.listen = a;
+    }
+    if let Some(a) = args.web_listen {
+        config.web.listen = a;
     }
     if let Some(d) = args.data_dir {
         config.kv.data_dir = d;
@@ -96,6 +102,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
         match sensor::Sensor::start(sensor_config, None) {
             Ok(handle) => {
+                handle.register_metrics(&mut registry);
                 if let Some(addr) = handle.hep_addr() {
                     info!(%addr, "call monitor listening for HEP v3");
                 }
@@ -123,13 +130,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let path = config.history.path(&config.kv.data_dir);
         let h = history::History::open(&path, config.history.to_config()?)?;
         info!(path = %path.display(), interval_s = config.history.interval_s, "metrics history open");
-        let (registry, mut host) = (
+        let (registry, mut host, store) = (
             registry.clone(),
             procstat::host::HostSampler::new("tandem_process"),
+            store.clone(),
         );
         let source = move || {
             let mut samples = metrics_http::samples(&registry);
             samples.extend(host.sample());
+            let kv = store.stats().samples();
+            samples.extend(kv.into_iter().map(|(n, v)| (n.to_owned(), v)));
             samples
         };
         let warn = |e| tracing::warn!(error = %e, "metrics history: tick not recorded");
@@ -139,6 +149,23 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             source,
             warn,
         )?)
+    } else {
+        None
+    };
+    let web_task = if config.web.enabled {
+        let history = config.history.enabled.then(|| {
+            let path = config.history.path(&config.kv.data_dir);
+            config.history.to_config().map(|c| (path, c))
+        });
+        let history = history.transpose()?;
+        let console = console::Console::bind(
+            &config.web,
+            &config.kv.data_dir,
+            history.as_ref().map(|(p, c)| (p.as_path(), c.clone())),
+        )
+        .await?;
+        info!(console = %console.url(), "web console on {}", console.url());
+        Some(tokio::spawn(console.serve(stopped(stop_rx.clone()))))
     } else {
         None
     };
@@ -160,6 +187,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "FastAGI server stopped"
     );
     http_task.await??;
+    if let Some(web) = web_task {
+        web.await??;
+    }
     if let Some(recorder) = recorder {
         tokio::task::spawn_blocking(move || recorder.stop()).await?;
     }

@@ -51,6 +51,8 @@ fn serve(extra: &[&str]) -> Served {
             &agi.to_string(),
             "--metrics-listen",
             &http.to_string(),
+            "--web-listen",
+            "127.0.0.1:0",
         ])
         .args(extra)
         .env("TANDEM_DATA_DIR", data.path())
@@ -201,6 +203,8 @@ fn a_taken_port_is_a_clear_error() {
             &addr,
             "--metrics-listen",
             "127.0.0.1:0",
+            "--web-listen",
+            "127.0.0.1:0",
         ])
         .env("TANDEM_DATA_DIR", data.path())
         .output()
@@ -223,6 +227,8 @@ fn a_second_tandem_on_the_same_fastagi_port_refuses_to_start_and_names_the_first
             "--agi-listen",
             &first.agi.to_string(),
             "--metrics-listen",
+            "127.0.0.1:0",
+            "--web-listen",
             "127.0.0.1:0",
         ])
         .env("TANDEM_DATA_DIR", &second_data)
@@ -272,6 +278,8 @@ fn the_session_limit_is_sized_from_the_raised_open_file_limit_and_logged() {
             "--agi-listen",
             &agi.to_string(),
             "--metrics-listen",
+            "127.0.0.1:0",
+            "--web-listen",
             "127.0.0.1:0",
         ])
         .env("TANDEM_DATA_DIR", dir.path())
@@ -337,6 +345,8 @@ fn a_log_written_to_a_file_has_no_colour_codes() {
             "--agi-listen",
             "127.0.0.1:0",
             "--metrics-listen",
+            "127.0.0.1:0",
+            "--web-listen",
             "127.0.0.1:0",
         ])
         .env("TANDEM_DATA_DIR", dir.path().join("data"))

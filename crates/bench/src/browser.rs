@@ -1,0 +1,287 @@
+//! A real browser for the console's tests and `tandem bench console`: Debian's headless
+//! Chromium driven through chromedriver (WebDriver), and a running `tandem serve` with a seeded
+//! metrics history and a user.
+
+use anyhow::Context;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chromedriver and chromium, where Debian's packages put them.
+pub fn tools() -> Option<(PathBuf, PathBuf)> {
+    let find = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|d| d.join(n))
+                    .find(|p| p.is_file())
+            })
+        })
+    };
+    Some((
+        find(&["chromedriver"])?,
+        find(&["chromium", "chromium-browser"])?,
+    ))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_listening(addr: SocketAddr, what: &str, child: &mut Child) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).is_err() {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("{what} exited before listening on {addr}: {status}");
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what} did not listen on {addr} within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Ok(())
+}
+
+/// Headless Chromium under chromedriver; both end when this is dropped.
+pub struct Browser {
+    driver: Child,
+    pub client: fantoccini::Client,
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium with a window of `width`×`height`.
+    pub async fn launch(width: u32, height: u32) -> anyhow::Result<Browser> {
+        let (driver_path, chromium) = tools().context(
+            "chromedriver and chromium are needed (Debian: apt-get install chromium chromium-driver)",
+        )?;
+        let port = free_port()?;
+        let mut driver = Command::new(&driver_path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", driver_path.display()))?;
+        wait_listening(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            "chromedriver",
+            &mut driver,
+        )?;
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--hide-scrollbars", "--force-device-scale-factor=1",
+                    format!("--window-size={width},{height}"),
+                ],
+            }),
+        );
+        let client = fantoccini::ClientBuilder::new(
+            hyper_util::client::legacy::connect::HttpConnector::new(),
+        )
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .context("opening a Chromium session through chromedriver")?;
+        Ok(Browser { driver, client })
+    }
+
+    /// Ends the browser session and chromedriver.
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+
+    /// Signs in through the login form; returns the page's URL afterwards.
+    pub async fn login(&self, base: &str, user: &str, password: &str) -> anyhow::Result<String> {
+        use fantoccini::Locator;
+        let c = &self.client;
+        c.goto(&format!("{base}login")).await?;
+        c.find(Locator::Id("user")).await?.send_keys(user).await?;
+        c.find(Locator::Id("password"))
+            .await?
+            .send_keys(password)
+            .await?;
+        c.find(Locator::Css("#login button[type=submit]"))
+            .await?
+            .click()
+            .await?;
+        // The form's answer is a new page: the login again (with an error) or the target.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let url = c.current_url().await?;
+            let error_shown = !c.find_all(Locator::Id("login-error")).await?.is_empty();
+            if url.path() != "/login" || error_shown || Instant::now() > deadline {
+                return Ok(url.to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Navigation Timing of the current page: (responseEnd, loadEventEnd) in ms from its start.
+    pub async fn load_timing_ms(&self) -> anyhow::Result<(f64, f64)> {
+        let v = self
+            .client
+            .execute(
+                "const n = performance.getEntriesByType('navigation')[0]; \
+                 return [n.responseEnd, n.loadEventEnd];",
+                vec![],
+            )
+            .await?;
+        let a = v.as_array().context("navigation timing")?;
+        Ok((
+            a.first().and_then(|x| x.as_f64()).unwrap_or(f64::NAN),
+            a.get(1).and_then(|x| x.as_f64()).unwrap_or(f64::NAN),
+        ))
+    }
+
+    /// Saves a PNG of the window.
+    pub async fn screenshot(&self, path: &Path) -> anyhow::Result<()> {
+        let png = self.client.screenshot().await?;
+        std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// A `tandem serve` with its console on a free port, over a data directory of its own.
+pub struct ConsoleServer {
+    child: Child,
+    pub web: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+impl ConsoleServer {
+    /// Starts `tandem` (the binary at `exe`) serving over `data_dir`, with `extra` arguments.
+    pub fn start(exe: &Path, data_dir: &Path, extra: &[&str]) -> anyhow::Result<ConsoleServer> {
+        let web = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let mut child = Command::new(exe)
+            .args(["serve", "--agi-listen", "127.0.0.1:0", "--metrics-listen"])
+            .arg("127.0.0.1:0")
+            .arg("--web-listen")
+            .arg(web.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("TANDEM_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {} serve", exe.display()))?;
+        wait_listening(web, "tandem serve", &mut child)?;
+        Ok(ConsoleServer {
+            child,
+            web,
+            data_dir: data_dir.to_owned(),
+        })
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}/", self.web)
+    }
+}
+
+impl Drop for ConsoleServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Adds a console user with `tandem user add`.
+pub fn add_user(
+    exe: &Path,
+    data_dir: &Path,
+    name: &str,
+    role: &str,
+    password: &str,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut child = Command::new(exe)
+        .args([
+            "user",
+            "add",
+            name,
+            "--role",
+            role,
+            "--password-stdin",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    writeln!(child.stdin.take().context("stdin")?, "{password}")?;
+    let out = child.wait_with_output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tandem user add: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// One HTTP/1.1 request over a fresh connection: `(status, headers, body)`.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> anyhow::Result<(u16, String, String)> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no status line")?;
+    Ok((status, head.to_owned(), body.to_owned()))
+}
+
+/// Signs in over plain HTTP; returns the `Cookie` header value of the new session.
+pub fn login_cookie(addr: SocketAddr, user: &str, password: &str) -> anyhow::Result<String> {
+    let (status, head, _) = http(
+        addr,
+        "POST",
+        "/login",
+        &[],
+        &format!("user={user}&password={password}&next=/dashboard"),
+    )?;
+    anyhow::ensure!(status == 303, "login answered {status}: {head}");
+    head.lines()
+        .find_map(|l| {
+            l.strip_prefix("set-cookie: ")
+                .map(|c| c.split(';').next().unwrap_or("").to_owned())
+        })
+        .context("no session cookie in the login's answer")
+}
