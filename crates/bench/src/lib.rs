@@ -19,6 +19,7 @@ mod archive;
 pub mod browser;
 pub mod capture;
 mod capture_live;
+mod console;
 pub mod floor;
 pub mod kv;
 pub mod report;
@@ -52,6 +53,9 @@ pub enum BenchCommand {
     /// Metrics history: rows and time per sampling tick at 1 day, 90 days and 2 years of
     /// history, against a replica that re-averages every tier every minute; dashboard reads.
     Rollup(rollup::Args),
+    /// Web console: server time of the dashboard page and its full load in headless Chromium
+    /// at ranges from 1 h to 1 y over a seeded year of history; screenshots of each page.
+    Console(console::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -66,5 +70,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Archive(args) => archive::run(args),
         BenchCommand::CaptureLive(args) => capture_live::run(args),
         BenchCommand::Rollup(args) => rollup::run(args),
+        BenchCommand::Console(args) => console::run(args),
     }
 }

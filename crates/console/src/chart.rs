@@ -124,8 +124,9 @@ fn trim(v: f64) -> String {
     }
 }
 
-/// A "nice" top of the axis and its step: 1, 2 or 5 times a power of ten (or of 1024 for
-/// bytes), at least `max`.
+/// A "nice" top of the axis and its step: four steps of 1, 2 or 5 times a power of ten, at
+/// least `max`; for bytes, the same in the binary unit that writes `max` best (so the labels
+/// read 1 MiB, 2 MiB, not 1.46 MiB).
 fn nice_axis(max: f64, unit: Unit) -> (f64, f64) {
     if max.is_nan() || max <= 0.0 || !max.is_finite() {
         return (1.0, 0.25);
@@ -133,19 +134,24 @@ fn nice_axis(max: f64, unit: Unit) -> (f64, f64) {
     if unit == Unit::Percent && max <= 100.0 {
         return (100.0, 25.0);
     }
-    let base: f64 = if matches!(unit, Unit::Bytes | Unit::BytesPerSecond) && max >= 1024.0 {
-        1024.0
+    let scale = if matches!(unit, Unit::Bytes | Unit::BytesPerSecond) {
+        let mut p = 1.0;
+        while max / p >= 1024.0 {
+            p *= 1024.0;
+        }
+        p
     } else {
-        10.0
+        1.0
     };
-    let raw = max / 4.0;
-    let mag = base.powf(raw.log(base).floor());
-    let step = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0]
+    let m = max / scale;
+    let raw = m / 4.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
         .iter()
-        .map(|m| m * mag)
-        .find(|s| s * 4.0 >= max)
-        .unwrap_or(raw);
-    (step * 4.0, step)
+        .map(|k| k * mag)
+        .find(|s| s * 4.0 >= m)
+        .unwrap_or(10.0 * mag);
+    (step * 4.0 * scale, step * scale)
 }
 
 /// The time step of the x axis for a span: about six ticks.
@@ -218,9 +224,12 @@ impl Chart {
             .fold(0.0, f64::max)
     }
 
+    /// Where time `t_s` is drawn; a point past the range's end (the middle of a bucket still
+    /// open) is drawn at the end.
     fn x(&self, t_s: f64) -> f64 {
         let span = (self.to_s - self.from_s).max(1) as f64;
-        LEFT + (t_s - self.from_s as f64) / span * (WIDTH - LEFT - RIGHT)
+        let t = t_s.min(self.to_s as f64);
+        LEFT + (t - self.from_s as f64) / span * (WIDTH - LEFT - RIGHT)
     }
 
     fn y(&self, v: f64, top: f64) -> f64 {
@@ -271,7 +280,6 @@ impl Chart {
             t += tstep;
         }
         let half = f64::from(self.width_s) / 2.0;
-        let gap = i64::from(self.width_s) * 3 / 2;
         for (i, series) in self.series.iter().enumerate() {
             let _ = write!(
                 s,
@@ -279,7 +287,10 @@ impl Chart {
                 c = i % COLOURS.len(),
                 name = esc(&series.name)
             );
-            let pts: Vec<&ChartPoint> = series.points.iter().collect();
+            let (merged, step_s) = columns(&series.points, self.from_s, self.to_s, self.width_s);
+            // Points further apart than one and a half steps leave a gap: no samples there.
+            let gap = step_s * 3 / 2;
+            let pts: Vec<&ChartPoint> = merged.iter().collect();
             // The band: min to max, one closed shape per run without gaps.
             let mut runs: Vec<Vec<&ChartPoint>> = Vec::new();
             for p in &pts {
@@ -352,9 +363,69 @@ impl Chart {
     }
 }
 
+/// Most points drawn per series: about one per unit of the plot's width. More would only
+/// weigh on the page; buckets that fall in one column are merged (min of the mins, max of the
+/// maxes, mean of the averages) and drawn once.
+pub const COLUMNS_MAX: i64 = 576;
+
+/// The points of a series as drawn, and the time between two of them: merged by column when
+/// there are more than the plot has.
+fn columns(points: &[ChartPoint], from_s: i64, to_s: i64, width_s: u32) -> (Vec<ChartPoint>, i64) {
+    let span = (to_s - from_s).max(1);
+    if points.len() as i64 <= COLUMNS_MAX {
+        return (points.to_vec(), i64::from(width_s));
+    }
+    // Whole buckets per column, so that every column merges the same number of buckets.
+    let w = i64::from(width_s.max(1));
+    let per_column = ((span / COLUMNS_MAX + w - 1) / w).max(1) * w;
+    let mut out: Vec<ChartPoint> = Vec::with_capacity(COLUMNS_MAX as usize + 2);
+    let mut n = 0.0;
+    let mut key = None;
+    for p in points {
+        let k = (p.t_s - from_s).div_euclid(per_column);
+        match out.last_mut() {
+            Some(c) if key == Some(k) => {
+                c.min = c.min.min(p.min);
+                c.max = c.max.max(p.max);
+                n += 1.0;
+                c.avg += (p.avg - c.avg) / n;
+            }
+            _ => {
+                // The column is drawn at the middle of its span, as a bucket is.
+                let t_s = from_s + k * per_column + per_column / 2 - i64::from(width_s) / 2;
+                out.push(ChartPoint { t_s, ..*p });
+                n = 1.0;
+                key = Some(k);
+            }
+        }
+    }
+    (out, per_column)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_buckets_than_columns_are_merged_exactly() {
+        let points: Vec<ChartPoint> = (0..1440)
+            .map(|i| ChartPoint {
+                t_s: i * 60,
+                min: i as f64,
+                max: i as f64 + 1.0,
+                avg: i as f64 + 0.5,
+            })
+            .collect();
+        let (c, step) = columns(&points, 0, 86_400, 60);
+        assert_eq!(step, 180);
+        assert!(c.len() as i64 <= COLUMNS_MAX, "{}", c.len());
+        // 1440 minutes over at most 576 columns: 3 minutes each.
+        assert_eq!(c.len(), 480);
+        assert_eq!((c[0].min, c[0].max, c[0].avg), (0.0, 3.0, 1.5));
+        assert_eq!(c[1].t_s, 180 + 90 - 30);
+        let (few, step) = columns(&points[..100], 0, 86_400, 60);
+        assert_eq!((few, step), (points[..100].to_vec(), 60));
+    }
 
     #[test]
     fn values_are_written_with_their_unit() {
@@ -378,6 +449,8 @@ mod tests {
             assert_eq!(top, step * 4.0);
         }
         assert_eq!(nice_axis(42.0, Unit::Percent), (100.0, 25.0));
+        let mib = 1024.0 * 1024.0;
+        assert_eq!(nice_axis(3.4 * mib, Unit::BytesPerSecond), (4.0 * mib, mib));
     }
 
     #[test]

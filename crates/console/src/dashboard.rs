@@ -8,8 +8,9 @@
 use crate::chart::{Chart, ChartPoint, ChartSeries, Unit};
 use history::{History, HistoryError, Point};
 
-/// Most points a chart asks the history for per series (the chart is 640 units wide).
-pub const CHART_POINTS_MAX: usize = 600;
+/// Points a chart asks the history for per series: the level chosen draws the range in about
+/// this many (at most half as many again: a day of 1-minute buckets).
+pub const CHART_POINTS_MAX: usize = 1000;
 /// Most series drawn on one chart (the ones with the highest values are kept).
 pub const CHART_SERIES_MAX: usize = 8;
 

@@ -456,32 +456,49 @@ impl History {
                 .optional()
                 .map_err(|e| self.err(e))?,
         };
+        if let Some(id) = id {
+            // A reader (the console) learns the ids it looks up, as the writer does.
+            self.ids.entry(name.to_owned()).or_insert(id);
+        }
         let Some(id) = id else {
             return Ok(Vec::new());
         };
+        let row = |r: &rusqlite::Row<'_>| {
+            let count = r.get::<_, i64>(1)?.max(0) as u64;
+            let sum: f64 = r.get(2)?;
+            Ok(Point {
+                t_s: r.get(0)?,
+                count,
+                min: r.get(3)?,
+                max: r.get(4)?,
+                avg: if count == 0 { 0.0 } else { sum / count as f64 },
+                last: r.get(5)?,
+                last_s: r.get(6)?,
+            })
+        };
+        // The closed buckets in primary-key order (no sort), then the open one, which is newer
+        // than every closed bucket of its series and level.
         let rows = (|| -> rusqlite::Result<Vec<Point>> {
-            let mut st = self.conn.prepare_cached(
-                "SELECT start_s, count, sum, min, max, last, last_s FROM bucket \
-                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
-                 UNION ALL \
-                 SELECT start_s, count, sum, min, max, last, last_s FROM open_bucket \
-                 WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
-                 ORDER BY start_s",
-            )?;
-            st.query_map(params![level as i64, id, from, to_s], |r| {
-                let count = r.get::<_, i64>(1)?.max(0) as u64;
-                let sum: f64 = r.get(2)?;
-                Ok(Point {
-                    t_s: r.get(0)?,
-                    count,
-                    min: r.get(3)?,
-                    max: r.get(4)?,
-                    avg: if count == 0 { 0.0 } else { sum / count as f64 },
-                    last: r.get(5)?,
-                    last_s: r.get(6)?,
-                })
-            })?
-            .collect()
+            let args = params![level as i64, id, from, to_s];
+            let mut points: Vec<Point> = self
+                .conn
+                .prepare_cached(
+                    "SELECT start_s, count, sum, min, max, last, last_s FROM bucket \
+                     WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4 \
+                     ORDER BY start_s",
+                )?
+                .query_map(args, row)?
+                .collect::<rusqlite::Result<_>>()?;
+            let open = self
+                .conn
+                .prepare_cached(
+                    "SELECT start_s, count, sum, min, max, last, last_s FROM open_bucket \
+                     WHERE level = ?1 AND series = ?2 AND start_s >= ?3 AND start_s < ?4",
+                )?
+                .query_row(args, row)
+                .optional()?;
+            points.extend(open);
+            Ok(points)
         })();
         let points = rows.map_err(|e| self.err(e))?;
         self.rows.read += points.len() as u64;
