@@ -13,8 +13,10 @@
     if (tzEl) tzEl.textContent = tz;
     document.querySelectorAll("text.tick-x[data-t]").forEach((el) => {
       const d = local(Number(el.dataset.t));
-      const step = Number(el.dataset.step || 0);
-      el.textContent = step < 86400 ? `${pad(d.getHours())}:${pad(d.getMinutes())}` : `${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+      // Month ticks are UTC month starts: named as they are, not shifted into the evening before.
+      const fmt = el.dataset.fmt;
+      if (fmt === "time") el.textContent = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+      else if (fmt === "day") el.textContent = `${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
     });
     document.querySelectorAll("time.abs[data-t]").forEach((el) => {
       el.textContent = inputValue(local(Number(el.dataset.t))).replace("T", " ");

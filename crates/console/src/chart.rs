@@ -114,8 +114,10 @@ fn trim(v: f64) -> String {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
         format!("{v:.1}")
-    } else {
+    } else if v.abs() >= 1.0 {
         format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
     };
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -154,17 +156,54 @@ fn nice_axis(max: f64, unit: Unit) -> (f64, f64) {
     (step * 4.0 * scale, step * scale)
 }
 
-/// The time step of the x axis for a span: about six ticks.
+/// The time step of the x axis for a span under 60 days: about six ticks.
 fn time_step(span_s: i64) -> i64 {
-    const STEPS: [i64; 16] = [
+    const STEPS: [i64; 14] = [
         60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
-        2592000, 7776000,
     ];
     STEPS
         .iter()
         .copied()
         .find(|s| span_s / s <= 7)
-        .unwrap_or(31536000)
+        .unwrap_or(604800)
+}
+
+/// Month names for the labels of long spans.
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Ticks at the first of every `n`th month in `[from_s, to_s)`: for spans over 60 days, where
+/// a fixed step would fall on arbitrary dates.
+fn month_ticks(from_s: i64, to_s: i64) -> Vec<(i64, String)> {
+    let span_days = (to_s - from_s) / 86400;
+    let every = match span_days {
+        ..=200 => 1,
+        201..=400 => 2,
+        401..=1200 => 6,
+        _ => 12,
+    };
+    let (mut y, mut m, _) = civil_from_days(from_s.div_euclid(86400));
+    let mut out = Vec::new();
+    loop {
+        m += 1;
+        if m > 12 {
+            (y, m) = (y + 1, 1);
+        }
+        if (m - 1) % every != 0 {
+            continue;
+        }
+        let t = crate::dashboard::days_from_civil(y, m, 1) * 86400;
+        if t >= to_s {
+            return out;
+        }
+        let label = if m == 1 {
+            y.to_string()
+        } else {
+            MONTHS[m as usize - 1].to_owned()
+        };
+        out.push((t, label));
+    }
 }
 
 /// `HH:MM` for spans under two days, else `MM-DD`, in UTC (the page's script rewrites the
@@ -266,18 +305,30 @@ impl Chart {
         }
         // Time ticks, labelled in UTC with data-t for the page's script.
         let span = self.to_s - self.from_s;
-        let tstep = time_step(span);
-        let mut t = self.from_s.div_euclid(tstep) * tstep + tstep;
-        while t < self.to_s {
+        let ticks: Vec<(i64, String)> = if span > 60 * 86400 {
+            month_ticks(self.from_s, self.to_s)
+        } else {
+            let step = time_step(span);
+            let first = self.from_s.div_euclid(step) * step + step;
+            (0..)
+                .map(|i| first + i * step)
+                .take_while(|t| *t < self.to_s)
+                .map(|t| (t, time_label(t, span)))
+                .collect()
+        };
+        let fmt = match span {
+            s if s > 60 * 86400 => "month",
+            s if s > 2 * 86400 => "day",
+            _ => "time",
+        };
+        for (t, label) in ticks {
             let x = self.x(t as f64);
             let _ = write!(
                 s,
-                r#"<line class="grid-x" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{y0}"/><text class="tick-x" x="{x:.1}" y="{ty}" data-t="{t}" data-step="{tstep}">{label}</text>"#,
+                r#"<line class="grid-x" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{y0}"/><text class="tick-x" x="{x:.1}" y="{ty}" data-t="{t}" data-fmt="{fmt}">{label}</text>"#,
                 y0 = HEIGHT - BOTTOM,
                 ty = HEIGHT - 6.0,
-                label = time_label(t, span),
             );
-            t += tstep;
         }
         let half = f64::from(self.width_s) / 2.0;
         for (i, series) in self.series.iter().enumerate() {
@@ -300,37 +351,16 @@ impl Chart {
                 }
             }
             for run in &runs {
+                let at = |p: &ChartPoint, v: f64| (self.x(p.t_s as f64 + half), self.y(v, top));
                 if run.iter().any(|p| p.max > p.min) {
-                    let mut d = String::new();
-                    for (j, p) in run.iter().enumerate() {
-                        let _ = write!(
-                            d,
-                            "{}{:.2},{:.2}",
-                            if j == 0 { "M" } else { "L" },
-                            self.x(p.t_s as f64 + half),
-                            self.y(p.max, top)
-                        );
-                    }
-                    for p in run.iter().rev() {
-                        let _ = write!(
-                            d,
-                            "L{:.2},{:.2}",
-                            self.x(p.t_s as f64 + half),
-                            self.y(p.min, top)
-                        );
-                    }
+                    let mut d = String::with_capacity(run.len() * 24);
+                    let tops = run.iter().map(|p| at(p, p.max));
+                    let bottoms = run.iter().rev().map(|p| at(p, p.min));
+                    polyline(&mut d, tops.chain(bottoms));
                     let _ = write!(s, r#"<path class="band" d="{d}Z"/>"#);
                 }
-                let mut d = String::new();
-                for (j, p) in run.iter().enumerate() {
-                    let _ = write!(
-                        d,
-                        "{}{:.2},{:.2}",
-                        if j == 0 { "M" } else { "L" },
-                        self.x(p.t_s as f64 + half),
-                        self.y(p.avg, top)
-                    );
-                }
+                let mut d = String::with_capacity(run.len() * 12);
+                polyline(&mut d, run.iter().map(|p| at(p, p.avg)));
                 let _ = write!(s, r#"<path class="line" d="{d}"/>"#);
             }
             if let Some(last) = pts.last()
@@ -361,6 +391,24 @@ impl Chart {
         );
         s
     }
+}
+
+/// Writes `M x,y L x,y ...` with one decimal: a tenth of a unit is finer than a pixel, and
+/// writing fixed-point integers costs a fraction of formatting floats (the biggest part of a
+/// page's drawing time otherwise).
+fn polyline(d: &mut String, vertices: impl Iterator<Item = (f64, f64)>) {
+    for (i, (x, y)) in vertices.enumerate() {
+        d.push(if i == 0 { 'M' } else { 'L' });
+        tenths(d, x);
+        d.push(',');
+        tenths(d, y);
+    }
+}
+
+/// A non-negative coordinate to one decimal (negative ones, never drawn here, clamp to 0).
+fn tenths(d: &mut String, v: f64) {
+    let n = (v.max(0.0) * 10.0).round() as u64;
+    let _ = write!(d, "{}.{}", n / 10, n % 10);
 }
 
 /// Most points drawn per series: about one per unit of the plot's width. More would only
@@ -454,6 +502,15 @@ mod tests {
     }
 
     #[test]
+    fn a_long_span_is_marked_at_month_starts() {
+        // 2025-11-25 to 2026-11-25: every other month, the new year by its number.
+        let ticks = month_ticks(1_764_028_800, 1_795_564_800);
+        let labels: Vec<&str> = ticks.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(labels, ["2026", "Mar", "May", "Jul", "Sep", "Nov"]);
+        assert_eq!(iso_utc(ticks[0].0), "2026-01-01T00:00:00Z");
+    }
+
+    #[test]
     fn dates_are_civil_dates() {
         assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(iso_utc(1_700_000_000), "2023-11-14T22:13:20Z");
@@ -492,7 +549,7 @@ mod tests {
         let svg = chart.svg();
         // The first point sits at the middle of its bucket: t = 5 of 1000.
         let x = LEFT + 5.0 / 1000.0 * (WIDTH - LEFT - RIGHT);
-        assert!(svg.contains(&format!("M{x:.2},")), "{svg}");
+        assert!(svg.contains(&format!("M{x:.1},")), "{svg}");
         assert!(
             svg.contains("class=\"open\""),
             "the bucket of t = 990 is open at 995"

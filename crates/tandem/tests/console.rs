@@ -437,3 +437,107 @@ fn a_console_off_loopback_needs_tls_and_a_first_user() {
         "{err}"
     );
 }
+
+/// An HTTPS request with a client that trusts only `ca_pem`: `(status line, headers)`.
+fn https_get(addr: std::net::SocketAddr, ca_pem: &str, path: &str, body: &str) -> String {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::io::{Read, Write};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let method = if body.is_empty() { "GET" } else { "POST" };
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    tls.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    add_user(Path::new(EXE), &data, "ops", "viewer", PASSWORD).unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert_pem, key_pem) = (cert.cert.pem(), cert.signing_key.serialize_pem());
+    let (cert_path, key_path) = (
+        dir.path().join("console.crt"),
+        dir.path().join("console.key"),
+    );
+    std::fs::write(&cert_path, &cert_pem).unwrap();
+    std::fs::write(&key_path, &key_pem).unwrap();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[web]\ntls_cert = {:?}\ntls_key = {:?}\n",
+            cert_path.display().to_string(),
+            key_path.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = ConsoleServer::start(
+        Path::new(EXE),
+        &data,
+        &["--config", config.to_str().unwrap()],
+    )
+    .unwrap();
+    let answer = https_get(server.web, &cert_pem, "/login", "");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let answer = https_get(
+        server.web,
+        &cert_pem,
+        "/login",
+        &format!("user=ops&password={}", PASSWORD.replace(' ', "+")),
+    );
+    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find(|l| l.starts_with("set-cookie:"))
+        .unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    // Plain HTTP on the TLS port gets no page.
+    let plain = http(server.web, "GET", "/login", &[], "");
+    assert!(plain.is_err() || plain.unwrap().0 != 200);
+
+    // A key that is not the certificate's is refused at start, naming the file.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    std::fs::write(&key_path, other.signing_key.serialize_pem()).unwrap();
+    let out = std::process::Command::new(EXE)
+        .args([
+            "serve",
+            "--agi-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--web-listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("other-data"))
+        .output()
+        .unwrap();
+    drop(server);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("console.key"), "{err}");
+}
