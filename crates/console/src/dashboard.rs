@@ -26,7 +26,7 @@ pub const RANGES: [(&str, i64); 7] = [
 ];
 
 /// How a chart turns a series' buckets into points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
     /// The bucket's own min, max and average.
     Gauge,
@@ -34,6 +34,8 @@ pub enum Kind {
     Rate,
     /// `<metric>_sum` over `<metric>_count` per bucket: a histogram's mean.
     Mean,
+    /// A quantile (0 to 1) of a latency series' sketch per bucket.
+    Quantile(f64),
 }
 
 /// Which series a chart draws: a metric, label values every series must have, and the label
@@ -217,6 +219,13 @@ pub const PANELS: &[PanelDef] = &[
                 title: "Mean session time by route",
                 unit: Unit::Seconds,
                 kind: Kind::Mean,
+                select: &[by("tandem_agi_session_duration_seconds", "route", "")],
+            },
+            ChartDef {
+                id: "agi-p99",
+                title: "p99 session time by route",
+                unit: Unit::Seconds,
+                kind: Kind::Quantile(0.99),
                 select: &[by("tandem_agi_session_duration_seconds", "route", "")],
             },
         ],
@@ -433,7 +442,7 @@ pub fn chart(
     let width_s = history.config().levels[level].width_s;
     // A rate needs the bucket before the range.
     let read_from = match def.kind {
-        Kind::Gauge => from_s,
+        Kind::Gauge | Kind::Quantile(_) => from_s,
         Kind::Rate | Kind::Mean => from_s - i64::from(width_s),
     };
     let per_s = if def.unit == Unit::PerMinute {
@@ -446,18 +455,31 @@ pub fn chart(
         // A mean reads the _sum series and its _count partner beside it.
         let metric = match def.kind {
             Kind::Mean => format!("{}_sum", select.metric),
-            Kind::Gauge | Kind::Rate => select.metric.to_owned(),
+            Kind::Gauge | Kind::Rate | Kind::Quantile(_) => select.metric.to_owned(),
         };
         for (name, label) in matching(select, &metric, names) {
-            let raw = history.points(&name, level, read_from, to_s)?;
             let points = match def.kind {
-                Kind::Gauge => gauge_points(&raw),
-                Kind::Rate => rate_points(&raw, per_s),
+                Kind::Gauge => gauge_points(&history.points(&name, level, read_from, to_s)?),
+                Kind::Rate => rate_points(&history.points(&name, level, read_from, to_s)?, per_s),
                 Kind::Mean => {
+                    let sum = history.points(&name, level, read_from, to_s)?;
                     let count_name = name.replacen("_sum", "_count", 1);
                     let count = history.points(&count_name, level, read_from, to_s)?;
-                    mean_points(&raw, &count)
+                    mean_points(&sum, &count)
                 }
+                // Buckets that saw no latency draw nothing (a gap, not a zero).
+                Kind::Quantile(q) => history
+                    .sketches(&name, level, read_from, to_s)?
+                    .into_iter()
+                    .filter_map(|(t_s, k)| {
+                        k.quantile(q).map(|v| ChartPoint {
+                            t_s,
+                            min: v,
+                            max: v,
+                            avg: v,
+                        })
+                    })
+                    .collect(),
             };
             series.push(ChartSeries {
                 label: if label.is_empty() {

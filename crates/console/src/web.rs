@@ -51,6 +51,7 @@ pub fn router(state: Shared) -> Router {
         .route("/dashboard", get(dashboard_page))
         .route("/api/series", get(api_series))
         .route("/api/series-names", get(api_series_names))
+        .route("/api/quantiles", get(api_quantiles))
         .route("/api/whoami", get(api_whoami))
         .route("/logout", post(logout))
         .fallback(not_found)
@@ -456,6 +457,95 @@ async fn api_series(State(state): State<Shared>, Query(q): Query<SeriesQuery>) -
             axum::Json(serde_json::json!({
                 "name": name, "from": from, "to": to,
                 "level": data.level, "width_s": data.width_s, "points": pts,
+            }))
+            .into_response()
+        }
+        Ok(Err(e)) => api_error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct QuantileQuery {
+    name: String,
+    from: Option<String>,
+    to: Option<String>,
+    /// Comma-separated quantiles, 0 to 1 (default 0.5,0.9,0.99).
+    q: Option<String>,
+    points: Option<usize>,
+}
+
+/// Most quantiles one call may ask for.
+const QUANTILES_MAX: usize = 16;
+
+/// `GET /api/quantiles?name=&from=&to=&q=0.5,0.99`: a latency series' quantiles per bucket at
+/// the chosen level, and over the whole range (from the merged sketches, not an average).
+async fn api_quantiles(State(state): State<Shared>, Query(q): Query<QuantileQuery>) -> Response {
+    if q.name.is_empty() || q.name.len() > SERIES_NAME_BYTES_MAX {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            format!("name: 1 to {SERIES_NAME_BYTES_MAX} bytes"),
+        );
+    }
+    let qs: Result<Vec<f64>, String> =
+        q.q.as_deref()
+            .unwrap_or("0.5,0.9,0.99")
+            .split(',')
+            .take(QUANTILES_MAX + 1)
+            .map(|x| match x.trim().parse::<f64>() {
+                Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+                _ => Err(format!("q={x:?}: quantiles are numbers from 0 to 1")),
+            })
+            .collect();
+    let qs = match qs {
+        Ok(v) if v.len() <= QUANTILES_MAX => v,
+        Ok(_) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                format!("at most {QUANTILES_MAX} quantiles"),
+            );
+        }
+        Err(e) => return api_error(StatusCode::BAD_REQUEST, e),
+    };
+    let now = now_s();
+    let from = q
+        .from
+        .as_deref()
+        .and_then(dashboard::parse_time)
+        .unwrap_or(now - 3600);
+    let to =
+        q.to.as_deref()
+            .and_then(dashboard::parse_time)
+            .unwrap_or(now);
+    if to <= from || to - from > SPAN_MAX_S {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "from must be before to, at most 20 years apart".into(),
+        );
+    }
+    let points = q.points.unwrap_or(1000).clamp(1, API_POINTS_MAX);
+    let name = q.name.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let Some(h) = &state.history else {
+            return Err("the metrics history is disabled ([history] enabled = false)".to_owned());
+        };
+        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        h.quantiles(&name, from, to, points, &qs)
+            .map(|d| (qs, d))
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    match result {
+        Ok(Ok((qs, data))) => {
+            let pts: Vec<serde_json::Value> = data
+                .points
+                .iter()
+                .map(|p| serde_json::json!({"t": p.t_s, "count": p.count, "values": p.values}))
+                .collect();
+            axum::Json(serde_json::json!({
+                "name": q.name, "from": from, "to": to, "level": data.level,
+                "width_s": data.width_s, "quantiles": qs, "points": pts,
+                "count": data.count, "whole": data.whole,
             }))
             .into_response()
         }

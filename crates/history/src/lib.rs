@@ -24,13 +24,15 @@
 
 mod bucket;
 mod recorder;
+mod sketch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use bucket::Bucket;
-pub use recorder::Recorder;
+pub use recorder::{Recorder, Tick};
 use rusqlite::{Connection, OptionalExtension, params};
+pub use sketch::LatencySketch;
 
 /// At most this many levels.
 pub const LEVELS_MAX: usize = 8;
@@ -194,6 +196,27 @@ pub struct SeriesData {
     pub points: Vec<Point>,
 }
 
+/// One bucket's latency quantiles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantilePoint {
+    pub t_s: i64,
+    /// Latencies in the bucket.
+    pub count: u64,
+    /// The quantiles asked for, seconds, in the order asked.
+    pub values: Vec<f64>,
+}
+
+/// A latency series over a range, at one level.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileSeries {
+    pub level: String,
+    pub width_s: u32,
+    pub points: Vec<QuantilePoint>,
+    /// Latencies in the whole range, and its quantiles (`None`: none observed).
+    pub count: u64,
+    pub whole: Vec<Option<f64>>,
+}
+
 /// The history database.
 pub struct History {
     path: String,
@@ -202,6 +225,8 @@ pub struct History {
     ids: HashMap<String, i64>,
     /// The open bucket of each level, per series id, once the series was sampled here.
     open: HashMap<i64, Vec<Option<Bucket>>>,
+    /// The open latency sketch of each level, per latency series id, once observed here.
+    open_sketches: HashMap<i64, Vec<Option<(i64, LatencySketch)>>>,
     /// The latest sample time recorded.
     latest_s: Option<i64>,
     rows: RowCounts,
@@ -230,6 +255,12 @@ CREATE TABLE IF NOT EXISTS bucket ({BUCKET_COLUMNS}
     PRIMARY KEY (level, series, start_s)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS bucket_age ON bucket(level, start_s);
 CREATE TABLE IF NOT EXISTS open_bucket ({BUCKET_COLUMNS}
+    PRIMARY KEY (level, series)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sketch (level INTEGER NOT NULL, series INTEGER NOT NULL,
+    start_s INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (level, series, start_s)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS open_sketch (level INTEGER NOT NULL, series INTEGER NOT NULL,
+    start_s INTEGER NOT NULL, data BLOB NOT NULL,
     PRIMARY KEY (level, series)) WITHOUT ROWID;"
     )
 }
@@ -298,6 +329,7 @@ impl History {
             cfg,
             ids: HashMap::new(),
             open: HashMap::new(),
+            open_sketches: HashMap::new(),
             latest_s,
             rows: RowCounts::default(),
             rejected: 0,
@@ -327,8 +359,19 @@ impl History {
     /// Records one sampling tick: every `(series, value)` taken at `t_s` (seconds since the
     /// epoch), in one transaction. Returns the rows it read and wrote.
     pub fn record(&mut self, t_s: i64, samples: &[(&str, f64)]) -> Result<RowCounts, HistoryError> {
+        self.record_tick(t_s, samples, &[])
+    }
+
+    /// [`History::record`] with the latencies observed since the last tick, per latency series:
+    /// `(seconds, count)` pairs merged into each level's open [`LatencySketch`].
+    pub fn record_tick(
+        &mut self,
+        t_s: i64,
+        samples: &[(&str, f64)],
+        latencies: &[(&str, &[(f64, u64)])],
+    ) -> Result<RowCounts, HistoryError> {
         let before = self.rows;
-        let r = self.record_in_tx(t_s, samples);
+        let r = self.record_in_tx(t_s, samples, latencies);
         r.map_err(|e| self.err(e))?;
         self.latest_s = Some(self.latest_s.map_or(t_s, |l| l.max(t_s)));
         Ok(RowCounts {
@@ -337,8 +380,72 @@ impl History {
         })
     }
 
-    fn record_in_tx(&mut self, t_s: i64, samples: &[(&str, f64)]) -> rusqlite::Result<()> {
+    fn record_in_tx(
+        &mut self,
+        t_s: i64,
+        samples: &[(&str, f64)],
+        latencies: &[(&str, &[(f64, u64)])],
+    ) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
+        // Latencies: each series' observations merge into its open sketch at every level; a
+        // sketch whose bucket is over joins the closed ones, once. O(levels) rows per series.
+        if !latencies.is_empty() {
+            let mut put_open = tx.prepare_cached(
+                "INSERT OR REPLACE INTO open_sketch (level, series, start_s, data) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            let mut put_closed = tx.prepare_cached(
+                "INSERT OR REPLACE INTO sketch (level, series, start_s, data) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for &(name, observed) in latencies {
+                if name.is_empty() || name.len() > NAME_BYTES_MAX {
+                    self.rejected += 1;
+                    continue;
+                }
+                let id = match self.ids.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = series_id(&tx, name, &mut self.rows)?;
+                        self.ids.insert(name.to_owned(), id);
+                        id
+                    }
+                };
+                if !self.open_sketches.contains_key(&id) {
+                    let loaded =
+                        load_open_sketches(&tx, id, self.cfg.levels.len(), &mut self.rows)?;
+                    self.open_sketches.insert(id, loaded);
+                }
+                let open = self.open_sketches.get_mut(&id).expect("loaded above");
+                let mut tick = LatencySketch::new();
+                for &(seconds, count) in observed {
+                    tick.add(seconds, count);
+                }
+                for (level, cfg) in self.cfg.levels.iter().enumerate() {
+                    let start = bucket_start(t_s, cfg.width_s);
+                    let slot = &mut open[level];
+                    match slot {
+                        Some((s, sketch)) if *s == start => sketch.merge(&tick),
+                        // A tick older than the open sketch (the clock went back) is left out.
+                        Some((s, _)) if *s > start => continue,
+                        _ => {
+                            if let Some((s, closed)) = slot.take() {
+                                put_closed.execute(params![
+                                    level as i64,
+                                    id,
+                                    s,
+                                    closed.to_bytes()
+                                ])?;
+                                self.rows.written += 1;
+                            }
+                            *slot = Some((start, tick.clone()));
+                        }
+                    }
+                    let (s, sketch) = slot.as_ref().expect("set above");
+                    put_open.execute(params![level as i64, id, s, sketch.to_bytes()])?;
+                    self.rows.written += 1;
+                }
+            }
+        }
+
         {
             let mut put_open = tx.prepare_cached(PUT_OPEN)?;
             let mut put_closed = tx.prepare_cached(PUT_BUCKET)?;
@@ -390,6 +497,85 @@ impl History {
             }
         }
         tx.commit()
+    }
+
+    /// The latency series `name` over `[from_s, to_s)` at the level [`History::level_for`]
+    /// picks: each bucket's quantiles `qs`, and the quantiles of the whole range (from the
+    /// merge of its buckets' sketches).
+    pub fn quantiles(
+        &mut self,
+        name: &str,
+        from_s: i64,
+        to_s: i64,
+        max_points: usize,
+        qs: &[f64],
+    ) -> Result<QuantileSeries, HistoryError> {
+        let level = self.level_for(from_s, to_s, max_points);
+        let cfg = self.cfg.levels[level].clone();
+        let mut whole = LatencySketch::new();
+        let mut points = Vec::new();
+        for (t_s, sketch) in self.sketches(name, level, from_s, to_s)? {
+            whole.merge(&sketch);
+            points.push(QuantilePoint {
+                t_s,
+                count: sketch.count(),
+                values: qs
+                    .iter()
+                    .map(|q| sketch.quantile(*q).unwrap_or(0.0))
+                    .collect(),
+            });
+        }
+        Ok(QuantileSeries {
+            level: cfg.name,
+            width_s: cfg.width_s,
+            points,
+            count: whole.count(),
+            whole: qs.iter().map(|q| whole.quantile(*q)).collect(),
+        })
+    }
+
+    /// The latency sketches of series `name` at `level` whose bucket starts in the bucket of
+    /// `from_s` or after it, and before `to_s`, in time order (the open one last).
+    pub fn sketches(
+        &mut self,
+        name: &str,
+        level: usize,
+        from_s: i64,
+        to_s: i64,
+    ) -> Result<Vec<(i64, LatencySketch)>, HistoryError> {
+        let Some(cfg) = self.cfg.levels.get(level) else {
+            return Ok(Vec::new());
+        };
+        let from = bucket_start(from_s, cfg.width_s);
+        let rows = (|| -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
+            let args = params![level as i64, name, from, to_s];
+            let mut out: Vec<(i64, Vec<u8>)> = self
+                .conn
+                .prepare_cached(
+                    "SELECT k.start_s, k.data FROM sketch k JOIN series s ON s.id = k.series \
+                     WHERE k.level = ?1 AND s.name = ?2 AND k.start_s >= ?3 AND k.start_s < ?4 \
+                     ORDER BY k.start_s",
+                )?
+                .query_map(args, |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let open = self
+                .conn
+                .prepare_cached(
+                    "SELECT k.start_s, k.data FROM open_sketch k JOIN series s ON s.id = k.series \
+                     WHERE k.level = ?1 AND s.name = ?2 AND k.start_s >= ?3 AND k.start_s < ?4",
+                )?
+                .query_row(args, |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            out.extend(open);
+            Ok(out)
+        })()
+        .map_err(|e| self.err(e))?;
+        self.rows.read += rows.len() as u64;
+        // A row that does not decode (written by something else) is left out, not fatal.
+        Ok(rows
+            .into_iter()
+            .filter_map(|(t, data)| LatencySketch::from_bytes(&data).map(|k| (t, k)))
+            .collect())
     }
 
     /// The level a chart of `[from_s, to_s)` reads: the finest whose buckets cover the range in
@@ -515,7 +701,7 @@ impl History {
             };
             let before = now_s.saturating_sub(i64::try_from(keep).unwrap_or(i64::MAX));
             // A series no longer sampled leaves its last bucket open: it ages out the same way.
-            for table in ["bucket", "open_bucket"] {
+            for table in ["bucket", "open_bucket", "sketch", "open_sketch"] {
                 dropped += self
                     .conn
                     .execute(
@@ -530,6 +716,11 @@ impl History {
             // Forget the open buckets just dropped, so that they are not written back closed.
             for open in self.open.values_mut() {
                 if open[level].is_some_and(|b| b.start_s < before) {
+                    open[level] = None;
+                }
+            }
+            for open in self.open_sketches.values_mut() {
+                if open[level].as_ref().is_some_and(|(s, _)| *s < before) {
                     open[level] = None;
                 }
             }
@@ -619,6 +810,26 @@ fn series_id(tx: &Connection, name: &str, rows: &mut RowCounts) -> rusqlite::Res
     tx.query_row("SELECT id FROM series WHERE name = ?1", [name], |r| {
         r.get(0)
     })
+}
+
+/// The open sketch of each level of latency series `id`, if it was observed before.
+fn load_open_sketches(
+    tx: &Connection,
+    id: i64,
+    levels: usize,
+    rows: &mut RowCounts,
+) -> rusqlite::Result<Vec<Option<(i64, LatencySketch)>>> {
+    let mut st = tx
+        .prepare_cached("SELECT start_s, data FROM open_sketch WHERE level = ?1 AND series = ?2")?;
+    (0..levels)
+        .map(|level| {
+            let row: Option<(i64, Vec<u8>)> = st
+                .query_row(params![level as i64, id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            rows.read += 1;
+            Ok(row.and_then(|(s, data)| LatencySketch::from_bytes(&data).map(|k| (s, k))))
+        })
+        .collect()
 }
 
 /// The latest bucket of each level of series `id`: its open buckets, if it was sampled before.

@@ -12,6 +12,23 @@ use crate::{History, HistoryError};
 /// How often old buckets are dropped.
 const RETAIN_EVERY_S: i64 = 3_600;
 
+/// What a source returns at each tick: figures, and the latencies observed since the last tick
+/// per latency series (`(seconds, count)` pairs; see [`History::record_tick`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tick {
+    pub samples: Vec<(String, f64)>,
+    pub latencies: Vec<(String, Vec<(f64, u64)>)>,
+}
+
+impl From<Vec<(String, f64)>> for Tick {
+    fn from(samples: Vec<(String, f64)>) -> Tick {
+        Tick {
+            samples,
+            latencies: Vec::new(),
+        }
+    }
+}
+
 /// The running clock; [`Recorder::stop`] ends it after the tick in progress.
 pub struct Recorder {
     stop: mpsc::Sender<()>,
@@ -23,7 +40,7 @@ impl Recorder {
     pub fn spawn(
         mut history: History,
         interval_s: u32,
-        mut source: impl FnMut() -> Vec<(String, f64)> + Send + 'static,
+        mut source: impl FnMut() -> Tick + Send + 'static,
         mut on_error: impl FnMut(HistoryError) + Send + 'static,
     ) -> std::io::Result<Recorder> {
         let (stop, stopped) = mpsc::channel::<()>();
@@ -37,10 +54,15 @@ impl Recorder {
                     let now_s = SystemTime::now()
                         .duration_since(UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs() as i64);
-                    let samples = source();
+                    let tick = source();
                     let refs: Vec<(&str, f64)> =
-                        samples.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-                    if let Err(e) = history.record(now_s, &refs) {
+                        tick.samples.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+                    let latencies: Vec<(&str, &[(f64, u64)])> = tick
+                        .latencies
+                        .iter()
+                        .map(|(n, o)| (n.as_str(), o.as_slice()))
+                        .collect();
+                    if let Err(e) = history.record_tick(now_s, &refs, &latencies) {
                         on_error(e);
                     }
                     if now_s.saturating_sub(retained_at) >= RETAIN_EVERY_S {
@@ -91,7 +113,7 @@ mod tests {
             1,
             move || {
                 n += 1.0;
-                vec![("ticks".to_owned(), n)]
+                vec![("ticks".to_owned(), n)].into()
             },
             |e| panic!("{e}"),
         )

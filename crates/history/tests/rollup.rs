@@ -235,3 +235,97 @@ fn bad_samples_and_changed_levels_are_refused_clearly() {
     bad.levels[1].width_s = 45;
     assert!(History::open(&dir.path().join("b.sqlite3"), bad).is_err());
 }
+
+/// Latency sketches compose as sums do: at every level, each bucket's sketch answers as the
+/// sketch of every latency observed in it, across restarts, and a range's quantiles are those
+/// of all its latencies.
+#[test]
+fn latency_sketches_equal_a_recomputation_from_the_raw_latencies_across_restarts() {
+    use history::LatencySketch;
+    let dir = tempfile::tempdir().unwrap();
+    for seed in 1..=15u64 {
+        let path = dir.path().join(format!("q{seed}.sqlite3"));
+        let cfg = small_levels();
+        let mut rng = Rng(seed * 104_729);
+        let mut h = History::open(&path, cfg.clone()).unwrap();
+        let mut sent: Vec<(i64, f64, u64)> = Vec::new();
+        let mut t = 1_700_000_000 + rng.below(3600) as i64;
+        for _ in 0..50 + rng.below(300) {
+            t += if rng.below(20) == 0 {
+                60 + rng.below(5000) as i64
+            } else {
+                10
+            };
+            // A few latencies per tick, from 100 µs to 10 s, each seen a few times.
+            let observed: Vec<(f64, u64)> = (0..rng.below(6))
+                .map(|_| {
+                    let v = 10f64.powf(-4.0 + 5.0 * rng.below(10_000) as f64 / 10_000.0);
+                    (v, 1 + rng.below(50))
+                })
+                .collect();
+            for &(v, n) in &observed {
+                sent.push((t, v, n));
+            }
+            h.record_tick(t, &[], &[("agi_seconds", &observed)])
+                .unwrap();
+            if rng.below(30) == 0 {
+                drop(h);
+                h = History::open(&path, cfg.clone()).unwrap();
+            }
+        }
+        for (level, l) in cfg.levels.iter().enumerate() {
+            let got = h
+                .sketches("agi_seconds", level, i64::MIN / 2, i64::MAX)
+                .unwrap();
+            let mut want: Vec<(i64, LatencySketch)> = Vec::new();
+            for &(t, v, n) in &sent {
+                let start = bucket_start(t, l.width_s);
+                if want.last().is_none_or(|(s, _)| *s != start) {
+                    want.push((start, LatencySketch::new()));
+                }
+                want.last_mut().unwrap().1.add(v, n);
+            }
+            // Buckets whose ticks observed nothing have an empty sketch; the plain way has none.
+            let got: Vec<_> = got.into_iter().filter(|(_, k)| k.count() > 0).collect();
+            let want: Vec<_> = want.into_iter().filter(|(_, k)| k.count() > 0).collect();
+            assert_eq!(got.len(), want.len(), "seed {seed} level {}", l.name);
+            for ((gt, g), (wt, w)) in got.iter().zip(&want) {
+                assert_eq!(gt, wt, "seed {seed} level {}", l.name);
+                assert_eq!(
+                    g.count(),
+                    w.count(),
+                    "seed {seed} level {} bucket {gt}",
+                    l.name
+                );
+                for q in [0.5, 0.9, 0.99] {
+                    assert_eq!(
+                        g.quantile(q),
+                        w.quantile(q),
+                        "seed {seed} {} {gt} p{q}",
+                        l.name
+                    );
+                }
+            }
+        }
+        // The whole range: the merge of the buckets is the sketch of every latency.
+        let mut all = LatencySketch::new();
+        for &(_, v, n) in &sent {
+            all.add(v, n);
+        }
+        let range = h
+            .quantiles(
+                "agi_seconds",
+                i64::MIN / 4,
+                i64::MAX / 4,
+                1000,
+                &[0.5, 0.99],
+            )
+            .unwrap();
+        assert_eq!(range.count, all.count(), "seed {seed}");
+        assert_eq!(
+            range.whole,
+            vec![all.quantile(0.5), all.quantile(0.99)],
+            "seed {seed}"
+        );
+    }
+}

@@ -104,6 +104,125 @@ pub fn parse_samples(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Every histogram of `registry` as its cumulative buckets: per series (the histogram's name
+/// with its labels but `le`, as [`samples`] writes names), `(upper bound, cumulative count)`
+/// in the order of the bounds, `+Inf` last.
+pub fn histograms(registry: &Registry) -> Vec<(String, Vec<(f64, u64)>)> {
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
+        return Vec::new();
+    }
+    parse_histograms(&text)
+}
+
+/// The `_bucket` lines of a text exposition, grouped per series (see [`histograms`]).
+pub fn parse_histograms(text: &str) -> Vec<(String, Vec<(f64, u64)>)> {
+    let mut out: Vec<(String, Vec<(f64, u64)>)> = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let Some(name) = series.strip_suffix("_bucket") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Some(count) = value.split(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        let mut le = None;
+        let kept: Vec<&str> = labels
+            .split(',')
+            .filter(|kv| match kv.strip_prefix("le=\"") {
+                Some(v) => {
+                    le = v.trim_end_matches('"').parse::<f64>().ok();
+                    false
+                }
+                None => !kv.is_empty(),
+            })
+            .collect();
+        let Some(le) = le else { continue };
+        let key = if kept.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name}{{{}}}", kept.join(","))
+        };
+        if key.len() > SAMPLE_NAME_BYTES_MAX || !count.is_finite() || count < 0.0 {
+            continue;
+        }
+        match out.last_mut() {
+            Some((k, buckets)) if *k == key => buckets.push((le, count as u64)),
+            _ => out.push((key, vec![(le, count as u64)])),
+        }
+    }
+    out
+}
+
+/// Turns successive readings of cumulative histograms into the latencies observed between
+/// them: `(representative value, count)` per bucket that grew, the value being the geometric
+/// middle of the bucket's bounds (half its upper bound for the first, its lower bound for
+/// `+Inf`). A histogram whose counts went down (the process restarted) counts from zero.
+#[derive(Debug, Default)]
+pub struct HistogramDeltas {
+    previous: std::collections::HashMap<String, Vec<(f64, u64)>>,
+}
+
+impl HistogramDeltas {
+    /// Most histogram series remembered (a bound against label explosions).
+    pub const SERIES_MAX: usize = 4096;
+
+    pub fn observe(
+        &mut self,
+        now: Vec<(String, Vec<(f64, u64)>)>,
+    ) -> Vec<(String, Vec<(f64, u64)>)> {
+        let mut out = Vec::new();
+        for (name, buckets) in now {
+            let before = self.previous.get(&name);
+            let restarted = before.is_some_and(|b| {
+                b.len() != buckets.len() || b.iter().zip(&buckets).any(|(p, n)| n.1 < p.1)
+            });
+            // Counts per bucket (the text format's are cumulative), now and at the last reading.
+            let per_bucket = |c: &[(f64, u64)]| -> Vec<u64> {
+                c.iter()
+                    .enumerate()
+                    .map(|(j, &(_, n))| n.saturating_sub(if j == 0 { 0 } else { c[j - 1].1 }))
+                    .collect()
+            };
+            let now_n = per_bucket(&buckets);
+            let before_n = match before {
+                Some(b) if !restarted => per_bucket(b),
+                _ => vec![0; buckets.len()],
+            };
+            let mut observed = Vec::new();
+            let mut below = 0.0;
+            for (i, &(le, _)) in buckets.iter().enumerate() {
+                let grew = now_n[i].saturating_sub(before_n[i]);
+                if grew > 0 {
+                    let value = if le.is_infinite() {
+                        below
+                    } else if below > 0.0 {
+                        (below * le).sqrt()
+                    } else {
+                        le / 2.0
+                    };
+                    observed.push((value, grew));
+                }
+                if le.is_finite() {
+                    below = le;
+                }
+            }
+            if !observed.is_empty() {
+                out.push((name.clone(), observed));
+            }
+            if self.previous.len() < Self::SERIES_MAX || self.previous.contains_key(&name) {
+                self.previous.insert(name, buckets);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +230,33 @@ mod tests {
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::metrics::histogram::Histogram;
+
+    #[test]
+    fn histograms_become_the_latencies_observed_between_readings() {
+        let mut registry = Registry::default();
+        let latency = Family::<Vec<(String, String)>, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.01, 0.1, 1.0])
+        });
+        registry.register("tandem_latency_seconds", "Latency", latency.clone());
+        let route = vec![("route".to_owned(), "db/get".to_owned())];
+        latency.get_or_create(&route).observe(0.05);
+        let mut deltas = HistogramDeltas::default();
+        let first = deltas.observe(histograms(&registry));
+        let name = "tandem_latency_seconds{route=\"db/get\"}".to_owned();
+        // 0.05 lies in (0.01, 0.1]: drawn at their geometric middle.
+        assert_eq!(
+            first,
+            vec![(name.clone(), vec![((0.01f64 * 0.1).sqrt(), 1)])]
+        );
+        assert_eq!(deltas.observe(histograms(&registry)), vec![], "nothing new");
+        for v in [0.005, 0.5, 0.5, 7.0] {
+            latency.get_or_create(&route).observe(v);
+        }
+        assert_eq!(
+            deltas.observe(histograms(&registry)),
+            vec![(name, vec![(0.005, 1), (0.1f64.sqrt(), 2), (1.0, 1)])]
+        );
+    }
 
     #[test]
     fn samples_are_the_figures_of_metrics_without_histogram_buckets() {

@@ -135,12 +135,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             procstat::host::HostSampler::new("tandem_process"),
             store.clone(),
         );
+        let mut latencies = metrics_http::HistogramDeltas::default();
         let source = move || {
             let mut samples = metrics_http::samples(&registry);
             samples.extend(host.sample());
             let kv = store.stats().samples();
             samples.extend(kv.into_iter().map(|(n, v)| (n.to_owned(), v)));
-            samples
+            history::Tick {
+                samples,
+                latencies: latencies.observe(metrics_http::histograms(&registry)),
+            }
         };
         let warn = |e| tracing::warn!(error = %e, "metrics history: tick not recorded");
         Some(history::Recorder::spawn(

@@ -388,6 +388,13 @@ fn serve_keeps_a_history_of_its_metrics_and_of_the_host() {
     )
     .unwrap();
     let mut served = serve(&["--config", config.to_str().unwrap()]);
+    // Sessions whose times go into the route's latency sketch.
+    for _ in 0..3 {
+        assert_eq!(
+            emulate(served.agi, Plan::route("bench")).status,
+            AgiStatus::Success
+        );
+    }
     // Three ticks: the first has no rates yet; the later ones have CPU and network rates.
     std::thread::sleep(Duration::from_millis(3_500));
     sigterm(&served);
@@ -420,5 +427,22 @@ fn serve_keeps_a_history_of_its_metrics_and_of_the_host() {
     assert!(
         rss.points.len() >= 2 && rss.points.iter().all(|p| p.last > 1e6),
         "{rss:?}"
+    );
+    // The route's session times, from its histogram, as a latency sketch: three sessions.
+    let sessions = h
+        .quantiles(
+            "tandem_agi_session_duration_seconds{route=\"bench\"}",
+            now - 60,
+            now + 1,
+            1000,
+            &[0.5, 0.99],
+        )
+        .unwrap();
+    assert_eq!(sessions.count, 3, "{sessions:?}");
+    assert!(
+        sessions
+            .whole
+            .iter()
+            .all(|q| q.is_some_and(|v| v > 0.0 && v < 10.0))
     );
 }
