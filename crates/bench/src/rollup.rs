@@ -406,7 +406,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let rows_stored = build(&mut h, args.series, days, quiet)?;
         // Timed on a freshly opened history, as after a restart.
         drop(h);
-        opened.push((days, path.clone(), History::open(&path, cfg.clone())?, rows_stored));
+        opened.push((
+            days,
+            path.clone(),
+            History::open(&path, cfg.clone())?,
+            rows_stored,
+        ));
     }
     let mut per_length: Vec<(f64, f64, Vec<u64>, Vec<f64>)> =
         vec![(0.0, 0.0, Vec::new(), Vec::new()); days_all.len()];

@@ -62,17 +62,18 @@ impl LatencySketch {
         out
     }
 
-    /// A stored sketch; `None` if the bytes are not one.
+    /// A stored sketch; `None` if the bytes are not one of this module's.
     pub fn from_bytes(bytes: &[u8]) -> Option<LatencySketch> {
-        let h: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).ok()?;
-        // Written by this module, it has this module's bounds; anything else is re-recorded
-        // into them (a merge that fails means values this sketch cannot hold: not one).
-        if (h.low(), h.high(), h.sigfig()) == (LOW_US, HIGH_US, SIGFIG) {
-            return Some(LatencySketch(h));
+        // The V2 header names the histogram's bounds, which size what the decoder allocates:
+        // bytes that claim other bounds are refused before anything is allocated for them.
+        let be32 = |at: usize| Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        let be64 = |at: usize| Some(u64::from_be_bytes(bytes.get(at..at + 8)?.try_into().ok()?));
+        let ours = be32(12)? == u32::from(SIGFIG) && be64(16)? == LOW_US && be64(24)? == HIGH_US;
+        if !ours {
+            return None;
         }
-        let mut s = LatencySketch::new();
-        s.0.add(&h).ok()?;
-        Some(s)
+        let h: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).ok()?;
+        Some(LatencySketch(h))
     }
 }
 

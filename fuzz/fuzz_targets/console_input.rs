@@ -1,0 +1,38 @@
+//! What the web console reads from a request or from its files: a time in a query (epoch or ISO
+//! 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
+//! the history's histograms are read from. None may panic; a time that reads must be a time that
+//! the calendar functions give back.
+#![no_main]
+
+use console::dashboard::{days_from_civil, parse_time, split_name};
+use console::web::{RangeQuery, url_encode};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    if let Some(t) = parse_time(&text) {
+        // An ISO time that parses lies on a civil date that maps back to its day.
+        if !text.trim().chars().all(|c| c.is_ascii_digit() || c == '-') {
+            let (y, m, d) = console::chart::civil_from_days(t.div_euclid(86_400));
+            assert_eq!(days_from_civil(y, m, d), t.div_euclid(86_400));
+        }
+    }
+    let mut parts = text.splitn(3, '&');
+    let q = RangeQuery {
+        range: parts.next().map(str::to_owned),
+        from: parts.next().map(str::to_owned),
+        to: parts.next().map(str::to_owned),
+        refresh: None,
+    };
+    let (from, to, _) = q.resolve(1_800_000_000);
+    assert!(from < to);
+    let _ = split_name(&text);
+    let encoded = url_encode(&text);
+    assert!(encoded.bytes().all(|b| b.is_ascii_graphic()));
+    if let Some(sketch) = history::LatencySketch::from_bytes(data) {
+        let _ = sketch.quantile(0.99);
+    }
+    let _ = metrics_http::parse_histograms(&text);
+    let mut deltas = metrics_http::HistogramDeltas::default();
+    let _ = deltas.observe(metrics_http::parse_histograms(&text));
+});
