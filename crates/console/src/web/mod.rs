@@ -1,0 +1,314 @@
+//! The console's HTTP routes: login and logout, the dashboard, the JSON API and the embedded
+//! assets. Every route but the login page and the assets needs a signed-in user (a session
+//! cookie) or, for `/api/*`, an API token; without one a page redirects to the login and an
+//! API call gets 401, never data. Nothing changes state through GET.
+
+mod api;
+mod login;
+mod page;
+
+use crate::accounts::{Accounts, User};
+use crate::dashboard::{self, RANGES};
+use crate::throttle::LoginThrottle;
+use askama::Template;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use history::History;
+use serde::Deserialize;
+use std::sync::{Arc, Mutex};
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "tandem_session";
+
+/// What every request handler shares.
+pub struct ConsoleState {
+    pub accounts: Accounts,
+    pub throttle: LoginThrottle,
+    /// A reader of the metrics history (`None`: `[history]` is disabled).
+    pub history: Option<Mutex<History>>,
+    pub session_ttl_s: i64,
+    /// Whether the console is served over TLS (the cookie is then `Secure`).
+    pub tls: bool,
+    /// The command that creates the first admin, shown while there is no user.
+    pub first_admin_hint: String,
+}
+
+pub(crate) type Shared = Arc<ConsoleState>;
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The console's routes over `state`.
+pub fn router(state: Shared) -> Router {
+    let private = Router::new()
+        .route("/", get(|| async { Redirect::to("/dashboard") }))
+        .route("/dashboard", get(page::dashboard_page))
+        .route("/api/series", get(api::api_series))
+        .route("/api/series-names", get(api::api_series_names))
+        .route("/api/quantiles", get(api::api_quantiles))
+        .route("/api/whoami", get(api::api_whoami))
+        .route("/logout", post(login::logout))
+        .fallback(not_found)
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_user));
+    Router::new()
+        .route("/login", get(login::login_page).post(login::login))
+        .route("/assets/console.css", get(css))
+        .route("/assets/console.js", get(js))
+        .merge(private)
+        .layer(middleware::from_fn(security_headers))
+        .with_state(state)
+}
+
+async fn security_headers(req: axum::extract::Request, next: Next) -> Response {
+    // A POST from another site is refused whatever its cookies (login CSRF included).
+    if req.method() == Method::POST && !same_origin(req.headers()) {
+        return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
+    }
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// An `Origin` header, when sent, must name this host.
+fn same_origin(h: &HeaderMap) -> bool {
+    let Some(origin) = h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest);
+    matches!((origin_host, host), (Some(o), Some(h)) if o == h)
+}
+
+pub(crate) fn cookie<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The user of a request: its session cookie, or its Bearer token on `/api/*`.
+async fn user_of(state: &Shared, headers: &HeaderMap, uri: &Uri) -> Option<User> {
+    let sid = cookie(headers, SESSION_COOKIE).map(str::to_owned);
+    let bearer = if uri.path().starts_with("/api/") {
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|t| t.trim().to_owned())
+    } else {
+        None
+    };
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let by_session = sid.and_then(|sid| state.accounts.session_user(&sid).ok().flatten());
+        by_session.or_else(|| bearer.and_then(|t| state.accounts.token_user(&t).ok().flatten()))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+async fn require_user(
+    State(state): State<Shared>,
+    mut req: axum::extract::Request,
+    next: Next,
+) -> Response {
+    match user_of(&state, req.headers(), req.uri()).await {
+        Some(user) => {
+            req.extensions_mut().insert(user);
+            next.run(req).await
+        }
+        None => refuse(req.uri()),
+    }
+}
+
+/// The answer to a request without a user: 401 on the API, the login page elsewhere.
+fn refuse(uri: &Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"tandem\"")],
+            axum::Json(
+                serde_json::json!({"error": "sign in, or send Authorization: Bearer TOKEN"}),
+            ),
+        )
+            .into_response();
+    }
+    let next = uri.path_and_query().map_or("/dashboard", |p| p.as_str());
+    Redirect::to(&format!("/login?next={}", url_encode(next))).into_response()
+}
+
+async fn not_found(State(state): State<Shared>, req: axum::extract::Request) -> Response {
+    if user_of(&state, req.headers(), req.uri()).await.is_none() {
+        return refuse(req.uri());
+    }
+    (StatusCode::NOT_FOUND, "no such page\n").into_response()
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../../assets/console.css"),
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../../assets/console.js"),
+    )
+        .into_response()
+}
+
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Where to go after the login: a path on this site only (no `//host`, no scheme).
+pub(crate) fn local_target(next: Option<&str>) -> String {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_owned(),
+        _ => "/dashboard".to_owned(),
+    }
+}
+
+pub(crate) fn html<T: Template>(status: StatusCode, page: T) -> Response {
+    match page.render() {
+        Ok(body) => (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("rendering the page failed: {e}\n"),
+        )
+            .into_response(),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RangeQuery {
+    pub range: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub refresh: Option<u32>,
+}
+
+/// Widest range a page or a query may ask for: 20 years.
+pub(crate) const SPAN_MAX_S: i64 = 20 * 366 * 86400;
+
+impl RangeQuery {
+    /// `(from, to, relative range name)`: an absolute range when both ends read and make sense,
+    /// else the named relative range (default 1 h) ending now.
+    pub fn resolve(&self, now: i64) -> (i64, i64, Option<&'static str>) {
+        let from = self.from.as_deref().and_then(dashboard::parse_time);
+        let to = self.to.as_deref().and_then(dashboard::parse_time);
+        if let (Some(f), Some(t)) = (from, to)
+            && t - f >= 60
+            && t - f <= SPAN_MAX_S
+        {
+            return (f, t, None);
+        }
+        let (name, span) = RANGES
+            .iter()
+            .find(|(n, _)| Some(*n) == self.range.as_deref())
+            .copied()
+            .unwrap_or(RANGES[1]);
+        (now - span, now, Some(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_login_only_sends_back_to_this_site() {
+        assert_eq!(
+            local_target(Some("/dashboard?range=1h")),
+            "/dashboard?range=1h"
+        );
+        assert_eq!(local_target(Some("//evil.example/")), "/dashboard");
+        assert_eq!(local_target(Some("https://evil.example/")), "/dashboard");
+        assert_eq!(local_target(Some("/\\evil.example")), "/dashboard");
+        assert_eq!(local_target(None), "/dashboard");
+    }
+
+    #[test]
+    fn a_range_is_relative_unless_both_ends_make_sense() {
+        let q = RangeQuery {
+            range: Some("24h".into()),
+            ..Default::default()
+        };
+        assert_eq!(q.resolve(100_000), (13_600, 100_000, Some("24h")));
+        let q = RangeQuery {
+            from: Some("1000".into()),
+            to: Some("5000".into()),
+            ..Default::default()
+        };
+        assert_eq!(q.resolve(100_000), (1000, 5000, None));
+        let q = RangeQuery {
+            from: Some("5000".into()),
+            to: Some("1000".into()),
+            ..Default::default()
+        };
+        assert_eq!(q.resolve(100_000), (96_400, 100_000, Some("1h")));
+    }
+
+    #[test]
+    fn a_cross_site_post_is_told_apart() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:9574"));
+        assert!(same_origin(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:9574"),
+        );
+        assert!(same_origin(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
+        assert!(!same_origin(&h));
+    }
+}

@@ -1,0 +1,189 @@
+//! The dashboard page: the time picker's links, and every panel's charts for the range.
+
+use super::{RangeQuery, Shared, html};
+use crate::accounts::{Role, User, now_s};
+use crate::chart::{COLOURS, format_value, iso_utc};
+use crate::dashboard::{self, PANELS, RANGES};
+use askama::Template;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+
+struct LinkView {
+    label: String,
+    href: String,
+    active: bool,
+}
+
+struct LegendView {
+    label: String,
+    class: String,
+    index: usize,
+    latest: String,
+}
+
+struct ChartView {
+    id: String,
+    title: String,
+    svg: String,
+    legend: Vec<LegendView>,
+}
+
+struct PanelView {
+    id: String,
+    title: String,
+    source: String,
+    charts: Vec<ChartView>,
+    has_data: bool,
+}
+
+#[derive(Template)]
+#[template(path = "dashboard.html")]
+struct DashboardPage {
+    user: String,
+    admin: bool,
+    ranges: Vec<LinkView>,
+    refreshes: Vec<LinkView>,
+    refresh_s: u32,
+    from_s: i64,
+    to_s: i64,
+    from_iso: String,
+    to_iso: String,
+    from_input: String,
+    to_input: String,
+    zoom_out: String,
+    earlier: String,
+    later: String,
+    level_note: String,
+    panels: Vec<PanelView>,
+    error: String,
+}
+
+fn range_href(from: i64, to: i64) -> String {
+    format!("/dashboard?from={from}&to={to}")
+}
+
+pub(super) async fn dashboard_page(
+    State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
+    Query(q): Query<RangeQuery>,
+) -> Response {
+    let now = now_s();
+    let (from, to, relative) = q.resolve(now);
+    // Auto-refresh only moves a range that ends now.
+    let refresh_s = match (relative, q.refresh) {
+        (Some(_), Some(r @ (10 | 60))) => r,
+        _ => 0,
+    };
+    let built = tokio::task::spawn_blocking(move || -> Result<(Vec<PanelView>, String), String> {
+        let Some(h) = &state.history else {
+            return Err("The metrics history is disabled ([history] enabled = false): there is nothing to chart.".into());
+        };
+        let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+        let names = h.series_names().map_err(|e| e.to_string())?;
+        let level = h.level_for(from, to, dashboard::CHART_POINTS_MAX);
+        let lc = &h.config().levels[level];
+        let level_note = format!("{} buckets of {} s", lc.name, lc.width_s);
+        let mut panels = Vec::new();
+        for def in PANELS {
+            let mut charts = Vec::new();
+            for cdef in def.charts {
+                let chart = dashboard::chart(&mut h, &names, cdef, from, to, now)
+                    .map_err(|e| e.to_string())?;
+                let legend = chart
+                    .series
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| LegendView {
+                        label: s.label.clone(),
+                        class: format!("c{}", i % COLOURS.len()),
+                        index: i,
+                        latest: s
+                            .points
+                            .last()
+                            .map(|p| format_value(p.avg, chart.unit))
+                            .unwrap_or_default(),
+                    })
+                    .collect();
+                charts.push(ChartView {
+                    id: chart.id.clone(),
+                    title: chart.title.clone(),
+                    svg: chart.svg(),
+                    legend,
+                });
+            }
+            let has_data = charts.iter().any(|c| !c.legend.is_empty());
+            panels.push(PanelView {
+                id: def.id.to_owned(),
+                title: def.title.to_owned(),
+                source: def.source.to_owned(),
+                charts,
+                has_data,
+            });
+        }
+        Ok((panels, level_note))
+    })
+    .await;
+    let (panels, level_note, error) = match built {
+        Ok(Ok((p, l))) => (p, l, String::new()),
+        Ok(Err(e)) => (Vec::new(), String::new(), e),
+        Err(e) => (Vec::new(), String::new(), e.to_string()),
+    };
+    let span = to - from;
+    let mid = from + span / 2;
+    let (zf, zt) = (mid - span, (mid + span).min(now.max(to)));
+    let keep_refresh = |href: String| {
+        if refresh_s > 0 {
+            format!("{href}&refresh={refresh_s}")
+        } else {
+            href
+        }
+    };
+    let ranges = RANGES
+        .iter()
+        .map(|(name, _)| LinkView {
+            label: name.to_string(),
+            href: keep_refresh(format!("/dashboard?range={name}")),
+            active: relative == Some(*name),
+        })
+        .collect();
+    let base = match relative {
+        Some(r) => format!("/dashboard?range={r}"),
+        None => range_href(from, to),
+    };
+    let refreshes = [(0, "off"), (10, "10 s"), (60, "1 min")]
+        .iter()
+        .map(|(r, label)| LinkView {
+            label: label.to_string(),
+            href: if *r == 0 {
+                base.clone()
+            } else {
+                format!("{base}&refresh={r}")
+            },
+            active: *r == refresh_s,
+        })
+        .collect();
+    let input = |t: i64| iso_utc(t)[..16].to_owned();
+    html(
+        StatusCode::OK,
+        DashboardPage {
+            user: user.name,
+            admin: user.role == Role::Admin,
+            ranges,
+            refreshes,
+            refresh_s,
+            from_s: from,
+            to_s: to,
+            from_iso: iso_utc(from),
+            to_iso: iso_utc(to),
+            from_input: input(from),
+            to_input: input(to),
+            zoom_out: range_href(zf, zt),
+            earlier: range_href(from - span / 2, to - span / 2),
+            later: range_href(from + span / 2, to + span / 2),
+            level_note,
+            panels,
+            error,
+        },
+    )
+}
