@@ -91,8 +91,6 @@ fn a_hep_capture_serves_metrics_and_logs_its_status() {
         hep.as_ref(),
         "--metrics-listen".as_ref(),
         "127.0.0.1:0".as_ref(),
-        "--web-listen".as_ref(),
-        "127.0.0.1:0".as_ref(),
         "--status-interval-s".as_ref(),
         "1".as_ref(),
         "--cdr-db".as_ref(),
