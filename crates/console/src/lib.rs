@@ -108,6 +108,27 @@ pub fn first_admin_command(data_dir: &Path) -> String {
     )
 }
 
+/// The TLS acceptor the configuration asks for, after the rules that need no disk: both files
+/// or neither, and no plain HTTP off loopback unless allowed.
+fn checked_tls(cfg: &WebConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ConsoleError> {
+    let tls = match (&cfg.tls_cert, &cfg.tls_key) {
+        (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
+        (None, None) => None,
+        _ => return Err(ConsoleError::HalfTls),
+    };
+    if !cfg.listen.ip().is_loopback() && tls.is_none() && !cfg.allow_plain_http {
+        return Err(ConsoleError::PlainOffLoopback(cfg.listen));
+    }
+    Ok(tls)
+}
+
+/// Checks `[web]` before anything is created (a data directory, a store): the certificate and
+/// key load and match, and the listen address is allowed without TLS. [`Console::bind`] checks
+/// the same again, with the accounts.
+pub fn check(cfg: &WebConfig) -> Result<(), ConsoleError> {
+    checked_tls(cfg).map(drop)
+}
+
 impl Console {
     /// Opens the accounts in `data_dir` and a reader of the history (when given), checks the
     /// rules, and binds.
@@ -116,15 +137,8 @@ impl Console {
         data_dir: &Path,
         history: Option<(&Path, history::HistoryConfig)>,
     ) -> Result<Console, ConsoleError> {
-        let tls = match (&cfg.tls_cert, &cfg.tls_key) {
-            (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
-            (None, None) => None,
-            _ => return Err(ConsoleError::HalfTls),
-        };
+        let tls = checked_tls(cfg)?;
         let loopback = cfg.listen.ip().is_loopback();
-        if !loopback && tls.is_none() && !cfg.allow_plain_http {
-            return Err(ConsoleError::PlainOffLoopback(cfg.listen));
-        }
         std::fs::create_dir_all(data_dir).map_err(|source| ConsoleError::Bind {
             addr: cfg.listen,
             source,

@@ -108,8 +108,8 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// The figures as `(series, value)` for a metrics history, named as Prometheus would
-    /// (`tandem_kv_*`, counters ending in `_total`).
+    /// The figures [`crate::Store::quick_stats`] fills, as `(series, value)` for a metrics
+    /// history, named as Prometheus would (`tandem_kv_*`, counters ending in `_total`).
     pub fn samples(&self) -> Vec<(&'static str, f64)> {
         vec![
             ("tandem_kv_keys", self.keys as f64),

@@ -75,6 +75,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     // A taken FastAGI port fails before the data directory is created.
     fastagi::runtime::check_listen_free(config.fastagi.listen)?;
+    // So does a console that could not start (TLS files, plain HTTP off loopback).
+    if config.web.enabled {
+        console::check(&config.web)?;
+    }
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
     let mut router = agi_routes::db::add(fastagi::builtin::routes(), &store)?;
@@ -139,7 +143,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         let source = move || {
             let mut samples = metrics_http::samples(&registry);
             samples.extend(host.sample());
-            let kv = store.stats().samples();
+            let kv = store.quick_stats().samples();
             samples.extend(kv.into_iter().map(|(n, v)| (n.to_owned(), v)));
             history::Tick {
                 samples,

@@ -540,4 +540,8 @@ fn with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("console.key"), "{err}");
+    assert!(
+        !dir.path().join("other-data").exists(),
+        "refused before anything was created"
+    );
 }
