@@ -1,21 +1,23 @@
-//! What the web console reads from a request or from its files: a time in a query (epoch or ISO
-//! 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
+//! What the web console reads from a request or from its files: a time in a query (`utc`: epoch
+//! or ISO 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
 //! the history's histograms are read from. None may panic; a time that reads must be a time that
 //! the calendar functions give back.
 #![no_main]
 
-use console::dashboard::{days_from_civil, parse_time, split_name};
+use console::dashboard::split_name;
 use console::web::{RangeQuery, url_encode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    if let Some(t) = parse_time(&text) {
-        // An ISO time that parses lies on a civil date that maps back to its day.
-        if !text.trim().chars().all(|c| c.is_ascii_digit() || c == '-') {
-            let (y, m, d) = console::chart::civil_from_days(t.div_euclid(86_400));
-            assert_eq!(days_from_civil(y, m, d), t.div_euclid(86_400));
-        }
+    if let Some(us) = utc::parse_us(&text) {
+        // A time that reads lies within the bounds, on a date that maps back to its day, and
+        // reads again as itself once written.
+        assert!((utc::SECS_MIN * 1_000_000..=utc::SECS_MAX * 1_000_000 + 999_999).contains(&us));
+        let days = us.div_euclid(86_400_000_000);
+        let (y, m, d) = utc::civil_from_days(days);
+        assert_eq!(utc::days_from_civil(y, m, d), days);
+        assert_eq!(utc::parse_us(&utc::format_us(us)), Some(us));
     }
     let mut parts = text.splitn(3, '&');
     let q = RangeQuery {

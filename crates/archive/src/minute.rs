@@ -21,7 +21,7 @@ impl Minute {
     pub fn rel_dir(self) -> PathBuf {
         let days = self.0.div_euclid(24 * 60);
         let in_day = self.0.rem_euclid(24 * 60);
-        let (y, m, d) = civil_from_days(days);
+        let (y, m, d) = utc::civil_from_days(days);
         Path::new(&format!("{y:04}-{m:02}-{d:02}"))
             .join(format!("{:02}", in_day / 60))
             .join(format!("{:02}", in_day % 60))
@@ -42,14 +42,11 @@ impl Minute {
         }
         let h = digits(hour)?;
         let mi = digits(minute)?;
-        if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 {
+        // Refuses 2026-02-31 as well as month 13.
+        if !(1..=12).contains(&m) || !utc::is_date(y, m as u32, d as u32) || h > 23 || mi > 59 {
             return None;
         }
-        let days = days_from_civil(y, m as u32, d as u32);
-        // Reject dates like 2026-02-31 that do not map back to themselves.
-        if civil_from_days(days) != (y, m as u32, d as u32) {
-            return None;
-        }
+        let days = utc::days_from_civil(y, m as u32, d as u32);
         Some(Minute(days * 24 * 60 + h * 60 + mi))
     }
 }
@@ -59,33 +56,6 @@ fn digits(s: &str) -> Option<i64> {
         return None;
     }
     s.parse().ok()
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    // Shift the epoch to 0000-03-01 so that leap days fall at the end of each 400-year era.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // year of era, 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of year from March 1st
-    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// (year, month, day) → days since 1970-01-01; the inverse of [`civil_from_days`].
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

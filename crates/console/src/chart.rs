@@ -183,7 +183,7 @@ fn month_ticks(from_s: i64, to_s: i64) -> Vec<(i64, String)> {
         401..=1200 => 6,
         _ => 12,
     };
-    let (mut y, mut m, _) = civil_from_days(from_s.div_euclid(86400));
+    let (mut y, mut m, _) = utc::civil_from_days(from_s.div_euclid(86400));
     let mut out = Vec::new();
     loop {
         m += 1;
@@ -193,7 +193,7 @@ fn month_ticks(from_s: i64, to_s: i64) -> Vec<(i64, String)> {
         if (m - 1) % every != 0 {
             continue;
         }
-        let t = crate::dashboard::days_from_civil(y, m, 1) * 86400;
+        let t = utc::days_from_civil(y, m, 1) * 86400;
         if t >= to_s {
             return out;
         }
@@ -214,35 +214,9 @@ fn time_label(t_s: i64, span_s: i64) -> String {
     if span_s <= 2 * 86400 {
         format!("{:02}:{:02}", secs / 3600, secs % 3600 / 60)
     } else {
-        let (_, m, d) = civil_from_days(days);
+        let (_, m, d) = utc::civil_from_days(days);
         format!("{m:02}-{d:02}")
     }
-}
-
-/// Year, month, day of a day count since 1970-01-01 (Howard Hinnant's civil calendar method).
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z.rem_euclid(146097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// An ISO 8601 UTC time, to the second.
-pub fn iso_utc(t_s: i64) -> String {
-    let (y, m, d) = civil_from_days(t_s.div_euclid(86400));
-    let s = t_s.rem_euclid(86400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
 }
 
 fn esc(s: &str) -> String {
@@ -507,14 +481,14 @@ mod tests {
         let ticks = month_ticks(1_764_028_800, 1_795_564_800);
         let labels: Vec<&str> = ticks.iter().map(|(_, l)| l.as_str()).collect();
         assert_eq!(labels, ["2026", "Mar", "May", "Jul", "Sep", "Nov"]);
-        assert_eq!(iso_utc(ticks[0].0), "2026-01-01T00:00:00Z");
+        assert_eq!(utc::format_s(ticks[0].0), "2026-01-01T00:00:00Z");
     }
 
     #[test]
     fn dates_are_civil_dates() {
-        assert_eq!(iso_utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(iso_utc(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(iso_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc::format_s(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc::format_s(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(utc::format_s(951_782_400), "2000-02-29T00:00:00Z");
     }
 
     #[test]

@@ -510,47 +510,6 @@ pub fn chart(
     })
 }
 
-/// The latest time [`parse_time`] accepts: 9999-12-31T23:59:59Z (and as much before 1970).
-pub const TIME_S_MAX: i64 = 253_402_300_799;
-
-/// Reads a time given as seconds since the epoch or as an ISO 8601 UTC date and time
-/// (`2026-11-25T14:30`, seconds and a trailing `Z` optional).
-pub fn parse_time(s: &str) -> Option<i64> {
-    let s = s.trim();
-    if let Ok(n) = s.parse::<i64>() {
-        // Years 0 to 9999: the arithmetic on times never overflows.
-        return (-TIME_S_MAX..=TIME_S_MAX).contains(&n).then_some(n);
-    }
-    let s = s.strip_suffix('Z').unwrap_or(s);
-    let (date, time) = s.split_once('T').or_else(|| s.split_once(' '))?;
-    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.splitn(3, ':').map(|x| x.parse::<i64>().ok());
-    let (hh, mm) = (t.next()??, t.next()??);
-    let ss = t.next().flatten().unwrap_or(0);
-    let in_range = (0..=9999).contains(&y)
-        && (1..=12).contains(&m)
-        && (1..=31).contains(&day)
-        && (0..=23).contains(&hh)
-        && (0..=59).contains(&mm)
-        && (0..=60).contains(&ss);
-    if !in_range {
-        return None;
-    }
-    Some(days_from_civil(y, m as u32, day as u32) * 86400 + hh * 3600 + mm * 60 + ss)
-}
-
-/// Days since 1970-01-01 of a civil date (the inverse of [`crate::chart::civil_from_days`]).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,20 +559,5 @@ mod tests {
         };
         let r = rate_points(&[p(0, 100.0), p(10, 150.0), p(20, 30.0)], 1.0);
         assert_eq!(r.iter().map(|c| c.avg).collect::<Vec<_>>(), [5.0, 3.0]);
-    }
-
-    #[test]
-    fn times_read_as_epoch_or_iso_utc() {
-        assert_eq!(parse_time("1700000000"), Some(1_700_000_000));
-        assert_eq!(parse_time("2023-11-14T22:13:20Z"), Some(1_700_000_000));
-        assert_eq!(parse_time("2023-11-14T22:13"), Some(1_700_000_000 - 20));
-        assert_eq!(parse_time("2023-13-14T22:13"), None);
-        assert_eq!(parse_time("yesterday"), None);
-        assert_eq!(parse_time("99999999999999"), None, "past year 9999");
-        assert_eq!(parse_time("80000000000000000-6-7T6:9:9"), None);
-        for days in [-1000, 0, 59, 11_000, 20_000] {
-            let (y, m, d) = crate::chart::civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
     }
 }

@@ -4,9 +4,9 @@
 
 use std::io::Write;
 
-use cdr::format_time_us;
 use monitor::{Analysis, CallRecord, StreamRecord, T38Record};
 use serde_json::json;
+use utc::format_us;
 
 use crate::records::us;
 
@@ -28,7 +28,7 @@ impl<W: Write + Send> crate::RecordObserver for JsonLines<W> {
 }
 
 fn opt_time(ns: Option<i64>) -> serde_json::Value {
-    ns.map(|n| json!(format_time_us(us(n))))
+    ns.map(|n| json!(format_us(us(n))))
         .unwrap_or(serde_json::Value::Null)
 }
 
@@ -51,8 +51,8 @@ pub fn stream_json(s: &StreamRecord) -> serde_json::Value {
         "payload_types": &st.payload_types,
         "comfort_noise": st.has_comfort_noise(),
         "payload_types": st.payload_types,
-        "start": format_time_us(us(st.first_ns)),
-        "end": format_time_us(us(st.last_ns)),
+        "start": format_us(us(st.first_ns)),
+        "end": format_us(us(st.last_ns)),
         "packets": st.packets,
         "lost": w.lost(),
         "duplicates": st.sequence.duplicates,
@@ -81,8 +81,8 @@ pub fn t38_json(t: &T38Record) -> serde_json::Value {
         "call_id": t.call_id.as_deref(),
         "src": f.src.to_string(),
         "dst": f.dst.to_string(),
-        "start": format_time_us(us(f.first_ns)),
-        "end": format_time_us(us(f.last_ns)),
+        "start": format_us(us(f.first_ns)),
+        "end": format_us(us(f.last_ns)),
         "duration_ms": f.duration_ns() / 1_000_000,
         "packets": f.packets,
         "bytes": f.bytes,
@@ -105,7 +105,7 @@ fn dtmf_json(c: &CallRecord) -> serde_json::Value {
         .map(|e| {
             json!({
                 "digit": e.digit,
-                "start": format_time_us(us(e.start_ns)),
+                "start": format_us(us(e.start_ns)),
                 "duration_ms": e.duration_ms.map(round3),
                 "volume": e.volume,
                 "src": e.src.to_string(),
@@ -123,7 +123,7 @@ fn fax_json(c: &CallRecord) -> serde_json::Value {
         return serde_json::Value::Null;
     };
     json!({
-        "start": format_time_us(us(f.start_ns)),
+        "start": format_us(us(f.start_ns)),
         "modulation": f.modulation.map(|m| m.name()),
         "pages": f.pages,
         "result": f.result.map(|r| r.as_str()),
@@ -139,7 +139,7 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "called": &*d.called,
         "caller_addr": d.caller_addr.to_string(),
         "callee_addr": d.callee_addr.to_string(),
-        "start": format_time_us(us(d.invite_ns)),
+        "start": format_us(us(d.invite_ns)),
         "ringing": opt_time(d.ringing_ns),
         "answer": opt_time(d.answer_ns),
         "end": opt_time(d.end_ns),
@@ -193,8 +193,8 @@ pub fn write_json(a: &Analysis, out: &mut dyn Write) -> std::io::Result<()> {
             "user": &*r.user,
             "src": r.src.to_string(),
             "dst": r.dst.to_string(),
-            "start": format_time_us(us(r.first_ns)),
-            "end": format_time_us(us(r.last_ns)),
+            "start": format_us(us(r.first_ns)),
+            "end": format_us(us(r.last_ns)),
             "requests": r.requests,
             "last_response": (r.last_code != 0).then_some(r.last_code),
             "outcome": r.outcome(),

@@ -234,7 +234,7 @@ fn table<const N: usize>(out: &mut String, header: [&str; N], rows: &[[&str; N]]
 
 /// `2026-11-21 08:09:10` from microseconds since the epoch.
 fn short_time(us: i64) -> String {
-    let full = cdr::format_time_us(us);
+    let full = utc::format_us(us);
     full.get(..19).unwrap_or(&full).replace('T', " ")
 }
 

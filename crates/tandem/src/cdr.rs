@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ::cdr::{CdrFilter, format_time_us, parse_time_us};
+use ::cdr::CdrFilter;
 use anyhow::Context;
+use utc::{format_us, parse_us};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -74,7 +75,7 @@ fn refuse_terminal() -> anyhow::Result<()> {
 
 fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
     v.map(|s| {
-        parse_time_us(&s).with_context(|| {
+        parse_us(&s).with_context(|| {
             format!("--{name} {s:?}: expected YYYY-MM-DD[THH:MM[:SS]] or Unix seconds")
         })
     })
@@ -150,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     };
                     let mos = c.mos_min.map_or("-".to_string(), |m| format!("{m:.2}"));
                     let line = row(
-                        &format_time_us(c.start_us),
+                        &format_us(c.start_us),
                         &c.caller,
                         &c.called,
                         &c.state,
@@ -194,14 +195,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 writeln!(out, "call_id      {}", c.call_id)?;
                 writeln!(out, "caller       {} ({})", c.caller, c.caller_addr)?;
                 writeln!(out, "called       {} ({})", c.called, c.callee_addr)?;
-                writeln!(out, "start        {}", format_time_us(c.start_us))?;
+                writeln!(out, "start        {}", format_us(c.start_us))?;
                 for (label, t) in [
                     ("ringing", c.ringing_us),
                     ("answer", c.answer_us),
                     ("end", c.end_us),
                 ] {
                     if let Some(t) = t {
-                        writeln!(out, "{label:<12} {}", format_time_us(t))?;
+                        writeln!(out, "{label:<12} {}", format_us(t))?;
                     }
                 }
                 writeln!(out, "state        {}", c.state)?;

@@ -113,15 +113,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         UserCommand::Tokens { name } => {
             for t in accounts.tokens(name.as_deref())? {
-                let used = t
-                    .last_used_s
-                    .map_or("never used".to_owned(), console::chart::iso_utc);
+                let used = t.last_used_s.map_or("never used".to_owned(), utc::format_s);
                 writeln!(
                     out,
                     "{}\t{}\t{}\t{}\t{}",
                     t.id,
                     t.user,
-                    console::chart::iso_utc(t.created_s),
+                    utc::format_s(t.created_s),
                     used,
                     t.label
                 )?;

@@ -3,7 +3,6 @@
 
 use super::{SPAN_MAX_S, Shared};
 use crate::accounts::{User, now_s};
-use crate::dashboard;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -45,7 +44,7 @@ fn series_range(
     let now = now_s();
     let parse = |v: Option<&str>, what: &str, default: i64| match v {
         None => Ok(default),
-        Some(s) => dashboard::parse_time(s).ok_or_else(|| {
+        Some(s) => utc::parse_s(s).ok_or_else(|| {
             let msg = format!("{what}={s:?}: seconds since the epoch or 2026-11-25T14:30Z");
             api_error(StatusCode::BAD_REQUEST, msg)
         }),

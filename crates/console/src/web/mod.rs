@@ -8,7 +8,7 @@ mod login;
 mod page;
 
 use crate::accounts::{Accounts, User};
-use crate::dashboard::{self, RANGES};
+use crate::dashboard::RANGES;
 use crate::throttle::LoginThrottle;
 use askama::Template;
 use axum::Router;
@@ -241,8 +241,8 @@ impl RangeQuery {
     /// `(from, to, relative range name)`: an absolute range when both ends read and make sense,
     /// else the named relative range (default 1 h) ending now.
     pub fn resolve(&self, now: i64) -> (i64, i64, Option<&'static str>) {
-        let from = self.from.as_deref().and_then(dashboard::parse_time);
-        let to = self.to.as_deref().and_then(dashboard::parse_time);
+        let from = self.from.as_deref().and_then(utc::parse_s);
+        let to = self.to.as_deref().and_then(utc::parse_s);
         if let (Some(f), Some(t)) = (from, to)
             && t - f >= 60
             && t - f <= SPAN_MAX_S

@@ -2,12 +2,13 @@
 
 use super::{RangeQuery, Shared, html};
 use crate::accounts::{Role, User, now_s};
-use crate::chart::{COLOURS, format_value, iso_utc};
+use crate::chart::{COLOURS, format_value};
 use crate::dashboard::{self, PANELS, RANGES};
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use utc::format_s;
 
 struct LinkView {
     label: String,
@@ -163,7 +164,7 @@ pub(super) async fn dashboard_page(
             active: *r == refresh_s,
         })
         .collect();
-    let input = |t: i64| iso_utc(t)[..16].to_owned();
+    let input = |t: i64| format_s(t)[..16].to_owned();
     html(
         StatusCode::OK,
         DashboardPage {
@@ -174,8 +175,8 @@ pub(super) async fn dashboard_page(
             refresh_s,
             from_s: from,
             to_s: to,
-            from_iso: iso_utc(from),
-            to_iso: iso_utc(to),
+            from_iso: format_s(from),
+            to_iso: format_s(to),
             from_input: input(from),
             to_input: input(to),
             zoom_out: range_href(zf, zt),
