@@ -401,14 +401,7 @@ impl History {
                     self.rejected += 1;
                     continue;
                 }
-                let id = match self.ids.get(name) {
-                    Some(&id) => id,
-                    None => {
-                        let id = series_id(&tx, name, &mut self.rows)?;
-                        self.ids.insert(name.to_owned(), id);
-                        id
-                    }
-                };
+                let id = series_id(&tx, &mut self.ids, name, &mut self.rows)?;
                 if !self.open_sketches.contains_key(&id) {
                     let loaded =
                         load_open_sketches(&tx, id, self.cfg.levels.len(), &mut self.rows)?;
@@ -454,14 +447,7 @@ impl History {
                     self.rejected += 1;
                     continue;
                 }
-                let id = match self.ids.get(name) {
-                    Some(&id) => id,
-                    None => {
-                        let id = series_id(&tx, name, &mut self.rows)?;
-                        self.ids.insert(name.to_owned(), id);
-                        id
-                    }
-                };
+                let id = series_id(&tx, &mut self.ids, name, &mut self.rows)?;
                 if !self.open.contains_key(&id) {
                     let loaded = load_open(&tx, id, self.cfg.levels.len(), &mut self.rows)?;
                     self.open.insert(id, loaded);
@@ -750,14 +736,7 @@ impl History {
                 let mut ins = tx.prepare_cached(PUT_BUCKET)?;
                 let mut ignored = RowCounts::default();
                 for (level, name, b) in rows {
-                    let id = match self.ids.get(*name) {
-                        Some(&id) => id,
-                        None => {
-                            let id = series_id(&tx, name, &mut ignored)?;
-                            self.ids.insert((*name).to_owned(), id);
-                            id
-                        }
-                    };
+                    let id = series_id(&tx, &mut self.ids, name, &mut ignored)?;
                     put_bucket(&mut ins, *level, id, b)?;
                 }
             }
@@ -804,12 +783,23 @@ pub fn bucket_start(t_s: i64, width_s: u32) -> i64 {
     t_s - t_s.rem_euclid(i64::from(width_s))
 }
 
-fn series_id(tx: &Connection, name: &str, rows: &mut RowCounts) -> rusqlite::Result<i64> {
+/// The id of series `name`, from `ids` or else from the file (created if new, and kept in `ids`).
+fn series_id(
+    tx: &Connection,
+    ids: &mut HashMap<String, i64>,
+    name: &str,
+    rows: &mut RowCounts,
+) -> rusqlite::Result<i64> {
+    if let Some(&id) = ids.get(name) {
+        return Ok(id);
+    }
     tx.execute("INSERT OR IGNORE INTO series (name) VALUES (?1)", [name])?;
     rows.read += 1;
-    tx.query_row("SELECT id FROM series WHERE name = ?1", [name], |r| {
+    let id = tx.query_row("SELECT id FROM series WHERE name = ?1", [name], |r| {
         r.get(0)
-    })
+    })?;
+    ids.insert(name.to_owned(), id);
+    Ok(id)
 }
 
 /// The open sketch of each level of latency series `id`, if it was observed before.
