@@ -123,6 +123,16 @@ impl Browser {
         }
     }
 
+    /// The text of the element `at` finds on the current page.
+    pub async fn text(&self, at: fantoccini::Locator<'_>) -> anyhow::Result<String> {
+        Ok(self.client.find(at).await?.text().await?)
+    }
+
+    /// Clicks the element `at` finds on the current page.
+    pub async fn click(&self, at: fantoccini::Locator<'_>) -> anyhow::Result<()> {
+        Ok(self.client.find(at).await?.click().await?)
+    }
+
     /// Navigation Timing of the current page: (responseEnd, loadEventEnd) in ms from its start.
     pub async fn load_timing_ms(&self) -> anyhow::Result<(f64, f64)> {
         let v = self
@@ -240,10 +250,22 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> anyhow::Result<(u16, String, String)> {
-    use std::io::{Read, Write};
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    http_on(&mut s, &addr.to_string(), method, path, headers, body)
+}
+
+/// One HTTP/1.1 request on `stream` (plain or TLS), which the server closes after its answer:
+/// `(status, headers, body)`. A form body is sent as `application/x-www-form-urlencoded`.
+pub fn http_on(
+    stream: &mut (impl std::io::Read + std::io::Write),
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> anyhow::Result<(u16, String, String)> {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -255,9 +277,15 @@ pub fn http(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    s.write_all(req.as_bytes())?;
+    stream.write_all(req.as_bytes())?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    // A TLS peer that closes without its close_notify ends the read with an error after the
+    // whole answer: what arrived is the answer.
+    if let Err(e) = stream.read_to_end(&mut raw)
+        && raw.is_empty()
+    {
+        return Err(e.into());
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head

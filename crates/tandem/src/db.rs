@@ -12,14 +12,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Directory that holds the store (its file is kv.sqlite3 in it).
-    #[arg(
-        long,
-        default_value = "tandem-data",
-        env = "TANDEM_DATA_DIR",
-        global = true
-    )]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: DbCommand,
 }
@@ -76,7 +70,7 @@ fn open_ro(dir: &Path) -> anyhow::Result<ReadOnlyStore> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let dir = &args.data_dir;
+    let dir = &args.data_dir.path;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.cmd {

@@ -24,6 +24,21 @@ Logging:
   RUST_LOG     read when TANDEM_LOG is unset
   NO_COLOR     set to any value: no colour even on a terminal (never any when not a terminal)";
 
+/// `--data-dir`, as every command that opens Tandem's files takes it.
+#[derive(clap::Args, Debug)]
+pub struct DataDir {
+    /// Directory of Tandem's data: the store (kv.sqlite3), the console's accounts
+    /// (console.sqlite3), the metrics history (history.sqlite3).
+    #[arg(
+        long = "data-dir",
+        value_name = "DIR",
+        default_value = "tandem-data",
+        env = "TANDEM_DATA_DIR",
+        global = true
+    )]
+    pub path: std::path::PathBuf,
+}
+
 /// Tandem: a performance companion for Asterisk and FreePBX.
 #[derive(Parser, Debug)]
 #[command(

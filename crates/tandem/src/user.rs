@@ -5,18 +5,11 @@
 use clap::Subcommand;
 use console::{Accounts, Role, accounts::accounts_file};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Directory that holds Tandem's data (the accounts are console.sqlite3 in it).
-    #[arg(
-        long,
-        default_value = "tandem-data",
-        env = "TANDEM_DATA_DIR",
-        global = true
-    )]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: UserCommand,
 }
@@ -72,8 +65,8 @@ fn read_password(from_stdin: bool) -> anyhow::Result<String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)?;
-    let accounts = Accounts::open(&accounts_file(&args.data_dir))?;
+    std::fs::create_dir_all(&args.data_dir.path)?;
+    let accounts = Accounts::open(&accounts_file(&args.data_dir.path))?;
     let mut out = std::io::stdout().lock();
     match args.cmd {
         UserCommand::Add {

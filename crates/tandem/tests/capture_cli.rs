@@ -524,24 +524,22 @@ fn every_kind_of_call_in_json_and_cdrs() {
         .count();
     assert_eq!(moved, 4, "two streams before the move, two after");
     // The CDRs hold the digits and the fax's outcome.
+    let cdr_show = |call_id: &str| {
+        stdout_of(
+            tandem()
+                .args(["cdr", "show", call_id])
+                .arg("--cdr-db")
+                .arg(&db),
+        )
+    };
     let (t, _) = call(CallKind::Dtmf);
-    let shown = stdout_of(
-        tandem()
-            .args(["cdr", "show", &t.call_id])
-            .arg("--cdr-db")
-            .arg(&db),
-    );
+    let shown = cdr_show(&t.call_id);
     assert!(
         shown.contains(&format!("digits       {}", t.digits)),
         "{shown}"
     );
     let (t, _) = call(CallKind::Fax);
-    let shown = stdout_of(
-        tandem()
-            .args(["cdr", "show", &t.call_id])
-            .arg("--cdr-db")
-            .arg(&db),
-    );
+    let shown = cdr_show(&t.call_id);
     assert!(
         shown.contains("fax          completed, 1 page(s)"),
         "{shown}"

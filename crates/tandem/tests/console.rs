@@ -103,14 +103,7 @@ async fn a_person_signs_in_picks_ranges_zooms_and_sees_the_seeded_points() {
     // A wrong password is refused, with a message.
     let after = b.login(&base, "ops", "not the password").await.unwrap();
     assert!(after.contains("/login"), "{after}");
-    let msg = b
-        .client
-        .find(Locator::Id("login-error"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let msg = b.text(Locator::Id("login-error")).await.unwrap();
     assert!(msg.contains("Wrong user name or password"), "{msg}");
 
     // The right one opens the dashboard, on the last hour.
@@ -123,34 +116,14 @@ async fn a_person_signs_in_picks_ranges_zooms_and_sees_the_seeded_points() {
             .unwrap_or_else(|_| panic!("no {panel} panel"));
     }
     // The browser's time zone is named.
-    let tz = b
-        .client
-        .find(Locator::Id("tz"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let tz = b.text(Locator::Id("tz")).await.unwrap();
     assert!(!tz.is_empty());
 
     // Switching ranges.
-    b.client
-        .find(Locator::Css("a[data-range='24h']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("a[data-range='24h']")).await.unwrap();
     let url = b.client.current_url().await.unwrap();
     assert!(url.as_str().contains("range=24h"), "{url}");
-    let active = b
-        .client
-        .find(Locator::Css(".ranges a.active"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let active = b.text(Locator::Css(".ranges a.active")).await.unwrap();
     assert_eq!(active, "24h");
 
     // The seeded hour: every drawn point is a seeded sample, at its time and value.
@@ -213,26 +186,14 @@ async fn a_person_signs_in_picks_ranges_zooms_and_sees_the_seeded_points() {
     );
 
     // Zoom out doubles the span around the middle.
-    b.client
-        .find(Locator::Id("zoom-out"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Id("zoom-out")).await.unwrap();
     let url = b.client.current_url().await.unwrap();
     let q: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
     let span: i64 = q["to"].parse::<i64>().unwrap() - q["from"].parse::<i64>().unwrap();
     assert_eq!(span, 2 * (zt - zf));
 
     // Signing out ends the session.
-    b.client
-        .find(Locator::Id("logout"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Id("logout")).await.unwrap();
     b.client.goto(&format!("{base}dashboard")).await.unwrap();
     assert_eq!(b.client.current_url().await.unwrap().path(), "/login");
     b.close().await;
@@ -438,10 +399,15 @@ fn a_console_off_loopback_needs_tls_and_a_first_user() {
     );
 }
 
-/// An HTTPS request with a client that trusts only `ca_pem`: `(status line, headers)`.
-fn https_get(addr: std::net::SocketAddr, ca_pem: &str, path: &str, body: &str) -> String {
+/// An HTTPS request with a client that trusts only `ca_pem`: `(status, headers, body)`.
+fn https(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String, String) {
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-    use std::io::{Read, Write};
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
@@ -456,20 +422,7 @@ fn https_get(addr: std::net::SocketAddr, ca_pem: &str, path: &str, body: &str) -
     let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
     let tcp = std::net::TcpStream::connect(addr).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let method = if body.is_empty() { "GET" } else { "POST" };
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-    if !body.is_empty() {
-        req.push_str(&format!(
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    tls.write_all(req.as_bytes()).unwrap();
-    let mut out = Vec::new();
-    let _ = tls.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
+    bench::browser::http_on(&mut tls, "localhost", method, path, &[], body).unwrap()
 }
 
 #[test]
@@ -501,19 +454,17 @@ fn with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure() {
         &["--config", config.to_str().unwrap()],
     )
     .unwrap();
-    let answer = https_get(server.web, &cert_pem, "/login", "");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let answer = https_get(
+    let (status, head, _) = https(server.web, &cert_pem, "GET", "/login", "");
+    assert_eq!(status, 200, "{head}");
+    let (status, head, _) = https(
         server.web,
         &cert_pem,
+        "POST",
         "/login",
         &format!("user=ops&password={}", PASSWORD.replace(' ', "+")),
     );
-    assert!(answer.starts_with("HTTP/1.1 303"), "{answer}");
-    let cookie = answer
-        .lines()
-        .find(|l| l.starts_with("set-cookie:"))
-        .unwrap();
+    assert_eq!(status, 303, "{head}");
+    let cookie = head.lines().find(|l| l.starts_with("set-cookie:")).unwrap();
     assert!(cookie.contains("; Secure"), "{cookie}");
     // Plain HTTP on the TLS port gets no page.
     let plain = http(server.web, "GET", "/login", &[], "");
