@@ -354,25 +354,29 @@ fn an_api_token_reads_series_until_it_is_revoked() {
     assert_eq!(status, 401);
 }
 
+/// `tandem serve` over `data_dir` with `extra` arguments, run until it ends (these runs are
+/// refused at start).
+fn serve_refused(data_dir: &Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(EXE)
+        .args([
+            "serve",
+            "--agi-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_console_off_loopback_needs_tls_and_a_first_user() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let run = |extra: &[&str]| {
-        std::process::Command::new(EXE)
-            .args([
-                "serve",
-                "--agi-listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .arg("--data-dir")
-            .arg(&data)
-            .output()
-            .unwrap()
-    };
+    let run = |extra: &[&str]| serve_refused(&data, extra);
     let out = run(&["--web-listen", "0.0.0.0:0"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -473,20 +477,15 @@ fn with_a_certificate_the_console_speaks_https_and_its_cookie_is_secure() {
     // A key that is not the certificate's is refused at start, naming the file.
     let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     std::fs::write(&key_path, other.signing_key.serialize_pem()).unwrap();
-    let out = std::process::Command::new(EXE)
-        .args([
-            "serve",
-            "--agi-listen",
+    let out = serve_refused(
+        &dir.path().join("other-data"),
+        &[
+            "--web-listen",
             "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--web-listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("other-data"))
-        .output()
-        .unwrap();
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
     drop(server);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -526,6 +526,17 @@ fn sip_script(
     let resp = |code: &str, cseq: &str, tag: bool, body: &str| {
         head(&format!("SIP/2.0 {code}"), a, cseq, tag, "", body)
     };
+    // The ACK of a final answer that is not 2xx (same transaction, so CSeq 1).
+    let ack = || {
+        head(
+            &format!("ACK sip:{called}@{b} SIP/2.0"),
+            a,
+            "1 ACK",
+            true,
+            "",
+            "",
+        )
+    };
     let mut s = vec![
         (true, invite),
         (false, resp("100 Trying", "1 INVITE", false, "")),
@@ -598,17 +609,7 @@ fn sip_script(
         }
         SynthOutcome::Busy => {
             s.push((false, resp("486 Busy Here", "1 INVITE", true, "")));
-            s.push((
-                true,
-                head(
-                    &format!("ACK sip:{called}@{b} SIP/2.0"),
-                    a,
-                    "1 ACK",
-                    true,
-                    "",
-                    "",
-                ),
-            ));
+            s.push((true, ack()));
         }
         SynthOutcome::Cancelled => {
             s.push((
@@ -624,17 +625,7 @@ fn sip_script(
             ));
             s.push((false, resp("200 OK", "1 CANCEL", true, "")));
             s.push((false, resp("487 Request Terminated", "1 INVITE", true, "")));
-            s.push((
-                true,
-                head(
-                    &format!("ACK sip:{called}@{b} SIP/2.0"),
-                    a,
-                    "1 ACK",
-                    true,
-                    "",
-                    "",
-                ),
-            ));
+            s.push((true, ack()));
         }
     }
     s
