@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(sketch) = history::LatencySketch::from_bytes(data) {
         let _ = sketch.quantile(0.99);
     }
-    let _ = metrics_http::parse_histograms(&text);
+    let _ = metrics_http::histograms(&text);
     let mut deltas = metrics_http::HistogramDeltas::default();
-    let _ = deltas.observe(metrics_http::parse_histograms(&text));
+    let _ = deltas.observe(metrics_http::histograms(&text));
 });

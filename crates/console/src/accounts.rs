@@ -126,9 +126,14 @@ pub struct Accounts {
     path: PathBuf,
     conn: Mutex<Connection>,
     /// A hash checked when the user does not exist, so that a login for an unknown name costs
-    /// what a wrong password costs (no timing tells which names exist).
-    decoy_hash: String,
+    /// what a wrong password costs (no timing tells which names exist). Made at the first such
+    /// login: `tandem user list` need not pay an Argon2 hash for it.
+    decoy_hash: std::sync::OnceLock<String>,
 }
+
+/// How stale a token's `last_used_s` may be: a script calling the API every second does not
+/// make every call a write (and an fsync) to the accounts file.
+pub const TOKEN_USE_RESOLUTION_S: i64 = 60;
 
 /// The accounts file in a data directory.
 pub fn accounts_file(data_dir: &Path) -> PathBuf {
@@ -228,7 +233,7 @@ impl Accounts {
         Ok(Accounts {
             path: path.to_owned(),
             conn: Mutex::new(conn),
-            decoy_hash: hash_password("no such user: a decoy")?,
+            decoy_hash: std::sync::OnceLock::new(),
         })
     }
 
@@ -328,9 +333,19 @@ impl Accounts {
             })
             .optional()
         })?;
+        let decoy;
         let (role, hash) = match &row {
             Some((role, hash)) => (Some(role), hash.as_str()),
-            None => (None, self.decoy_hash.as_str()),
+            None => {
+                decoy = match self.decoy_hash.get() {
+                    Some(h) => h,
+                    None => {
+                        let h = hash_password("no such user: a decoy")?;
+                        self.decoy_hash.get_or_init(|| h)
+                    }
+                };
+                (None, decoy.as_str())
+            }
         };
         let parsed = PasswordHash::new(hash).map_err(|e| AccountError::Hash(e.to_string()))?;
         let matches = argon2::Argon2::default()
@@ -469,8 +484,9 @@ impl Accounts {
         }
         self.with(|c| {
             c.execute(
-                "UPDATE token SET last_used_s = ?2 WHERE id = ?1",
-                params![id, now_s()],
+                "UPDATE token SET last_used_s = ?2 WHERE id = ?1 \
+                 AND (last_used_s IS NULL OR last_used_s <= ?2 - ?3)",
+                params![id, now_s(), TOKEN_USE_RESOLUTION_S],
             )
         })?;
         Ok(Some(User {

@@ -71,20 +71,22 @@ pub async fn serve(
 /// Longest series name kept by [`samples`] (name and labels as the text format writes them).
 pub const SAMPLE_NAME_BYTES_MAX: usize = 256;
 
-/// Every figure `/metrics` would show now, as `(series, value)`: the series is the metric's name
-/// with its labels as the text format writes them (`tandem_agi_sessions_total{route="db/get"}`).
-/// Histogram buckets are left out (their `_sum` and `_count` are kept), as are values that are
-/// not finite: what a history of figures needs, not a full exposition.
-pub fn samples(registry: &Registry) -> Vec<(String, f64)> {
+/// The registry in the text format, as `/metrics` would serve it now (empty if it cannot be
+/// encoded). A history samples it once per tick and reads both [`samples`] and [`histograms`]
+/// from the one text.
+pub fn exposition(registry: &Registry) -> String {
     let mut text = String::new();
     if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
-        return Vec::new();
+        text.clear();
     }
-    parse_samples(&text)
+    text
 }
 
-/// The sample lines of a text exposition (see [`samples`]).
-pub fn parse_samples(text: &str) -> Vec<(String, f64)> {
+/// Every figure of a text exposition, as `(series, value)`: the series is the metric's name
+/// with its labels as the text format writes them (`tandem_agi_sessions_total{route="db/get"}`).
+/// Histogram buckets are left out (their `_sum` and `_count` are kept, and [`histograms`] reads
+/// the buckets), as are values that are not finite.
+pub fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| {
@@ -104,19 +106,10 @@ pub fn parse_samples(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Every histogram of `registry` as its cumulative buckets: per series (the histogram's name
-/// with its labels but `le`, as [`samples`] writes names), `(upper bound, cumulative count)`
-/// in the order of the bounds, `+Inf` last.
-pub fn histograms(registry: &Registry) -> Vec<(String, Vec<(f64, u64)>)> {
-    let mut text = String::new();
-    if prometheus_client::encoding::text::encode(&mut text, registry).is_err() {
-        return Vec::new();
-    }
-    parse_histograms(&text)
-}
-
-/// The `_bucket` lines of a text exposition, grouped per series (see [`histograms`]).
-pub fn parse_histograms(text: &str) -> Vec<(String, Vec<(f64, u64)>)> {
+/// Every histogram of a text exposition as its cumulative buckets: per series (the histogram's
+/// name with its labels but `le`, as [`samples`] writes names), `(upper bound, cumulative
+/// count)` in the order of the bounds, `+Inf` last.
+pub fn histograms(text: &str) -> Vec<(String, Vec<(f64, u64)>)> {
     let mut out: Vec<(String, Vec<(f64, u64)>)> = Vec::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, rest)) = line.split_once('{') else {
@@ -241,19 +234,23 @@ mod tests {
         let route = vec![("route".to_owned(), "db/get".to_owned())];
         latency.get_or_create(&route).observe(0.05);
         let mut deltas = HistogramDeltas::default();
-        let first = deltas.observe(histograms(&registry));
+        let first = deltas.observe(histograms(&exposition(&registry)));
         let name = "tandem_latency_seconds{route=\"db/get\"}".to_owned();
         // 0.05 lies in (0.01, 0.1]: drawn at their geometric middle.
         assert_eq!(
             first,
             vec![(name.clone(), vec![((0.01f64 * 0.1).sqrt(), 1)])]
         );
-        assert_eq!(deltas.observe(histograms(&registry)), vec![], "nothing new");
+        assert_eq!(
+            deltas.observe(histograms(&exposition(&registry))),
+            vec![],
+            "nothing new"
+        );
         for v in [0.005, 0.5, 0.5, 7.0] {
             latency.get_or_create(&route).observe(v);
         }
         assert_eq!(
-            deltas.observe(histograms(&registry)),
+            deltas.observe(histograms(&exposition(&registry))),
             vec![(name, vec![(0.005, 1), (0.1f64.sqrt(), 2), (1.0, 1)])]
         );
     }
@@ -272,7 +269,7 @@ mod tests {
         let latency = Histogram::new([0.1, 1.0]);
         registry.register("tandem_latency_seconds", "Latency", latency.clone());
         latency.observe(0.5);
-        let mut got = samples(&registry);
+        let mut got = samples(&exposition(&registry));
         got.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
             got,
@@ -289,7 +286,7 @@ mod tests {
     fn odd_lines_are_left_out() {
         let text = "x 1\ny{a=\"b c\"} 2 1700000000\nz NaN\nw +Inf\nbroken\n# HELP x y\n";
         assert_eq!(
-            parse_samples(text),
+            samples(text),
             [("x".to_string(), 1.0), ("y{a=\"b c\"}".to_string(), 2.0)]
         );
     }

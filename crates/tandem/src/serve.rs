@@ -141,13 +141,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         );
         let mut latencies = metrics_http::HistogramDeltas::default();
         let source = move || {
-            let mut samples = metrics_http::samples(&registry);
+            let text = metrics_http::exposition(&registry);
+            let mut samples = metrics_http::samples(&text);
             samples.extend(host.sample());
             let kv = store.quick_stats().samples();
             samples.extend(kv.into_iter().map(|(n, v)| (n.to_owned(), v)));
             history::Tick {
                 samples,
-                latencies: latencies.observe(metrics_http::histograms(&registry)),
+                latencies: latencies.observe(metrics_http::histograms(&text)),
             }
         };
         let warn = |e| tracing::warn!(error = %e, "metrics history: tick not recorded");
