@@ -10,3 +10,4 @@
 //! Start reading at `db.rs`: the module comment shows the dialplan side.
 
 pub mod db;
+pub mod dialparties;

@@ -124,6 +124,10 @@ impl Session {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+    /// The longest line this session sends or reads (`fastagi.max_line_bytes`).
+    pub fn line_bytes_max(&self) -> usize {
+        self.max_line_bytes
+    }
     /// This session's number in the server's log.
     pub fn id(&self) -> u64 {
         self.id

@@ -1,0 +1,274 @@
+//! `dialparties`: FreePBX's ring groups and Follow Me, decided in-process.
+//!
+//! FreePBX runs `dialparties.agi`, a PHP script forked per call, for every ring-group and
+//! Follow Me call (macro-dial). This route makes the same decisions and sets the same
+//! variables, reading what it needs in two to four round trips where the script makes 65 to 112:
+//!
+//! ```text
+//! exten => s,n,AGI(dialparties.agi)                   ; FreePBX: Asterisk forks PHP
+//! exten => s,n,AGI(agi://127.0.0.1/dialparties.agi)   ; Tandem, in-process
+//! ```
+//!
+//! 1. One `GET FULL VARIABLE` reads every channel variable the script reads, `ARG3`..`ARG8`,
+//!    and the follow-me times nested on `${FMGRP}`.
+//! 2. One reads every member's `CF`, `DND`, `CW`, `CFB`, `CFU`, devices, extension state, the
+//!    screening and CF ring-timer keys, and the dial string of each member's device (nested).
+//! 3. One reads `PJSIP_DIAL_CONTACTS` of the PJSIP devices to dial, and what step 2 could not
+//!    nest (members with several devices).
+//! 4. Rarely, the contacts of those.
+//!
+//! Then the writes, one command each as AGI wants: the `SET VARIABLE`s and CALLTRACE
+//! `DATABASE PUT`/`DEL` the script makes, in its order. Not sent: the script's 30-odd
+//! `VERBOSE` lines (with `dialparties.verbose` they go to Tandem's log at info) and its final
+//! `NOOP`.
+//!
+//! The decision ([`decide`]) is a function of what it reads: run over the values fetched so
+//! far, it says what else it needs; the route fetches that and runs it again, until it needs
+//! nothing. So the route reads what the script would read, and the first run's guesses only
+//! decide what is fetched together.
+//!
+//! Differences from the script, all harmless to the call: `${DB(...)}` sets `DB_RESULT` on the
+//! channel to the last value found; screening without memory removes the caller's recorded
+//! introductions directly (the files `<callerid>.*`), not through a shell; a read the script
+//! makes several times (an extension state) is made once.
+
+pub mod decide;
+pub mod fetch;
+pub mod php;
+
+pub use decide::{Action, Call, Decision, Facts, Fix, Rules, Shuffle, Version, decide};
+
+use fastagi::{AgiError, Handler, RouteError, Router, Session};
+use fetch::{Cache, Fact, Guess};
+use std::path::{Component, Path};
+use std::sync::Arc;
+use tracing::{debug, info, warn};
+
+/// The channel variables the script reads, fetched in the first round trip.
+const VARIABLES: [&str; 29] = [
+    "CWINUSEBUSY",
+    "CWIGNORE",
+    "CFIGNORE",
+    "SIGNORE",
+    "AMPUSER",
+    "QUEUEWAIT",
+    "SAVEDCIDNAME",
+    "ARG1",
+    "ARG2",
+    "RingGroupMethod",
+    "RG_CONFIRM",
+    "RVOL",
+    "ALERT_INFO",
+    "SIPADDHEADER",
+    "FMGRP",
+    "PR_DIALSTATUS",
+    "NODEST",
+    "RINGGROUP_INDEX",
+    "USE_CONFIRMATION",
+    "SCREEN",
+    "FROM_DID",
+    "REALCALLERIDNUM",
+    "BLINDTRANSFER",
+    "ASTVARLIBDIR",
+    "DIRECTION",
+    "FROMQ",
+    "DIALSTATUS",
+    "RVOL_MODE",
+    "RVOLPARENT",
+];
+
+/// Member arguments read in the first round trip (`ARG3`..); a longer list costs one more.
+const MEMBER_ARGS_FIRST: usize = 6;
+
+/// Decision runs before the route gives up (each run but the last adds what it lacked; real
+/// calls need at most five).
+const RUNS_MAX: usize = 16;
+
+/// A random-order source per call.
+pub type ShuffleSource = Arc<dyn Fn() -> Box<dyn Shuffle + Send> + Send + Sync>;
+
+/// Uniform shuffles from a generator seeded per call.
+pub struct RandomShuffle(fastrand::Rng);
+
+impl Shuffle for RandomShuffle {
+    fn shuffle(&mut self, members: &mut [String]) {
+        self.0.shuffle(members);
+    }
+}
+
+/// The route, with its rules.
+pub struct Dialparties {
+    pub rules: Rules,
+    /// Log the script's VERBOSE lines to Tandem's log.
+    pub verbose: bool,
+    pub shuffle: ShuffleSource,
+}
+
+impl Dialparties {
+    pub fn new(rules: Rules, verbose: bool) -> Self {
+        Dialparties {
+            rules,
+            verbose,
+            shuffle: Arc::new(|| Box::new(RandomShuffle(fastrand::Rng::new()))),
+        }
+    }
+}
+
+/// What one call cost: round trips before the writes, and the writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trips {
+    pub reads: u32,
+    pub writes: u32,
+}
+
+/// Registers the route as `dialparties` and `dialparties.agi`.
+pub fn add(router: Router, route: Dialparties) -> Result<Router, RouteError> {
+    let route = Arc::new(route);
+    router
+        .route("dialparties", Shared(route.clone()))?
+        .route("dialparties.agi", Shared(route))
+}
+
+struct Shared(Arc<Dialparties>);
+
+impl Handler for Shared {
+    async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
+        self.0.run(s).await.map(drop)
+    }
+}
+
+impl Dialparties {
+    /// Serves one call; returns what it cost.
+    pub async fn run(&self, s: &mut Session) -> Result<Trips, AgiError> {
+        let call = Call {
+            callerid: s.header().callerid().to_string(),
+            calleridname: s.header().calleridname().to_string(),
+            channel: s.header().channel().to_string(),
+            now_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        };
+        let line_max = fetch::line_bytes_max(s.header().version()).min(s.line_bytes_max());
+        let mut cache = Cache::default();
+        let first: Vec<Fact> = VARIABLES
+            .iter()
+            .map(|v| v.to_string())
+            .chain((3..3 + MEMBER_ARGS_FIRST).map(|n| format!("ARG{n}")))
+            .map(Fact::Var)
+            .collect();
+        let followme = vec![
+            Guess::Followme { leaf: "prering" },
+            Guess::Followme { leaf: "grptime" },
+        ];
+        let mut reads = fetch::fetch(s, &mut cache, first, followme, line_max).await?;
+        let mut shuffle = (self.shuffle)();
+        let mut runs = 0;
+        let decision = loop {
+            runs += 1;
+            let decision = decide(&call, &self.rules, &mut cache, shuffle.as_mut());
+            let missing = cache.take_missing();
+            if missing.is_empty() {
+                break decision;
+            }
+            if runs >= RUNS_MAX {
+                return Err(AgiError::Handler(
+                    format!(
+                        "dialparties: still missing {} values after {runs} reads",
+                        missing.len()
+                    )
+                    .into(),
+                ));
+            }
+            let guesses = missing
+                .iter()
+                .filter_map(|f| match f {
+                    Fact::Db(family, key) if family == "AMPUSER" => key
+                        .strip_suffix("/device")
+                        .filter(|m| fetch::embeddable(m))
+                        .map(|m| Guess::DeviceDial {
+                            member: m.to_string(),
+                        }),
+                    _ => None,
+                })
+                .collect();
+            reads += fetch::fetch(s, &mut cache, missing, guesses, line_max).await?;
+        };
+        debug!(
+            session = s.id(),
+            reads,
+            values = cache.len(),
+            runs,
+            "dialparties decided"
+        );
+        if self.verbose {
+            for line in &decision.log {
+                info!(session = s.id(), "dialparties: {line}");
+            }
+        }
+        if let Some(why) = &decision.stopped {
+            warn!(
+                session = s.id(),
+                "dialparties stops early, as the script would: {why}"
+            );
+        }
+        let writes = self.write(s, &decision).await?;
+        Ok(Trips { reads, writes })
+    }
+
+    async fn write(&self, s: &mut Session, decision: &Decision) -> Result<u32, AgiError> {
+        let mut writes = 0;
+        for action in &decision.actions {
+            match action {
+                Action::Set { name, value } => s.set_variable(name, value).await?,
+                Action::DbPut { family, key, value } => {
+                    s.database_put(family, key, value).await?;
+                }
+                Action::DbDel { family, key } => s.database_del(family, key).await?,
+                Action::ForgetIntroductions { dir, callerid } => {
+                    let (dir, callerid) = (dir.clone(), callerid.clone());
+                    let id = s.id();
+                    // A directory listing: off the session's thread.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        forget_introductions(id, &dir, &callerid)
+                    })
+                    .await;
+                    continue;
+                }
+            }
+            writes += 1;
+        }
+        Ok(writes)
+    }
+}
+
+/// Removes `<dir>/<callerid>.*`, the recorded introductions of screening without memory. The
+/// directory comes from the channel (`ASTVARLIBDIR`), so it must be absolute and plain; when
+/// Tandem runs on another host than Asterisk it does not exist and nothing happens.
+fn forget_introductions(session: u64, dir: &str, callerid: &str) {
+    let path = Path::new(dir);
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain || callerid.is_empty() || callerid.contains('/') {
+        warn!(
+            session,
+            dir, "dialparties: not removing introductions from this directory"
+        );
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    let prefix = format!("{callerid}.");
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file
+            && name.to_string_lossy().starts_with(&prefix)
+            && let Err(e) = std::fs::remove_file(entry.path())
+        {
+            warn!(session, file = %entry.path().display(), error = %e, "dialparties: cannot remove an introduction");
+        }
+    }
+}
