@@ -117,6 +117,11 @@ pub struct Channel {
     pub sounds: Vec<String>,
     /// The digit pressed during the next media command (`None`: the caller presses nothing).
     pub digit: Option<char>,
+    /// Hint states by `exten@context`, as `EXTENSION_STATE()` reads them (`NOT_INUSE`,
+    /// `INUSE`, ...); a missing hint reads `UNKNOWN`.
+    pub extension_states: HashMap<String, String>,
+    /// `PJSIP_DIAL_CONTACTS()` by endpoint.
+    pub pjsip_contacts: HashMap<String, String>,
 }
 
 impl Channel {
@@ -135,6 +140,8 @@ impl Channel {
             astdb: BTreeMap::new(),
             sounds: vec!["hello-world".into(), "beep".into(), "vm-goodbye".into()],
             digit: None,
+            extension_states: HashMap::new(),
+            pjsip_contacts: HashMap::new(),
         }
     }
 
@@ -234,7 +241,7 @@ impl Channel {
                     "200 result=-1\n".into()
                 }
             }
-            "get full variable" => format!("200 result=1 ({})\n", self.expand(arg(0))),
+            "get full variable" => format!("200 result=1 ({})\n", self.substitute(arg(0))),
             "get option" | "stream file" | "control stream file" => {
                 if self.has_sound(arg(0)) {
                     let digit = self.digit.take().filter(|d| arg(1).contains(*d));
@@ -245,7 +252,7 @@ impl Channel {
                     format!("200 result=-1 endpos={end}\n")
                 }
             }
-            "get variable" => match self.variable(arg(0)) {
+            "get variable" => match self.read(arg(0)) {
                 Some(v) => format!("200 result=1 ({v})\n"),
                 None => "200 result=0\n".into(),
             },
@@ -346,23 +353,103 @@ impl Channel {
         })
     }
 
-    /// Expands `${NAME}` references; unknown names expand to nothing, as in Asterisk.
-    fn expand(&self, expression: &str) -> String {
+    /// A variable, or a function when the name ends in `)` (as GET VARIABLE reads it).
+    fn read(&mut self, name: &str) -> Option<String> {
+        if let Some(v) = self.variable(name) {
+            return Some(v);
+        }
+        let open = name.find('(')?;
+        let args = name.strip_suffix(')')?.get(open + 1..)?;
+        self.function(&name[..open], args)
+    }
+
+    /// The functions FreePBX's scripts read: DB, URIENCODE, EXTENSION_STATE,
+    /// PJSIP_DIAL_CONTACTS. Others are unknown (None).
+    fn function(&mut self, name: &str, args: &str) -> Option<String> {
+        Some(match name {
+            "DB" => {
+                let (family, key) = args.split_once('/')?;
+                let v = self.astdb.get(&format!("/{family}/{key}")).cloned();
+                match v {
+                    // func_db.c sets DB_RESULT when the key exists.
+                    Some(v) => {
+                        self.variables.insert("DB_RESULT".into(), v.clone());
+                        v
+                    }
+                    None => String::new(),
+                }
+            }
+            "URIENCODE" => uri_encode(args),
+            "EXTENSION_STATE" => {
+                let (exten, context) = args.split_once('@').unwrap_or((args, "default"));
+                let context = if context.is_empty() {
+                    "default"
+                } else {
+                    context
+                };
+                self.extension_states
+                    .get(&format!("{exten}@{context}"))
+                    .cloned()
+                    .unwrap_or_else(|| "UNKNOWN".into())
+            }
+            "PJSIP_DIAL_CONTACTS" => self.pjsip_contacts.get(args).cloned().unwrap_or_default(),
+            _ => return None,
+        })
+    }
+
+    /// Substitutes `${...}` as Asterisk does: the braces are matched first, then the inside is
+    /// substituted, then read as a variable or function. A value is not substituted again.
+    /// Unknown names give nothing.
+    fn substitute(&mut self, text: &str) -> String {
         let mut out = String::new();
-        let mut rest = expression;
+        let mut rest = text;
         while let Some(start) = rest.find("${") {
             out.push_str(&rest[..start]);
             let after = &rest[start + 2..];
-            let Some(end) = after.find('}') else {
+            let mut depth = 1usize;
+            let mut end = None;
+            for (i, c) in after.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(i);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let Some(end) = end else {
                 out.push_str(&rest[start..]);
                 return out;
             };
-            out.push_str(&self.variable(&after[..end]).unwrap_or_default());
+            let inner = &after[..end];
+            let name = if inner.contains("${") {
+                self.substitute(inner)
+            } else {
+                inner.to_string()
+            };
+            out.push_str(&self.read(&name).unwrap_or_default());
             rest = &after[end + 1..];
         }
         out.push_str(rest);
         out
     }
+}
+
+/// `URIENCODE()`: letters, digits and `-_.!~*'()` stay, every other byte is `%XX`.
+fn uri_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -435,5 +522,41 @@ mod tests {
                 .text
                 .starts_with("200 result=1 (Local/")
         );
+    }
+
+    #[test]
+    fn expressions_nest_functions_as_asterisk_does() {
+        let mut c = Channel::new("Local/100@agitest-00000001;2", "1.1");
+        c.astdb.insert("/AMPUSER/100/device".into(), "100".into());
+        c.astdb
+            .insert("/DEVICE/100/dial".into(), "PJSIP/100".into());
+        c.extension_states
+            .insert("100@ext-local".into(), "INUSE".into());
+        c.pjsip_contacts
+            .insert("100".into(), "PJSIP/100/sip:100@10.0.0.9".into());
+        c.variables.insert("FMGRP".into(), "100".into());
+        let full = |c: &mut Channel, e: &str| c.execute(&format!("GET FULL VARIABLE {e}")).text;
+        assert_eq!(
+            full(
+                &mut c,
+                "${URIENCODE(${DB(DEVICE/${DB(AMPUSER/${FMGRP}/device)}/dial)})},x"
+            ),
+            "200 result=1 (PJSIP%2F100,x)\n"
+        );
+        // DB() leaves the value found in DB_RESULT, as func_db.c does.
+        assert_eq!(c.variables["DB_RESULT"], "PJSIP/100");
+        assert_eq!(
+            full(
+                &mut c,
+                "${EXTENSION_STATE(100@ext-local)}${EXTENSION_STATE(7)}"
+            ),
+            "200 result=1 (INUSEUNKNOWN)\n"
+        );
+        assert_eq!(
+            c.execute("GET VARIABLE PJSIP_DIAL_CONTACTS(100)").text,
+            "200 result=1 (PJSIP/100/sip:100@10.0.0.9)\n"
+        );
+        assert_eq!(c.execute("GET VARIABLE NOSUCH(1)").text, "200 result=0\n");
+        assert_eq!(full(&mut c, "${URIENCODE(,)}"), "200 result=1 (%2C)\n");
     }
 }

@@ -2,7 +2,6 @@
 //! answer each command it prints on stdout. The baseline FastAGI's script relay is measured
 //! against, with the script and the answers unchanged.
 
-use crate::channel::Channel;
 use crate::session::{AgiStatus, EmuError, Outcome, Plan, Violation, header};
 use std::path::Path;
 use std::process::Stdio;
@@ -13,11 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 /// it, the header without its network lines, one reply per command line.
 pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome, EmuError> {
     let started = Instant::now();
-    let mut channel = Channel::new(
-        &format!("Local/100@tandem-{seq:08x};2"),
-        &format!("1795239019.{seq}"),
-    );
-    channel.digit = plan.digit;
+    let mut channel = plan.channel_for(seq);
     let mut child = tokio::process::Command::new(script)
         .args(&plan.args)
         .current_dir("/")
@@ -91,5 +86,8 @@ pub async fn run_classic(script: &Path, plan: &Plan, seq: u64) -> Result<Outcome
         out.status = AgiStatus::Failure;
     }
     out.duration = started.elapsed();
+    if plan.record {
+        out.channel = Some(channel);
+    }
     Ok(out)
 }

@@ -46,6 +46,12 @@ pub struct Plan {
     pub hold_at: Option<usize>,
     /// Counts the sessions that have reached `hold_at`.
     pub held: Option<Arc<AtomicUsize>>,
+    /// The channel the session runs on (variables, astdb, hints, contacts, caller ID); None:
+    /// a fresh one. Its name and unique id are the session's own either way.
+    pub channel: Option<Arc<Channel>>,
+    /// `agi_version` in the header. Asterisk before 20.16, 21.11 and 22.6 reads commands of
+    /// at most 2 KiB: set `max_line_bytes` to match.
+    pub agi_version: String,
 }
 
 impl Default for Plan {
@@ -64,6 +70,8 @@ impl Default for Plan {
             record: true,
             hold_at: None,
             held: None,
+            channel: None,
+            agi_version: "22.10.1".into(),
         }
     }
 }
@@ -74,6 +82,24 @@ impl Plan {
             script: script.to_string(),
             ..Plan::default()
         }
+    }
+
+    /// The channel session `seq` runs on: the plan's, or a fresh one, named for the session.
+    pub fn channel_for(&self, seq: u64) -> Channel {
+        let (name, uniqueid) = (
+            format!("Local/100@tandem-{seq:08x};2"),
+            format!("1795239019.{seq}"),
+        );
+        let mut channel = match &self.channel {
+            Some(c) => Channel {
+                name,
+                uniqueid,
+                ..(**c).clone()
+            },
+            None => Channel::new(&name, &uniqueid),
+        };
+        channel.digit = self.digit;
+        channel
     }
 }
 
@@ -109,6 +135,8 @@ pub struct Outcome {
     /// The server wrote `failure`.
     pub failure_line: bool,
     pub duration: Duration,
+    /// The channel as the session left it (when `Plan::record`).
+    pub channel: Option<Channel>,
 }
 
 impl Outcome {
@@ -122,6 +150,7 @@ impl Outcome {
             violations: Vec::new(),
             failure_line: false,
             duration: Duration::ZERO,
+            channel: None,
         }
     }
 }
@@ -177,7 +206,7 @@ pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> Str
         ("agi_language", "en"),
         ("agi_type", "Local"),
         ("agi_uniqueid", &channel.uniqueid),
-        ("agi_version", "22.10.1"),
+        ("agi_version", &plan.agi_version),
         ("agi_callerid", &channel.callerid_num),
         ("agi_calleridname", &channel.callerid_name),
         ("agi_callingpres", "0"),
@@ -213,11 +242,7 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
         .await
         .map_err(|source| EmuError::Connect { addr, source })?;
     stream.set_nodelay(true)?;
-    let mut channel = Channel::new(
-        &format!("Local/100@tandem-{seq:08x};2"),
-        &format!("1795239019.{seq}"),
-    );
-    channel.digit = plan.digit;
+    let mut channel = plan.channel_for(seq);
     let mut out = Outcome::new();
     stream
         .write_all(header(plan, addr, &channel, seq).as_bytes())
@@ -351,6 +376,9 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
     }
     let _ = stream.shutdown().await;
     out.duration = started.elapsed();
+    if plan.record {
+        out.channel = Some(channel);
+    }
     Ok(out)
 }
 

@@ -1,0 +1,489 @@
+//! The dialparties route against the Asterisk emulator: a FreePBX-shaped astdb and hints, the
+//! route's answer read back from the channel as Asterisk would hold it.
+//!
+//! The uniform matrix gives every member of a group the same state and the same feature, so
+//! that what the script does can be said in a few rules (`expected` below); the cases after it
+//! pin what the rules do not cover: follow-me, confirmation, the script's bugs and their fixes,
+//! hostile member lists, and the round trips.
+
+use agi_routes::dialparties::{self, Dialparties, Fix, Rules, Shuffle, Version};
+use asterisk_emu::{AgiStatus, Channel, Outcome, Plan};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+const CALLER: &str = "2000";
+
+/// A server with the route, on a loopback port.
+async fn serve(rules: Rules) -> SocketAddr {
+    serve_route(route(rules)).await
+}
+
+fn route(rules: Rules) -> Dialparties {
+    let mut route = Dialparties::new(rules, false);
+    route.shuffle = Arc::new(|| Box::new(Reverse));
+    route
+}
+
+async fn serve_route(route: Dialparties) -> SocketAddr {
+    let config = fastagi::ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        ..fastagi::ServerConfig::default()
+    };
+    let router = dialparties::add(fastagi::Router::new(), route).unwrap();
+    let server =
+        fastagi::Server::bind(config, router, Arc::new(fastagi::Metrics::unregistered())).unwrap();
+    let addr = server.local_addr();
+    let (stop, rx) = fastagi::shutdown_channel();
+    tokio::spawn(async move {
+        let _keep = stop;
+        server.run(rx).await
+    });
+    addr
+}
+
+/// The deterministic "random" order: members reversed.
+struct Reverse;
+impl Shuffle for Reverse {
+    fn shuffle(&mut self, members: &mut [String]) {
+        members.reverse();
+    }
+}
+
+/// A FreePBX system: extensions with one PJSIP device each, call waiting on, idle.
+#[derive(Clone)]
+struct Pbx {
+    channel: Channel,
+}
+
+fn contact(ext: &str) -> String {
+    format!("PJSIP/{ext}/sip:{ext}@192.0.2.7:5060")
+}
+
+impl Pbx {
+    fn new(exts: &[String]) -> Pbx {
+        let mut channel = Channel::new("", "");
+        channel.callerid_num = CALLER.into();
+        for e in exts {
+            channel
+                .astdb
+                .insert(format!("/AMPUSER/{e}/device"), e.clone());
+            channel
+                .astdb
+                .insert(format!("/DEVICE/{e}/dial"), format!("PJSIP/{e}"));
+            channel.astdb.insert(format!("/CW/{e}"), "ENABLED".into());
+            channel.pjsip_contacts.insert(e.clone(), contact(e));
+            channel
+                .extension_states
+                .insert(format!("{e}@ext-local"), "NOT_INUSE".into());
+        }
+        Pbx { channel }
+    }
+    fn var(mut self, name: &str, value: &str) -> Pbx {
+        self.channel.variables.insert(name.into(), value.into());
+        self
+    }
+    fn db(mut self, path: &str, value: &str) -> Pbx {
+        self.channel.astdb.insert(path.into(), value.into());
+        self
+    }
+    fn undb(mut self, path: &str) -> Pbx {
+        self.channel.astdb.remove(path);
+        self
+    }
+    fn state(mut self, ext: &str, word: &str) -> Pbx {
+        self.channel
+            .extension_states
+            .insert(format!("{ext}@ext-local"), word.into());
+        self
+    }
+    /// macro-dial's arguments: ring time, dial options, members.
+    fn group(self, method: &str, members: &[String]) -> Pbx {
+        self.var("RingGroupMethod", method)
+            .var("ARG1", "20")
+            .var("ARG2", "tr")
+            .var("ARG3", &members.join("-"))
+    }
+}
+
+/// One call through the route: the outcome, and the channel as it was left.
+async fn dial(addr: SocketAddr, pbx: &Pbx) -> (Outcome, Channel) {
+    let plan = Plan {
+        channel: Some(Arc::new(pbx.channel.clone())),
+        ..Plan::route("dialparties.agi")
+    };
+    let outcome = asterisk_emu::run(addr, &plan, 1).await.unwrap();
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert_eq!(
+        outcome.status,
+        AgiStatus::Success,
+        "{:?}",
+        outcome.exchanges
+    );
+    let channel = outcome.channel.clone().unwrap();
+    (outcome, channel)
+}
+
+/// The variables the route set, by the name it used (`__KEEPCID`, `HuntMember0`, ...).
+fn sets(o: &Outcome) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (line, _) in &o.exchanges {
+        if let Some(rest) = line.strip_prefix("SET VARIABLE ") {
+            let words = agi::split_args(rest).unwrap();
+            out.insert(words[0].clone(), words.get(1).cloned().unwrap_or_default());
+        }
+    }
+    out
+}
+
+fn reads(o: &Outcome) -> usize {
+    o.exchanges
+        .iter()
+        .filter(|(l, _)| l.starts_with("GET ") || l.starts_with("DATABASE GET"))
+        .count()
+}
+
+fn exts(n: usize) -> Vec<String> {
+    (0..n).map(|i| (100 + i).to_string()).collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Feature {
+    Nothing,
+    /// CF/<ext> = 2<ext>: unconditional forward.
+    Cf,
+    /// CFB/<ext> = 3<ext>: forward on busy (call waiting stays on).
+    Cfb,
+    /// CFU/<ext> = 4<ext>: forward when unavailable (call waiting stays on).
+    Cfu,
+    Dnd,
+    /// No CW key: call waiting off.
+    CwOff,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Size {
+    One,
+    Three,
+    Twenty,
+    /// Three outside numbers (`5550100#`...).
+    External,
+}
+
+const STRATEGIES: [&str; 12] = [
+    "none",
+    "ringall",
+    "ringall-prim",
+    "ringallv2",
+    "ringallv2-prim",
+    "hunt",
+    "hunt-prim",
+    "memoryhunt",
+    "memoryhunt-prim",
+    "firstavailable",
+    "firstnotonphone",
+    "random",
+];
+const STATES: [&str; 4] = ["NOT_INUSE", "INUSE", "BUSY", "UNAVAILABLE"];
+
+/// What the script decides when every member has `state` and `feature`: the members dialled
+/// (their dial strings, in order), DIALSTATUS, __DIVERSION_REASON.
+struct Expect {
+    dialled: Vec<(String, String)>, // (FILTERED_DIAL entry, dial string)
+    dialstatus: Option<&'static str>,
+    diversion: Option<&'static str>,
+}
+
+fn expected(
+    method: &str,
+    state: &str,
+    feature: Feature,
+    members: &[String],
+    external: bool,
+) -> Expect {
+    let base = method.trim_end_matches("-prim");
+    let master = method.ends_with("-prim");
+    let busy = state == "INUSE" || state == "BUSY";
+    let unavailable = state == "UNAVAILABLE";
+    let mut dialled = Vec::new();
+    let mut dialstatus = None;
+    let mut diversion = None;
+    if external {
+        // Outside numbers have no astdb features and no state worth reading: all rung.
+        for m in members {
+            let n = m.trim_end_matches('#').to_string();
+            dialled.push((n.clone(), format!("Local/{n}@from-internal/n")));
+        }
+        return Expect {
+            dialled,
+            dialstatus,
+            diversion,
+        };
+    }
+    for (i, m) in members.iter().enumerate() {
+        let fwd = |p: &str| (format!("{p}{m}"), format!("Local/{p}{m}@from-internal/n"));
+        let own = (m.clone(), contact(m));
+        let pick = match feature {
+            Feature::Cf => {
+                if base == "none" {
+                    diversion = Some("unconditional");
+                }
+                Some(fwd("2"))
+            }
+            Feature::Dnd => {
+                dialstatus = Some("BUSY");
+                None
+            }
+            // Call waiting off: the state is read. In use or busy: dropped as busy;
+            // unavailable: dropped silently.
+            Feature::CwOff if busy => {
+                dialstatus = Some("BUSY");
+                diversion = Some("user-busy");
+                None
+            }
+            Feature::CwOff if unavailable => None,
+            // Busy forward with call waiting on: the member keeps ringing (call waiting).
+            Feature::Cfb if unavailable => None,
+            // Unavailable forward: in a group through Local; a single extension drops back to
+            // the dialplan with NOANSWER.
+            Feature::Cfu if unavailable && base != "none" => Some(fwd("4")),
+            Feature::Cfu if unavailable => {
+                dialstatus = Some("NOANSWER");
+                None
+            }
+            // Call waiting on, no state-dependent feature: the strategy's own filters.
+            Feature::Nothing if base == "firstnotonphone" && state != "NOT_INUSE" => {
+                dialstatus = Some("BUSY");
+                None
+            }
+            Feature::Nothing if base == "firstavailable" && unavailable => {
+                dialstatus = Some("BUSY");
+                None
+            }
+            _ => Some(own),
+        };
+        if let Some(p) = pick {
+            dialled.push(p);
+        }
+        // Master mode: the primary in use or busy (not idle, not unavailable) ends the list,
+        // unless it was forwarded or on DND (which reset master mode or empty the list).
+        if i == 0 && master && (busy) && !matches!(feature, Feature::Cf | Feature::Dnd) {
+            break;
+        }
+    }
+    Expect {
+        dialled,
+        dialstatus,
+        diversion,
+    }
+}
+
+#[tokio::test]
+async fn the_uniform_matrix() {
+    let addr = serve(Rules::default()).await;
+    let features = [
+        Feature::Nothing,
+        Feature::Cf,
+        Feature::Cfb,
+        Feature::Cfu,
+        Feature::Dnd,
+        Feature::CwOff,
+    ];
+    let mut cases = 0;
+    for size in [Size::One, Size::Three, Size::Twenty, Size::External] {
+        let members: Vec<String> = match size {
+            Size::One => exts(1),
+            Size::Three => exts(3),
+            Size::Twenty => exts(20),
+            Size::External => (0..3).map(|i| format!("555010{i}#")).collect(),
+        };
+        let external = size == Size::External;
+        for method in STRATEGIES {
+            for state in STATES {
+                for feature in features {
+                    if external && feature != Feature::Nothing {
+                        continue;
+                    }
+                    let extensions = if external { &[][..] } else { &members[..] };
+                    let mut pbx = Pbx::new(extensions).group(method, &members);
+                    for m in &members {
+                        // Outside numbers have no hint.
+                        if !external {
+                            pbx = pbx.state(m, state);
+                        }
+                        pbx = match feature {
+                            Feature::Nothing => pbx,
+                            Feature::Cf => pbx.db(&format!("/CF/{m}"), &format!("2{m}")),
+                            Feature::Cfb => pbx.db(&format!("/CFB/{m}"), &format!("3{m}")),
+                            Feature::Cfu => pbx.db(&format!("/CFU/{m}"), &format!("4{m}")),
+                            Feature::Dnd => pbx.db(&format!("/DND/{m}"), "YES"),
+                            Feature::CwOff => pbx.undb(&format!("/CW/{m}")),
+                        };
+                    }
+                    let (o, ch) = dial(addr, &pbx).await;
+                    check(method, state, feature, &members, external, &o, &ch);
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 12 * 4 * (6 * 3 + 1));
+}
+
+fn check(
+    method: &str,
+    state: &str,
+    feature: Feature,
+    members: &[String],
+    external: bool,
+    o: &Outcome,
+    ch: &Channel,
+) {
+    let case = format!(
+        "{method} / {state} / {feature:?} / {} members",
+        members.len()
+    );
+    let set = sets(o);
+    let e = expected(method, state, feature, members, external);
+    let base = method.trim_end_matches("-prim");
+    let hunt_type = [
+        "hunt",
+        "memoryhunt",
+        "random",
+        "firstavailable",
+        "firstnotonphone",
+    ]
+    .contains(&base);
+    let filtered: Vec<&str> = e.dialled.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        set["FILTERED_DIAL"],
+        filtered.join("-"),
+        "{case}: FILTERED_DIAL"
+    );
+    assert_eq!(set["__KEEPCID"], "TRUE", "{case}");
+    assert_eq!(set["__DIALPARTIES"], "1", "{case}");
+    assert_eq!(set["DIALOPTS"], "tr", "{case}");
+    assert_eq!(
+        set.get("__DIVERSION_REASON").map(String::as_str),
+        e.diversion,
+        "{case}: diversion"
+    );
+    let dials: Vec<&str> = e.dialled.iter().map(|(_, d)| d.as_str()).collect();
+    // DIALSTATUS: what a dropped member said, or NOANSWER when nothing is left to dial.
+    // ringallv2 hands the list to the follow-me contexts unless exactly one member is left
+    // after DND: with every member on DND too, since a count of 0 is not 1.
+    // Master mode ends the list first when the primary is on DND, or in use or busy and
+    // not forwarded: the dial string is then kept as built.
+    let busy = state == "INUSE" || state == "BUSY";
+    let skipped = method.ends_with("-prim")
+        && !external
+        && (feature == Feature::Dnd || (busy && feature != Feature::Cf));
+    let left = if feature == Feature::Dnd {
+        0
+    } else {
+        members.len()
+    };
+    let follow_me_form = base == "ringallv2" && !skipped && left != 1;
+    let ds_empty = dials.is_empty() && !follow_me_form;
+    let status = e.dialstatus.or(ds_empty.then_some("NOANSWER"));
+    assert_eq!(
+        set.get("DIALSTATUS").map(String::as_str),
+        status,
+        "{case}: DIALSTATUS"
+    );
+
+    if follow_me_form {
+        // Without FMGRP, ringallv2 still hands the list to the follow-me contexts: the first
+        // member (after DND) to FMPR, the rest to FMGL, with no ring time.
+        // The list as the passes left it: forwarded members as `<target>#`.
+        let left: Vec<String> = match feature {
+            Feature::Dnd => vec![],
+            Feature::Cf => members.iter().map(|m| format!("2{m}#")).collect(),
+            _ => members.to_vec(),
+        };
+        let first = left.first().cloned().unwrap_or_default();
+        let rest: Vec<String> = left.iter().skip(1).cloned().collect();
+        let want = format!(
+            "Local/FMPR-{first}@from-internal&Local/FMGL-{}@from-internal,,tr",
+            rest.join("-")
+        );
+        assert_eq!(
+            set.get("ds").map(String::as_str),
+            Some(want.as_str()),
+            "{case}: ds"
+        );
+        assert_eq!(
+            set["_FMPRIME"],
+            if method == "ringallv2" {
+                "FALSE"
+            } else {
+                "TRUE"
+            },
+            "{case}"
+        );
+        return;
+    }
+    if dials.is_empty() {
+        assert!(!set.contains_key("ds"), "{case}: ds {:?}", set.get("ds"));
+        return;
+    }
+    if hunt_type {
+        // Members forwarded by CF are left out of the hunt list (the script's bug: it looks
+        // them up by their original number, and CF replaced it). A CFU forward keeps its
+        // place: it is filed under the member's own number. Outside numbers are never hunt
+        // place: it is filed under the member's own number, except in firstnotonphone, whose
+        // reordering looks members up by the number dialled.
+        let mut hunt: Vec<String> = if feature == Feature::Cf {
+            Vec::new()
+        } else {
+            e.dialled
+                .iter()
+                .filter(|(f, _)| base != "firstnotonphone" || members.contains(f) || external)
+                .map(|(_, d)| d.clone())
+                .collect()
+        };
+        if base == "random" {
+            hunt.reverse();
+        }
+        assert_eq!(set["ds"], ",20,tr", "{case}: ds");
+        assert_eq!(set["HuntMembers"], hunt.len().to_string(), "{case}");
+        assert_eq!(set["MACRODIALGOTO_PRI"], "huntdial", "{case}");
+        assert_eq!(set["CALLTRACE_HUNT"], CALLER, "{case}");
+        for (i, d) in hunt.iter().enumerate() {
+            let want = if base == "memoryhunt" {
+                hunt[..=i].join("&")
+            } else {
+                d.clone()
+            };
+            assert_eq!(
+                set[&format!("HuntMember{i}")],
+                want,
+                "{case}: HuntMember{i}"
+            );
+        }
+        assert!(
+            !ch.astdb.keys().any(|k| k.starts_with("/CALLTRACE/")),
+            "{case}: no CALLTRACE in a hunt"
+        );
+        return;
+    }
+    // ringallv2 with one member keeps its ring time empty (no follow-me times).
+    let timer = if base == "ringallv2" { "" } else { "20" };
+    assert_eq!(
+        set["ds"],
+        format!("{},{timer},tr", dials.join("&")),
+        "{case}: ds"
+    );
+    assert_eq!(set["MACRODIALGOTO_PRI"], "normdial", "{case}");
+    for (f, d) in &e.dialled {
+        let trace = ch.astdb.get(&format!("/CALLTRACE/{f}"));
+        if d.starts_with("PJSIP") {
+            assert_eq!(
+                trace.map(String::as_str),
+                Some(CALLER),
+                "{case}: CALLTRACE/{f}"
+            );
+        }
+    }
+}
