@@ -487,3 +487,361 @@ fn check(
         }
     }
 }
+
+fn rules(version: Version, fixes: &[Fix]) -> Rules {
+    Rules {
+        version,
+        fixes: fixes.to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn a_group_of_up_to_twenty_takes_at_most_four_reads() {
+    let addr = serve(Rules::default()).await;
+    for n in [1, 3, 20] {
+        let members = exts(n);
+        let pbx = Pbx::new(&members).group("ringall", &members);
+        let (o, _) = dial(addr, &pbx).await;
+        // The script: about 96 round trips for three members, ~17 more per member.
+        assert!(reads(&o) <= 4, "{n} members: {} reads", reads(&o));
+        assert!(o.exchanges.iter().all(|(l, _)| !l.starts_with("VERBOSE")));
+        // Writes: the script's SET VARIABLEs and one CALLTRACE put per member.
+        let puts = o
+            .exchanges
+            .iter()
+            .filter(|(l, _)| l.starts_with("DATABASE PUT"))
+            .count();
+        assert_eq!(puts, n);
+        assert_eq!(o.commands, reads(&o) + puts + sets(&o).len());
+        // The common case, single-device PJSIP members: variables, members, contacts.
+        assert_eq!(reads(&o), 3, "{n} members");
+    }
+}
+
+#[tokio::test]
+async fn an_older_asterisk_gets_shorter_lines() {
+    // Asterisk before 22.6 reads 2 KiB per command: twenty members need more round trips,
+    // and no line may pass the limit.
+    let addr = serve(Rules::default()).await;
+    let members = exts(20);
+    let pbx = Pbx::new(&members).group("ringall", &members);
+    let plan = Plan {
+        channel: Some(Arc::new(pbx.channel.clone())),
+        agi_version: "22.5.0".into(),
+        max_line_bytes: 2047,
+        ..Plan::route("dialparties")
+    };
+    let o = asterisk_emu::run(addr, &plan, 1).await.unwrap();
+    assert!(o.violations.is_empty(), "{:?}", o.violations);
+    let (_, new_ds) = {
+        let (o8, _) = dial(addr, &pbx).await;
+        (o8.clone(), sets(&o8)["ds"].clone())
+    };
+    assert_eq!(sets(&o)["ds"], new_ds, "the same decision");
+    assert!(reads(&o) <= 6, "{} reads at 2 KiB", reads(&o));
+}
+
+#[tokio::test]
+async fn follow_me_rings_the_primary_first() {
+    let addr = serve(Rules::default()).await;
+    let members = exts(3);
+    // Follow-me of 100 with list 101-102 (the primary not in the list): it rings alone for
+    // the pre-ring time (FMPR), the list joins after it (FMGL).
+    let pbx = Pbx::new(&members)
+        .group("ringallv2-prim", &members[1..])
+        .var("FMGRP", "100")
+        .db("/AMPUSER/100/followme/prering", "7")
+        .db("/AMPUSER/100/followme/grptime", "20");
+    let (o, _) = dial(addr, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(
+        set["ds"],
+        "Local/FMPR-100@from-internal&Local/FMGL-101-102@from-internal,27,tr"
+    );
+    assert_eq!(set["_FMPRERING"], "5", "prering - 2");
+    assert_eq!(
+        set["_FMREALPRERING"], "7",
+        "not in the list: only the pre-ring time"
+    );
+    assert_eq!(set["_FMGRPTIME"], "20");
+    assert_eq!(set["_FMPRIME"], "TRUE");
+    assert_eq!(set["_FMUNIQUE"], "Local/100@tandem-00000001;2");
+    assert_eq!(set["_RingGroupMethod"], "ringall");
+    assert_eq!(set["FMGL_DIAL"], "101-102");
+    assert_eq!(set["TIMEOUT"], "27");
+    assert!(reads(&o) <= 3, "{}", reads(&o));
+
+    // In the list: rung for the whole time; a pre-ring of 1 counts as 2.
+    let pbx = Pbx::new(&members)
+        .group(
+            "ringallv2",
+            &[members[1].clone(), members[0].clone(), members[2].clone()],
+        )
+        .var("FMGRP", "100")
+        .db("/AMPUSER/100/followme/prering", "1")
+        .db("/AMPUSER/100/followme/grptime", "20");
+    let (o, _) = dial(addr, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(
+        set["ds"],
+        "Local/FMPR-100@from-internal&Local/FMGL-101-102@from-internal,22,tr"
+    );
+    assert_eq!(set["_FMREALPRERING"], "22");
+    assert_eq!(set["_FMPRIME"], "FALSE");
+
+    // The primary on DND with the list empty otherwise: the group time alone.
+    let pbx = Pbx::new(&members)
+        .group("ringallv2", &members[1..2])
+        .var("FMGRP", "100")
+        .db("/DND/100", "YES")
+        .db("/AMPUSER/100/followme/prering", "7")
+        .db("/AMPUSER/100/followme/grptime", "20");
+    let (o, _) = dial(addr, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(set["ds"], format!("{},20,tr", contact("101")));
+    assert_eq!(set["DIALSTATUS"], "BUSY");
+}
+
+#[tokio::test]
+async fn an_empty_group_time_stops_php_8_but_not_the_fix() {
+    let members = exts(3);
+    let pbx = Pbx::new(&members)
+        .group("ringallv2", &members[1..])
+        .var("FMGRP", "100")
+        .db("/AMPUSER/100/followme/prering", "7");
+    // FreePBX 17 (PHP 8): "" + 7 is a TypeError; the script dies before it sets ds.
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    let set = sets(&o);
+    assert!(!set.contains_key("ds") && !set.contains_key("TIMEOUT"));
+    assert_eq!(set["__KEEPCID"], "TRUE", "what came before stands");
+    // FreePBX 16 (PHP 7) reads it as 0, and so does the fix.
+    for r in [
+        rules(Version::V16, &[]),
+        rules(Version::V17, &[Fix::FollowmeEmptyGrptime]),
+    ] {
+        let (o, _) = dial(serve(r).await, &pbx).await;
+        assert_eq!(
+            sets(&o)["ds"],
+            "Local/FMPR-100@from-internal&Local/FMGL-101-102@from-internal,7,tr"
+        );
+    }
+}
+
+#[tokio::test]
+async fn confirmation_dials_through_local_and_forces_ringall() {
+    let addr = serve(Rules::default()).await;
+    let members = vec!["100".to_string(), "5550100#".to_string()];
+    let pbx = Pbx::new(&members[..1])
+        .group("memoryhunt", &members)
+        .var("USE_CONFIRMATION", "TRUE")
+        .var("RINGGROUP_INDEX", "5")
+        .var("NODEST", "600");
+    let (o, ch) = dial(addr, &pbx).await;
+    let set = sets(&o);
+    // memoryhunt cannot confirm: ringall. Members go through the confirmation contexts, and
+    // NODEST adds no blkvm macro while confirming.
+    assert_eq!(
+        set["ds"],
+        "Local/LC-100@from-internal&Local/RG-5*-5550100#@from-internal,20,tr"
+    );
+    assert_eq!(set["__RT"], "20");
+    assert_eq!(set["__RG_IDX"], "5");
+    assert_eq!(set["__CALLCONFIRMCID"], CALLER);
+    assert_eq!(set["MACRODIALGOTO_PRI"], "normdial");
+    assert_eq!(ch.astdb["/CALLTRACE/100"], CALLER);
+
+    // A caller ID that is not a number confirms as 999, and its CALLTRACE is removed.
+    let mut pbx = pbx.db("/CALLTRACE/100", "1999");
+    pbx.channel.callerid_num = "anonymous".into();
+    let (o, ch) = dial(addr, &pbx).await;
+    assert_eq!(sets(&o)["__CALLCONFIRMCID"], "999");
+    assert!(!ch.astdb.contains_key("/CALLTRACE/100"));
+}
+
+#[tokio::test]
+async fn no_destination_blocks_voicemail_per_release() {
+    let members = exts(2);
+    let pbx = Pbx::new(&members)
+        .group("ringall", &members)
+        .var("NODEST", "600");
+    let (o, _) = dial(serve(rules(Version::V16, &[])).await, &pbx).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trM(auto-blkvm)");
+    assert!(!sets(&o).contains_key("__DIALPARTIES"));
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trU(macro-auto-blkvm)");
+    assert_eq!(sets(&o)["__DIALPARTIES"], "1");
+    // Already there: not twice. RG_CONFIRM=1: not at all.
+    let pbx2 = pbx.clone().var("ARG2", "trU(macro-auto-blkvm)");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx2).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trU(macro-auto-blkvm)");
+    let pbx3 = pbx.var("RG_CONFIRM", "1");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx3).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "tr");
+}
+
+#[tokio::test]
+async fn inbound_and_queue_calls_lose_the_transfer_option() {
+    let members = exts(1);
+    let base = Pbx::new(&members)
+        .group("ringall", &members)
+        .var("ARG2", "TtrU(sub^Test)m(Tunes)");
+    let addr = serve(Rules::default()).await;
+    // The script spares the music class m(Tunes), and nothing else: U(sub^Test) loses its T.
+    let (o, _) = dial(addr, &base.clone().var("DIRECTION", "INBOUND")).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trU(sub^est)m(Tunes)");
+    let (o, _) = dial(addr, &base.clone().var("FROMQ", "true")).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trU(sub^est)m(unes)");
+    let fixed = serve(rules(Version::V17, &[Fix::TOutsideArguments])).await;
+    let (o, _) = dial(fixed, &base.clone().var("FROMQ", "true")).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "trU(sub^Test)m(Tunes)");
+    let (o, _) = dial(addr, &base).await;
+    assert_eq!(sets(&o)["DIALOPTS"], "TtrU(sub^Test)m(Tunes)");
+}
+
+#[tokio::test]
+async fn cfignore_leaves_a_hole_the_dnd_pass_misses() {
+    // 100 forwards (dropped under CFIGNORE, key 0 unset), 101 is on DND. The DND pass counts
+    // positions: 101 is at position 0 but key 1, so it unsets key 0 (gone already) and 101
+    // stays, and is rung though on DND.
+    let members = exts(3);
+    let pbx = Pbx::new(&members)
+        .group("ringall", &members)
+        .var("CFIGNORE", "TRUE")
+        .db("/CF/100", "300")
+        .db("/DND/101", "YES");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    assert_eq!(sets(&o)["FILTERED_DIAL"], "101-102");
+    let (o, _) = dial(serve(rules(Version::V17, &[Fix::DenseIndex])).await, &pbx).await;
+    assert_eq!(sets(&o)["FILTERED_DIAL"], "102");
+    assert_eq!(sets(&o)["DIALSTATUS"], "BUSY");
+}
+
+#[tokio::test]
+async fn hunting_skips_forwarded_members_unless_fixed() {
+    let members = exts(3);
+    let pbx = Pbx::new(&members)
+        .group("hunt", &members)
+        .db("/CF/101", "5550199");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(set["FILTERED_DIAL"], "100-5550199-102");
+    assert_eq!(set["HuntMembers"], "2");
+    assert_eq!(set["HuntMember1"], contact("102"));
+    let (o, _) = dial(
+        serve(rules(Version::V17, &[Fix::HuntKeepsForwarded])).await,
+        &pbx,
+    )
+    .await;
+    let set = sets(&o);
+    assert_eq!(set["HuntMembers"], "3");
+    assert_eq!(set["HuntMember1"], "Local/5550199@from-internal/n");
+}
+
+#[tokio::test]
+async fn deviceless_members_are_listed_unless_fixed() {
+    let members = exts(2);
+    let pbx = Pbx::new(&members)
+        .group("ringall", &members)
+        .undb("/AMPUSER/101/device");
+    let (o, ch) = dial(serve(Rules::default()).await, &pbx).await;
+    assert_eq!(sets(&o)["FILTERED_DIAL"], "100-101");
+    assert_eq!(sets(&o)["ds"], format!("{},20,tr", contact("100")));
+    assert!(ch.astdb.contains_key("/CALLTRACE/101"));
+    let (o, ch) = dial(
+        serve(rules(Version::V17, &[Fix::SkipDeviceless])).await,
+        &pbx,
+    )
+    .await;
+    assert_eq!(sets(&o)["FILTERED_DIAL"], "100");
+    assert!(!ch.astdb.contains_key("/CALLTRACE/101"));
+}
+
+#[tokio::test]
+async fn queue_wait_names_the_minutes_and_headers_carry_alert_info() {
+    let members = exts(1);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let pbx = Pbx::new(&members)
+        .group("ringall", &members)
+        .var("QUEUEWAIT", &(now - 185).to_string())
+        .var("ALERT_INFO", "<http://x>;info=ring2")
+        .var("RVOL", "5")
+        .var("SIPADDHEADER", "X-Group:sales")
+        .var("RVOL_MODE", "no");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(set["CALLERID(name)"], "M3:Alice");
+    assert_eq!(set["__SAVEDCIDNAME"], "Alice");
+    assert_eq!(
+        set["HASH(__SIPHEADERS,Alert-Info)"],
+        "<http://x>;info=ring2\\;volume=5"
+    );
+    assert_eq!(set["HASH(__SIPHEADERS,X-Group)"], "sales");
+    assert_eq!(set["__RVOL"], "5");
+}
+
+#[tokio::test]
+async fn hostile_member_lists_stay_in_their_place() {
+    let addr = serve(Rules::default()).await;
+    // issue-tracker#433's list splits on '-' into `{` and `7135689715#}`; a member that is an
+    // expression is read with its own DATABASE GET, never evaluated.
+    let list = "{-7135689715#}-${SHELL(id)}-100";
+    // With call waiting on, no state is read and every member is kept: `{` and the expression
+    // have no device (nothing to dial, but listed), `7135689715#}` has a '#' after its first
+    // character, so it is an outside number, dialled with its brace.
+    let pbx = Pbx::new(&exts(1))
+        .var("RingGroupMethod", "ringall")
+        .var("ARG1", "20")
+        .var("ARG3", list)
+        .db("/CW/{", "ENABLED")
+        .db("/CW/7135689715#}", "ENABLED")
+        .db("/CW/${SHELL(id)}", "ENABLED");
+    let (o, _) = dial(addr, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(set["FILTERED_DIAL"], "{-7135689715}-${SHELL(id)}-100");
+    assert_eq!(
+        set["ds"],
+        format!("Local/7135689715}}@from-internal/n&{},20,", contact("100"))
+    );
+    for (line, _) in &o.exchanges {
+        if line.starts_with("GET FULL VARIABLE") {
+            assert!(!line.contains("SHELL"), "{line}");
+        }
+    }
+    // An ARGn of '-' ends the script there (it exits with the argument's number).
+    let pbx = Pbx::new(&exts(1))
+        .var("RingGroupMethod", "ringall")
+        .var("ARG3", "100")
+        .var("ARG4", "-");
+    let (o, _) = dial(addr, &pbx).await;
+    assert!(!sets(&o).contains_key("FILTERED_DIAL"));
+}
+
+#[tokio::test]
+async fn screening_from_outside_marks_the_call() {
+    let members = exts(1);
+    let dir = tempfile::tempdir().unwrap();
+    let intros = dir.path().join("sounds/priv-callerintros");
+    std::fs::create_dir_all(&intros).unwrap();
+    for f in ["2000.wav", "2000.gsm", "20001.wav"] {
+        std::fs::write(intros.join(f), b"x").unwrap();
+    }
+    let pbx = Pbx::new(&members)
+        .group("none", &members)
+        .var("FROM_DID", "5551234")
+        .var("ASTVARLIBDIR", dir.path().to_str().unwrap())
+        .db("/AMPUSER/100/screen", "nomemory");
+    let (o, _) = dial(serve(Rules::default()).await, &pbx).await;
+    let set = sets(&o);
+    assert_eq!(set["__SCREEN"], "nomemory");
+    assert_eq!(set["__SCREEN_EXTEN"], "100");
+    assert_eq!(set["ds"], format!("{},20,trp", contact("100")));
+    // The caller's introductions are gone, another caller's stay.
+    let left: Vec<_> = std::fs::read_dir(&intros)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("20001.wav")]);
+}

@@ -188,9 +188,10 @@ pub async fn fetch(
     let mut expr = String::from(SENTINEL);
     // The command, a possible pair of quotes and the newline.
     let budget = line_bytes_max.saturating_sub(COMMAND.len() + 3);
+    let mut asked = HashSet::new();
     let items: Vec<Item> = facts
         .into_iter()
-        .filter(|f| !cache.knows(f))
+        .filter(|f| !cache.knows(f) && asked.insert(f.clone()))
         .map(Item::Fact)
         .chain(guesses.into_iter().map(Item::Guess))
         .collect();

@@ -179,19 +179,22 @@ impl Dialparties {
                     .into(),
                 ));
             }
-            let guesses = missing
-                .iter()
-                .filter_map(|f| match f {
-                    Fact::Db(family, key) if family == "AMPUSER" => key
-                        .strip_suffix("/device")
-                        .filter(|m| fetch::embeddable(m))
-                        .map(|m| Guess::DeviceDial {
-                            member: m.to_string(),
-                        }),
-                    _ => None,
-                })
-                .collect();
-            reads += fetch::fetch(s, &mut cache, missing, guesses, line_max).await?;
+            // A member's forward is read first; its devices and their dial strings come
+            // along (nested), since a member that is rung needs them next.
+            let mut wanted = missing.clone();
+            let mut guesses = Vec::new();
+            for f in &missing {
+                if let Fact::Db(family, member) = f
+                    && family == "CF"
+                    && fetch::embeddable(member)
+                {
+                    wanted.push(Fact::Db("AMPUSER".into(), format!("{member}/device")));
+                    guesses.push(Guess::DeviceDial {
+                        member: member.clone(),
+                    });
+                }
+            }
+            reads += fetch::fetch(s, &mut cache, wanted, guesses, line_max).await?;
         };
         debug!(
             session = s.id(),
