@@ -7,6 +7,7 @@
 //! hostile member lists, and the round trips.
 
 use agi_routes::dialparties::{self, Dialparties, Fix, Rules, Shuffle, Version};
+use asterisk_emu::freepbx::{self, contact};
 use asterisk_emu::{AgiStatus, Channel, Outcome, Plan};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -57,27 +58,10 @@ struct Pbx {
     channel: Channel,
 }
 
-fn contact(ext: &str) -> String {
-    format!("PJSIP/{ext}/sip:{ext}@192.0.2.7:5060")
-}
-
 impl Pbx {
     fn new(exts: &[String]) -> Pbx {
-        let mut channel = Channel::new("", "");
+        let mut channel = freepbx::extensions(exts);
         channel.callerid_num = CALLER.into();
-        for e in exts {
-            channel
-                .astdb
-                .insert(format!("/AMPUSER/{e}/device"), e.clone());
-            channel
-                .astdb
-                .insert(format!("/DEVICE/{e}/dial"), format!("PJSIP/{e}"));
-            channel.astdb.insert(format!("/CW/{e}"), "ENABLED".into());
-            channel.pjsip_contacts.insert(e.clone(), contact(e));
-            channel
-                .extension_states
-                .insert(format!("{e}@ext-local"), "NOT_INUSE".into());
-        }
         Pbx { channel }
     }
     fn var(mut self, name: &str, value: &str) -> Pbx {
@@ -99,11 +83,9 @@ impl Pbx {
         self
     }
     /// macro-dial's arguments: ring time, dial options, members.
-    fn group(self, method: &str, members: &[String]) -> Pbx {
-        self.var("RingGroupMethod", method)
-            .var("ARG1", "20")
-            .var("ARG2", "tr")
-            .var("ARG3", &members.join("-"))
+    fn group(mut self, method: &str, members: &[String]) -> Pbx {
+        freepbx::ring_group(&mut self.channel, method, members);
+        self
     }
 }
 
@@ -125,16 +107,37 @@ async fn dial(addr: SocketAddr, pbx: &Pbx) -> (Outcome, Channel) {
     (outcome, channel)
 }
 
-/// The variables the route set, by the name it used (`__KEEPCID`, `HuntMember0`, ...).
+/// The variables the route set, by the name it used (`__KEEPCID`, `HuntMember0`, ...), with
+/// SET VARIABLE or in an `EXEC MSet` batch.
 fn sets(o: &Outcome) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (line, _) in &o.exchanges {
-        if let Some(rest) = line.strip_prefix("SET VARIABLE ") {
-            let words = agi::split_args(rest).unwrap();
-            out.insert(words[0].clone(), words.get(1).cloned().unwrap_or_default());
+        let words = agi::split_args(line).unwrap();
+        match words
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["SET", "VARIABLE", name, value @ ..] => {
+                out.insert(name.to_string(), value.first().unwrap_or(&"").to_string());
+            }
+            ["EXEC", "MSet", options] => {
+                for (name, value) in asterisk_emu::mset_pairs(options) {
+                    if !name.starts_with("DB(") {
+                        out.insert(name, value);
+                    }
+                }
+            }
+            _ => {}
         }
     }
     out
+}
+
+/// Round trips that write: SET VARIABLE, EXEC MSet, DATABASE PUT and DEL.
+fn writes(o: &Outcome) -> usize {
+    o.exchanges.len() - reads(o)
 }
 
 fn reads(o: &Outcome) -> usize {
@@ -145,7 +148,7 @@ fn reads(o: &Outcome) -> usize {
 }
 
 fn exts(n: usize) -> Vec<String> {
-    (0..n).map(|i| (100 + i).to_string()).collect()
+    freepbx::numbers(n)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -505,14 +508,16 @@ async fn a_group_of_up_to_twenty_takes_at_most_four_reads() {
         // The script: about 96 round trips for three members, ~17 more per member.
         assert!(reads(&o) <= 4, "{n} members: {} reads", reads(&o));
         assert!(o.exchanges.iter().all(|(l, _)| !l.starts_with("VERBOSE")));
-        // Writes: the script's SET VARIABLEs and one CALLTRACE put per member.
-        let puts = o
-            .exchanges
-            .iter()
-            .filter(|(l, _)| l.starts_with("DATABASE PUT"))
-            .count();
-        assert_eq!(puts, n);
-        assert_eq!(o.commands, reads(&o) + puts + sets(&o).len());
+        // Writes: the script's variables and a CALLTRACE key per member, in one MSet.
+        assert_eq!(writes(&o), 1, "{n} members: {:?}", o.exchanges.last());
+        let (_, ch) = dial(addr, &pbx).await;
+        assert_eq!(
+            ch.astdb
+                .keys()
+                .filter(|k| k.starts_with("/CALLTRACE/"))
+                .count(),
+            n
+        );
         // The common case, single-device PJSIP members: variables, members, contacts.
         assert_eq!(reads(&o), 3, "{n} members");
     }
@@ -844,4 +849,25 @@ async fn screening_from_outside_marks_the_call() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("20001.wav")]);
+}
+
+#[tokio::test]
+async fn batched_writes_keep_every_character() {
+    // Values reach the channel exactly through MSet's two splitting passes: commas, equals
+    // signs, quotes, backslashes, parentheses and brackets.
+    let members = exts(2);
+    let nasty = r#"a,b=c"d\e(f)[g] h"#;
+    let pbx = Pbx::new(&members)
+        .group("ringall", &members)
+        .var("SIPADDHEADER", &format!("X-Odd:{nasty}"))
+        .var("ARG2", "tr(x,y)=\\");
+    let (o, ch) = dial(serve(rules(Version::V17, &[Fix::ExactValues])).await, &pbx).await;
+    assert_eq!(ch.variables["HASH(__SIPHEADERS,X-Odd)"], nasty);
+    assert_eq!(ch.variables["DIALOPTS"], "tr(x,y)=\\");
+    assert_eq!(
+        ch.variables["ds"],
+        format!("{}&{},20,tr(x,y)=\\", contact("100"), contact("101"))
+    );
+    assert_eq!(sets(&o)["DIALOPTS"], "tr(x,y)=\\");
+    assert_eq!(writes(&o), 1);
 }

@@ -221,6 +221,10 @@ impl Channel {
                     .insert(format!("/{}/{}", arg(0), arg(1)), arg(2).to_string());
                 "200 result=1\n".into()
             }
+            "exec" if arg(0).eq_ignore_ascii_case("mset") => {
+                self.mset(arg(1));
+                "200 result=0\n".into()
+            }
             "exec" => {
                 let known = [
                     "noop", "set", "verbose", "wait", "playback", "dial", "log", "answer",
@@ -353,6 +357,21 @@ impl Channel {
         })
     }
 
+    /// The MSet application: pairs split at `,`, each at its first `=`, by Asterisk's
+    /// argument splitter; a name ending in `)` is a function (`DB(family/key)` writes astdb).
+    fn mset(&mut self, data: &str) {
+        for (name, value) in mset_pairs(data) {
+            match name.strip_prefix("DB(").and_then(|n| n.strip_suffix(')')) {
+                Some(path) => {
+                    self.astdb.insert(format!("/{path}"), value);
+                }
+                None => {
+                    self.variables.insert(name, value);
+                }
+            }
+        }
+    }
+
     /// A variable, or a function when the name ends in `)` (as GET VARIABLE reads it).
     fn read(&mut self, name: &str) -> Option<String> {
         if let Some(v) = self.variable(name) {
@@ -437,6 +456,68 @@ impl Channel {
         out.push_str(rest);
         out
     }
+}
+
+/// The `name=value` pairs of an `MSet` argument as Asterisk reads them: up to 99 pairs split
+/// at `,`, each at its first `=`; a pair without `=` is ignored.
+pub fn mset_pairs(data: &str) -> Vec<(String, String)> {
+    separate_args(data, ',', 99)
+        .into_iter()
+        .filter_map(|pair| match separate_args(&pair, '=', 2).as_slice() {
+            [name, value] => Some((name.clone(), value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Asterisk's `__ast_app_separate_args` with `remove_chars`: splits at `delim` outside
+/// parentheses, brackets and quotes; quotes are removed and a backslash makes the next character
+/// literal. At most `max` arguments; the last of `max` is the rest of the text, untouched.
+fn separate_args(buf: &str, delim: char, max: usize) -> Vec<String> {
+    let chars: Vec<char> = buf.chars().collect();
+    let mut out = Vec::new();
+    let (mut paren, mut bracket, mut quote) = (0u32, 0u32, false);
+    let mut i = 0;
+    let mut ended_on_delim = false;
+    while i < chars.len() && out.len() < max - 1 {
+        let mut arg = String::new();
+        ended_on_delim = false;
+        while i < chars.len() {
+            let c = chars[i];
+            i += 1;
+            match c {
+                '(' => paren += 1,
+                ')' => paren = paren.saturating_sub(1),
+                '[' => bracket += 1,
+                ']' => bracket = bracket.saturating_sub(1),
+                '"' if delim != '"' => {
+                    quote = !quote;
+                    continue;
+                }
+                '\\' => {
+                    if let Some(&n) = chars.get(i) {
+                        arg.push(n);
+                        i += 1;
+                    }
+                    continue;
+                }
+                c if c == delim && paren == 0 && !quote && bracket == 0 => {
+                    ended_on_delim = true;
+                    break;
+                }
+                _ => {}
+            }
+            arg.push(c);
+        }
+        out.push(arg);
+    }
+    if i < chars.len() {
+        // The last argument: the rest as it is (the splitter no longer looks at it).
+        out.push(chars[i..].iter().collect());
+    } else if ended_on_delim {
+        out.push(String::new());
+    }
+    out
 }
 
 /// `URIENCODE()`: letters, digits and `-_.!~*'()` stay, every other byte is `%XX`.

@@ -12,11 +12,12 @@
 
 mod channel;
 mod classic;
+pub mod freepbx;
 mod load;
 mod session;
 mod transcript;
 
-pub use channel::{Answer, COMMANDS, Channel};
+pub use channel::{Answer, COMMANDS, Channel, mset_pairs};
 pub use classic::run_classic;
 pub use load::{Load, LoadReport, Target, run_load};
 pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run};

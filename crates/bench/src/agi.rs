@@ -453,7 +453,7 @@ pub(super) fn spawn(
 /// Waits until the server completes one session. A bare connect-and-close is not enough (and
 /// not harmless: it sends panoramisk's header loop into a spin at EOF that starves its event
 /// loop), so readiness is one real session.
-async fn wait_until_serving(s: &Subject) -> anyhow::Result<()> {
+pub(super) async fn wait_until_serving(s: &Subject) -> anyhow::Result<()> {
     let Target::FastAgi(addr) = &s.target else {
         return Ok(());
     };

@@ -13,6 +13,7 @@
 //! benchmark as the binary's are.
 
 pub mod agi;
+mod agi_dialparties;
 mod agi_memory;
 mod agi_scripts;
 mod archive;
@@ -61,6 +62,9 @@ pub enum BenchCommand {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Agi(args) if args.scripts => agi_scripts::run(&args),
+        BenchCommand::Agi(args) if args.route == "dialparties" && args.target.is_none() => {
+            agi_dialparties::run(&args)
+        }
         BenchCommand::Agi(args) => agi::run(args),
         BenchCommand::AgiMemory(args) => agi_memory::run(args),
         BenchCommand::AgiFloor(args) => floor::run(args),

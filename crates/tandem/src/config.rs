@@ -17,6 +17,58 @@ pub struct Config {
     pub capture: CaptureConfig,
     pub history: HistorySettings,
     pub web: console::WebConfig,
+    pub dialparties: DialpartiesConfig,
+}
+
+/// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DialpartiesConfig {
+    /// Serve `dialparties` and `dialparties.agi` natively; false: `dialparties.agi` goes to
+    /// the script directory like any other script.
+    pub enabled: bool,
+    /// FreePBX release whose script is followed: 16 (also 15) or 17.
+    pub version: u32,
+    /// The script's VERBOSE lines to Tandem's log (at info) instead of nowhere.
+    pub verbose: bool,
+    /// The script's bugs to fix, by name (see README, "FreePBX ring groups and Follow Me").
+    pub fix: Vec<String>,
+}
+
+impl Default for DialpartiesConfig {
+    fn default() -> Self {
+        DialpartiesConfig {
+            enabled: true,
+            version: 17,
+            verbose: false,
+            fix: Vec::new(),
+        }
+    }
+}
+
+impl DialpartiesConfig {
+    pub fn rules(&self) -> anyhow::Result<agi_routes::dialparties::Rules> {
+        use agi_routes::dialparties::{Fix, Version};
+        let version = match self.version {
+            15 | 16 => Version::V16,
+            17 => Version::V17,
+            v => anyhow::bail!("dialparties.version = {v}: use 16 (FreePBX 15 and 16) or 17"),
+        };
+        let fixes = self
+            .fix
+            .iter()
+            .map(|name| {
+                Fix::parse(name).ok_or_else(|| {
+                    let known: Vec<&str> = Fix::ALL.iter().map(|f| f.name()).collect();
+                    anyhow::anyhow!(
+                        "dialparties.fix: no fix named {name:?}; known: {}",
+                        known.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<Fix>>>()?;
+        Ok(agi_routes::dialparties::Rules { version, fixes })
+    }
 }
 
 /// `[history]`: the figures of `/metrics` and of the host, sampled into a history for the
@@ -226,6 +278,10 @@ impl Config {
             .fastagi
             .validate()
             .map_err(|e| anyhow::anyhow!("configuration file {}: {e}", path.display()))?;
+        config
+            .dialparties
+            .rules()
+            .with_context(|| format!("configuration file {}", path.display()))?;
         if config.capture.enabled() {
             config
                 .capture
@@ -253,7 +309,22 @@ mod tests {
         assert_eq!(example.capture, defaults.capture);
         assert_eq!(example.history, defaults.history);
         assert_eq!(example.web, defaults.web);
+        assert_eq!(example.dialparties, defaults.dialparties);
         assert!(defaults.history.to_config().is_ok());
+    }
+
+    #[test]
+    fn dialparties_settings_name_what_is_wrong() {
+        let c = |v: u32, fix: &[&str]| DialpartiesConfig {
+            version: v,
+            fix: fix.iter().map(|s| s.to_string()).collect(),
+            ..DialpartiesConfig::default()
+        };
+        assert!(c(16, &["dense-index", "exact-values"]).rules().is_ok());
+        let e = c(18, &[]).rules().unwrap_err().to_string();
+        assert!(e.contains("use 16"), "{e}");
+        let e = c(17, &["hunt"]).rules().unwrap_err().to_string();
+        assert!(e.contains("hunt-keeps-forwarded"), "{e}");
     }
 
     #[test]

@@ -82,6 +82,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
     let mut router = agi_routes::db::add(fastagi::builtin::routes(), &store)?;
+    if config.dialparties.enabled {
+        let rules = config.dialparties.rules()?;
+        info!(version = ?rules.version, fixes = ?config.dialparties.fix, "dialparties served natively");
+        let route = agi_routes::dialparties::Dialparties::new(rules, config.dialparties.verbose);
+        router = agi_routes::dialparties::add(router, route)?;
+    }
     if config.scripts.dir.is_some() {
         // Every path no native route takes goes to the script directory.
         let script_metrics = Arc::new(fastagi::script::ScriptMetrics::new(&mut registry));
