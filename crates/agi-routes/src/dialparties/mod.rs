@@ -303,33 +303,33 @@ const MSET_PAIRS_MAX: usize = 90;
 
 struct MsetBatch {
     pairs: Vec<String>,
+    /// The encoded command line so far: `EXEC MSet "..."` and its newline.
+    line_bytes: usize,
     line_max: usize,
+}
+
+/// `EXEC MSet ""` and the newline.
+const MSET_LINE_BASE: usize = "EXEC MSet \"\"\n".len();
+
+/// What a pair adds to the line: itself, a backslash before each quote and backslash (the
+/// AGI quoting of the argument), and its comma.
+fn mset_line_bytes(pair: &str) -> usize {
+    pair.len() + pair.bytes().filter(|b| matches!(b, b'"' | b'\\')).count() + 1
 }
 
 impl MsetBatch {
     fn new(line_max: usize) -> Self {
         MsetBatch {
             pairs: Vec::new(),
+            line_bytes: MSET_LINE_BASE,
             line_max,
         }
     }
-    fn line_len(pairs: &[String]) -> usize {
-        let mut line = Vec::new();
-        let options = pairs.join(",");
-        match agi::encode_command("EXEC", &["MSet", &options], &mut line) {
-            Ok(()) => line.len(),
-            Err(_) => usize::MAX,
-        }
-    }
     fn fits(&self, pair: &str) -> bool {
-        if self.pairs.len() >= MSET_PAIRS_MAX {
-            return false;
-        }
-        let mut with = self.pairs.clone();
-        with.push(pair.to_string());
-        Self::line_len(&with) < self.line_max
+        self.pairs.len() < MSET_PAIRS_MAX && self.line_bytes + mset_line_bytes(pair) < self.line_max
     }
     fn push(&mut self, pair: String) {
+        self.line_bytes += mset_line_bytes(&pair);
         self.pairs.push(pair);
     }
     async fn flush(&mut self, s: &mut Session) -> Result<u32, AgiError> {
@@ -338,6 +338,7 @@ impl MsetBatch {
         }
         let options = self.pairs.join(",");
         self.pairs.clear();
+        self.line_bytes = MSET_LINE_BASE;
         s.exec("MSet", &options).await?;
         Ok(1)
     }

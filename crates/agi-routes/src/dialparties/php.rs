@@ -295,6 +295,10 @@ pub fn phpagi_reply(value: &str) -> (String, String) {
 /// `get_var()` and `database_get()['data']` as the script sees a value that is set: the
 /// value, or `""` when phpagi no longer reads `result=1`.
 pub fn phpagi_value(value: &str, php: Php) -> String {
+    // One word without parentheses or spaces reads as it is (nearly every value).
+    if !value.contains(['(', ')']) && !value.contains(TRIM) {
+        return value.to_string();
+    }
     let (result, data) = phpagi_reply(value);
     if loose_eq(&result, "1", php) {
         data
