@@ -111,6 +111,14 @@ impl BenchReport for DialpartiesReport {
                 "{} members: native {:.0}x the calls/s, {:.3} of the round trips ({} reads before the writes)",
                 g.members, g.speedup, g.round_trip_ratio, g.native_reads
             )?;
+            if let Some(us) = g.native.cpu_us_per_session {
+                // The emulator playing Asterisk shares the machine's CPUs with Tandem.
+                writeln!(
+                    out,
+                    "  native: Tandem's CPU {us:.0} µs per call, {:.0} calls/s per core it could serve",
+                    1e6 / us
+                )?;
+            }
         }
         Ok(())
     }
@@ -189,13 +197,15 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
     let shape = RunShape::of(args, concurrency);
     let mut groups = Vec::new();
     for members in [3usize, 20] {
-        let subject = |name: &str, route: &str| Subject {
+        // Tandem's own CPU per call is known for the native route (it runs in the process);
+        // PHP's runs in children and is left out.
+        let subject = |name: &str, route: &str, pid: Option<u32>| Subject {
             name: name.to_string(),
             target: addr.clone(),
             plan: group_plan(route, members),
             expect_commands: None,
             rate_per_sec: None,
-            pid: None,
+            pid,
             child: None,
         };
         let (native_round_trips, native_reads) =
@@ -204,8 +214,8 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
             count_trips(&addr, &group_plan("dialparties-twin.php", members))?;
         let figures = measure(
             &[
-                subject("native", "dialparties"),
-                subject("php", "dialparties-twin.php"),
+                subject("native", "dialparties", tandem.pid),
+                subject("php", "dialparties-twin.php", None),
             ],
             &shape,
         )?;
