@@ -450,6 +450,23 @@ pub(super) fn spawn(
     })
 }
 
+/// Starts `tandem serve --config CONFIG` (this executable), logging warnings only, serving
+/// FastAGI on `port`.
+pub(super) fn spawn_serve(
+    name: &str,
+    config: &std::path::Path,
+    port: u16,
+    plan: &Plan,
+    expect_commands: Option<usize>,
+) -> anyhow::Result<Subject> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env("TANDEM_LOG", "warn");
+    spawn(name, cmd, port, plan, expect_commands)
+}
+
 /// Waits until the server completes one session. A bare connect-and-close is not enough (and
 /// not harmless: it sends panoramisk's header loop into a spin at EOF that starves its event
 /// loop), so readiness is one real session.

@@ -8,7 +8,9 @@
 //! 96 for three members, as measured on the script) and decides nothing. Both sides answer
 //! the same emulated FreePBX system, for a 3-member and a 20-member group.
 
-use super::agi::{AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn};
+use super::agi::{
+    AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn_serve,
+};
 use super::report::{BenchReport, Table};
 use asterisk_emu::{Plan, Target, freepbx};
 use serde::Serialize;
@@ -183,12 +185,7 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
             root.display()
         ),
     )?;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("TANDEM_LOG", "warn");
-    let tandem = spawn("tandem", cmd, port, &group_plan("dialparties", 3), None)?;
+    let tandem = spawn_serve("tandem", &config, port, &group_plan("dialparties", 3), None)?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?

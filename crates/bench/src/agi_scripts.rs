@@ -8,7 +8,9 @@
 //! for what prewarming saves a caller. (At full load prewarming cannot help: the pool refills no
 //! faster than the CPU starts interpreters. It moves the start-up off the call's path.)
 
-use super::agi::{AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn};
+use super::agi::{
+    AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn_serve,
+};
 use super::report::{BenchReport, Table};
 use asterisk_emu::Target;
 use serde::Serialize;
@@ -16,7 +18,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 
 const SH: &str = r#"#!/bin/sh
 while IFS= read -r l; do [ -z "$l" ] && break; done
@@ -159,13 +160,8 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
             root.display()
         ),
     )?;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("TANDEM_LOG", "warn");
     let expect = Some(3);
-    let tandem = spawn("sh tandem", cmd, port, &load_plan("bench.sh"), expect)?;
+    let tandem = spawn_serve("sh tandem", &config, port, &load_plan("bench.sh"), expect)?;
     let addr = tandem.target.clone();
     let with = |name: &str, target: Target, route: &str, rate: Option<f64>| Subject {
         name: name.to_string(),

@@ -151,29 +151,6 @@ fn fits(fact: &Fact) -> bool {
     }
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex(c: u8) -> Option<u8> {
-    (c as char).to_digit(16).map(|d| d as u8)
-}
-
 /// Reads `facts` (and the guesses that go with them) into `cache`. Returns the round trips
 /// it took.
 pub async fn fetch(
@@ -248,8 +225,8 @@ async fn send(
     for (item, field) in batch.drain(..).zip(fields) {
         match item {
             Item::Fact(f @ Fact::State(_)) => cache.insert(f, field.to_string()),
-            Item::Fact(f) => cache.insert(f, percent_decode(field)),
-            Item::Guess(g) => guesses.push((g, percent_decode(field))),
+            Item::Fact(f) => cache.insert(f, agi::percent_decode(field)),
+            Item::Guess(g) => guesses.push((g, agi::percent_decode(field))),
         }
     }
     for (g, value) in guesses {
@@ -328,13 +305,5 @@ mod tests {
         assert!(!embeddable("${SHELL(id)}"));
         assert!(!embeddable("100@other"));
         assert!(!embeddable("a b"));
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("PJSIP%2F100"), "PJSIP/100");
-        assert_eq!(percent_decode("a%"), "a%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        assert_eq!(percent_decode("()"), "()");
     }
 }
