@@ -285,7 +285,7 @@ impl Run<'_> {
         self.rules.fixed(Fix::ExactValues)
     }
     fn seen(&self, v: String) -> String {
-        if self.exact() || v.is_empty() {
+        if self.exact() || php::phpagi_keeps(&v) {
             v
         } else {
             php::phpagi_value(&v, self.php)

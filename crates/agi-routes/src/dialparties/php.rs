@@ -292,11 +292,15 @@ pub fn phpagi_reply(value: &str) -> (String, String) {
     (result, trim(&data).to_string())
 }
 
+/// One word without parentheses or spaces reads as it is (nearly every value).
+pub fn phpagi_keeps(value: &str) -> bool {
+    !value.contains(['(', ')']) && !value.contains(TRIM)
+}
+
 /// `get_var()` and `database_get()['data']` as the script sees a value that is set: the
 /// value, or `""` when phpagi no longer reads `result=1`.
 pub fn phpagi_value(value: &str, php: Php) -> String {
-    // One word without parentheses or spaces reads as it is (nearly every value).
-    if !value.contains(['(', ')']) && !value.contains(TRIM) {
+    if phpagi_keeps(value) {
         return value.to_string();
     }
     let (result, data) = phpagi_reply(value);
