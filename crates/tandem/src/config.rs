@@ -48,26 +48,8 @@ impl Default for DialpartiesConfig {
 
 impl DialpartiesConfig {
     pub fn rules(&self) -> anyhow::Result<agi_routes::dialparties::Rules> {
-        use agi_routes::dialparties::{Fix, Version};
-        let version = match self.version {
-            15 | 16 => Version::V16,
-            17 => Version::V17,
-            v => anyhow::bail!("dialparties.version = {v}: use 16 (FreePBX 15 and 16) or 17"),
-        };
-        let fixes = self
-            .fix
-            .iter()
-            .map(|name| {
-                Fix::parse(name).ok_or_else(|| {
-                    let known: Vec<&str> = Fix::ALL.iter().map(|f| f.name()).collect();
-                    anyhow::anyhow!(
-                        "dialparties.fix: no fix named {name:?}; known: {}",
-                        known.join(", ")
-                    )
-                })
-            })
-            .collect::<anyhow::Result<Vec<Fix>>>()?;
-        Ok(agi_routes::dialparties::Rules { version, fixes })
+        agi_routes::dialparties::Rules::from_settings(self.version, &self.fix)
+            .map_err(anyhow::Error::msg)
     }
 }
 

@@ -101,6 +101,33 @@ impl Default for Rules {
 }
 
 impl Rules {
+    /// The rules from settings as an operator writes them: a FreePBX release (15, 16 or 17) and
+    /// fix names. The error names what is wrong and what would be right.
+    pub fn from_settings(release: u32, fixes: &[String]) -> Result<Rules, String> {
+        let version = match release {
+            15 | 16 => Version::V16,
+            17 => Version::V17,
+            v => {
+                return Err(format!(
+                    "dialparties.version = {v}: use 16 (FreePBX 15 and 16) or 17"
+                ));
+            }
+        };
+        let fixes = fixes
+            .iter()
+            .map(|name| {
+                Fix::parse(name).ok_or_else(|| {
+                    let known: Vec<&str> = Fix::ALL.iter().map(|f| f.name()).collect();
+                    format!(
+                        "dialparties.fix: no fix named {name:?}; known: {}",
+                        known.join(", ")
+                    )
+                })
+            })
+            .collect::<Result<Vec<Fix>, String>>()?;
+        Ok(Rules { version, fixes })
+    }
+
     fn fixed(&self, f: Fix) -> bool {
         self.fixes.contains(&f)
     }
