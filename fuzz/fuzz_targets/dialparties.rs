@@ -69,7 +69,11 @@ fuzz_target!(|data: &[u8]| {
         .filter(|(i, _)| flags >> (i + 1) & 1 == 1)
         .map(|(_, f)| *f)
         .collect();
-    let rules = Rules { version, fixes };
+    let rules = Rules {
+        version,
+        fixes,
+        notes: flags & 0x80 != 0,
+    };
     let call = Call {
         callerid: pieces.first().cloned().unwrap_or_default(),
         calleridname: "x".into(),

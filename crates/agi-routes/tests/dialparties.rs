@@ -495,6 +495,7 @@ fn rules(version: Version, fixes: &[Fix]) -> Rules {
     Rules {
         version,
         fixes: fixes.to_vec(),
+        ..Rules::default()
     }
 }
 

@@ -89,6 +89,8 @@ impl Fix {
 pub struct Rules {
     pub version: Version,
     pub fixes: Vec<Fix>,
+    /// Keep the notes the script would have sent as VERBOSE ([`Decision::log`]).
+    pub notes: bool,
 }
 
 impl Default for Rules {
@@ -96,6 +98,7 @@ impl Default for Rules {
         Rules {
             version: Version::V17,
             fixes: Vec::new(),
+            notes: false,
         }
     }
 }
@@ -125,7 +128,11 @@ impl Rules {
                 })
             })
             .collect::<Result<Vec<Fix>, String>>()?;
-        Ok(Rules { version, fixes })
+        Ok(Rules {
+            version,
+            fixes,
+            notes: false,
+        })
     }
 
     fn fixed(&self, f: Fix) -> bool {
@@ -338,8 +345,11 @@ impl Run<'_> {
             value: value.to_string(),
         });
     }
-    fn log(&mut self, text: String) {
-        self.out.log.push(text);
+    /// A note for Tandem's log, written only when the rules keep notes.
+    fn log(&mut self, text: impl FnOnce() -> String) {
+        if self.rules.notes {
+            self.out.log.push(text());
+        }
     }
     /// `is_ext_avail()`: the member that is the caller counts as in use without asking.
     fn state(&mut self, ext: &str, ampuser: &str) -> i64 {
@@ -461,7 +471,7 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
     if !php::truthy(&method) {
         method = "none".into();
     }
-    r.log(format!("Methodology of ring is '{method}'"));
+    r.log(|| format!("Methodology of ring is '{method}'"));
 
     let asked_method = method.clone();
     let mut master = true;
@@ -481,9 +491,7 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
     if use_confirmation != "FALSE"
         && !["ringall", "ringallv2", "hunt", "random"].contains(&method.as_str())
     {
-        r.log(format!(
-            "Unsupported RingMethod '{method}' with confirmation: ringall"
-        ));
+        r.log(|| format!("Unsupported RingMethod '{method}' with confirmation: ringall"));
         method = "ringall".into();
     }
     let hunt_type = HUNT_TYPES.contains(&method.as_str());
@@ -618,22 +626,20 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
             }
         };
         if r.eq(&ampuser, &cf) || r.eq(&real, &cf) || blind.contains(&format!("/{cf}-")) {
-            r.log(format!("Extension {k} cf is ignored"));
+            r.log(|| format!("Extension {k} cf is ignored"));
             continue;
         }
         if r.eq(&k, &cf) {
-            r.log(format!("Loop detected, extension {k} cf is ignored"));
+            r.log(|| format!("Loop detected, extension {k} cf is ignored"));
             continue;
         }
         if cfignore {
             ext.unset(kk);
-            r.log(format!(
-                "Extension {k} has call forward set to {cf}: ignored (CFIGNORE)"
-            ));
+            r.log(|| format!("Extension {k} has call forward set to {cf}: ignored (CFIGNORE)"));
             r.set("DIALSTATUS", "NOANSWER");
         } else {
             ext.set(kk, format!("{cf}#"));
-            r.log(format!("Extension {k} has call forward set to {cf}"));
+            r.log(|| format!("Extension {k} has call forward set to {cf}"));
             if method == "none" {
                 r.set("__DIVERSION_REASON", "unconditional");
                 let cfrt = r.db("AMPUSER", &format!("{k}/cfringtimer"));
@@ -661,9 +667,11 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
         }
         let dnd = r.db("DND", &k);
         if !dnd.is_empty() || pr_dialstatus == "BUSY" {
-            r.log(format!(
-                "Extension {k} has do not disturb enabled, or followme pre-ring returned busy"
-            ));
+            r.log(|| {
+                format!(
+                    "Extension {k} has do not disturb enabled, or followme pre-ring returned busy"
+                )
+            });
             // The script removes by position, which is not the key once CFIGNORE made a hole.
             ext.unset(if r.rules.fixed(Fix::DenseIndex) {
                 key
@@ -721,7 +729,7 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
                                 extnum = format!("{cfb}#");
                             }
                         } else if !cw {
-                            r.log(format!("Extension {extnum} has call waiting disabled"));
+                            r.log(|| format!("Extension {extnum} has call waiting disabled"));
                             extnum.clear();
                             r.set("DIALSTATUS", "BUSY");
                             r.set("__DIVERSION_REASON", "user-busy");
@@ -750,14 +758,14 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
         }
         let real_ext = extnum.replace('#', "");
         if dialled.contains(&real_ext) {
-            r.log(format!(
-                "Extension '{real_ext}' already in the dialstring, ignoring duplicate"
-            ));
+            r.log(|| {
+                format!("Extension '{real_ext}' already in the dialstring, ignoring duplicate")
+            });
             continue;
         }
         let extds = dial_string(r, &extnum, &use_confirmation, &ringgroup_index);
         if extds.is_empty() && r.rules.fixed(Fix::SkipDeviceless) {
-            r.log(format!("Extension {real_ext} has nothing to dial"));
+            r.log(|| format!("Extension {real_ext} has nothing to dial"));
             continue;
         }
         dialled.push(real_ext);
@@ -950,7 +958,7 @@ fn run(call: &Call, r: &mut Run<'_>, rng: &mut dyn Shuffle) -> Result<(), Stop> 
 
     let separator = ',';
     if ds.is_empty() {
-        r.log("Nothing to dial".into());
+        r.log(|| "Nothing to dial".into());
     } else if hunt_type {
         let mut hunt_ds = String::from(separator);
         if timer.truthy() {

@@ -98,17 +98,16 @@ impl Shuffle for RandomShuffle {
 
 /// The route, with its rules.
 pub struct Dialparties {
+    /// `rules.notes`: the decision's notes go to Tandem's log (`dialparties.verbose`).
     pub rules: Rules,
-    /// Log the script's VERBOSE lines to Tandem's log.
-    pub verbose: bool,
     pub shuffle: ShuffleSource,
 }
 
 impl Dialparties {
-    pub fn new(rules: Rules, verbose: bool) -> Self {
+    pub fn new(mut rules: Rules, verbose: bool) -> Self {
+        rules.notes = verbose;
         Dialparties {
             rules,
-            verbose,
             shuffle: Arc::new(|| Box::new(RandomShuffle(fastrand::Rng::new()))),
         }
     }
@@ -181,18 +180,20 @@ impl Dialparties {
             }
             // A member's forward is read first; its devices and their dial strings come
             // along (nested), since a member that is rung needs them next.
-            let mut wanted = missing.clone();
-            let mut guesses = Vec::new();
-            for f in &missing {
-                if let Fact::Db(family, member) = f
-                    && family == "CF"
-                    && fetch::embeddable(member)
-                {
-                    wanted.push(Fact::Db("AMPUSER".into(), format!("{member}/device")));
-                    guesses.push(Guess::DeviceDial {
-                        member: member.clone(),
-                    });
-                }
+            let mut wanted = missing;
+            let members: Vec<String> = wanted
+                .iter()
+                .filter_map(|f| match f {
+                    Fact::Db(family, m) if family == "CF" && fetch::embeddable(m) => {
+                        Some(m.clone())
+                    }
+                    _ => None,
+                })
+                .collect();
+            let mut guesses = Vec::with_capacity(members.len());
+            for member in members {
+                wanted.push(Fact::Db("AMPUSER".into(), format!("{member}/device")));
+                guesses.push(Guess::DeviceDial { member });
             }
             reads += fetch::fetch(s, &mut cache, wanted, guesses, line_max).await?;
         };
@@ -203,10 +204,8 @@ impl Dialparties {
             runs,
             "dialparties decided"
         );
-        if self.verbose {
-            for line in &decision.log {
-                info!(session = s.id(), "dialparties: {line}");
-            }
+        for line in &decision.log {
+            info!(session = s.id(), "dialparties: {line}");
         }
         if let Some(why) = &decision.stopped {
             warn!(
