@@ -450,6 +450,37 @@ pub(super) fn spawn(
     })
 }
 
+/// Writes `DIR/tandem.toml` for a benchmark's `tandem serve`: FastAGI on `port` (with
+/// `fastagi_extra` lines), metrics and console on free ports, the data under `DIR/data`, then
+/// `extra` tables. Returns the file's path.
+pub(super) fn write_serve_config(
+    dir: &std::path::Path,
+    port: u16,
+    fastagi_extra: &str,
+    extra: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let path = dir.join("tandem.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\n{fastagi_extra}\n\
+             [metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
+             [kv]\ndata_dir = {:?}\n\n{extra}",
+            dir.join("data")
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Writes an executable script, creating its directory.
+pub(super) fn write_script(path: &std::path::Path, body: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().expect("a script has a directory"))?;
+    std::fs::write(path, body)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
 /// Starts `tandem serve --config CONFIG` (this executable), logging warnings only, serving
 /// FastAGI on `port`.
 pub(super) fn spawn_serve(

@@ -10,12 +10,12 @@
 
 use super::agi::{
     AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn_serve,
+    write_script, write_serve_config,
 };
 use super::report::{BenchReport, Table};
 use asterisk_emu::{Plan, Target, freepbx};
 use serde::Serialize;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -171,20 +171,9 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
         .prefix("tandem-bench-dialparties")
         .tempdir()?;
     let root = dir.path().canonicalize()?;
-    let twin = root.join("dialparties-twin.php");
-    std::fs::write(&twin, TWIN)?;
-    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o755))?;
+    write_script(&root.join("dialparties-twin.php"), TWIN)?;
     let port = free_port()?;
-    let config = root.join("tandem.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
-             [kv]\ndata_dir = \"{}\"\n\n[scripts]\ndir = \"{}\"\n",
-            root.join("data").display(),
-            root.display()
-        ),
-    )?;
+    let config = write_serve_config(&root, port, "", &format!("[scripts]\ndir = {root:?}\n"))?;
     let tandem = spawn_serve("tandem", &config, port, &group_plan("dialparties", 3), None)?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -229,15 +229,11 @@ impl Drop for Server {
 fn start_server(sessions: usize) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
     let port = super::agi::free_port()?;
-    let config = dir.path().join("tandem.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\nmax_sessions = {}\n\n\
-             [metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n[kv]\ndata_dir = {:?}\n",
-            sessions + 64,
-            dir.path().join("data")
-        ),
+    let config = super::agi::write_serve_config(
+        dir.path(),
+        port,
+        &format!("max_sessions = {}\n", sessions + 64),
+        "",
     )?;
     let child = Command::new(std::env::current_exe()?)
         .arg("serve")

@@ -10,14 +10,13 @@
 
 use super::agi::{
     AgiArgs, RunShape, ServerFigures, Subject, free_port, load_plan, measure, spawn_serve,
+    write_script, write_serve_config,
 };
 use super::report::{BenchReport, Table};
 use asterisk_emu::Target;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 const SH: &str = r#"#!/bin/sh
 while IFS= read -r l; do [ -z "$l" ] && break; done
@@ -123,13 +122,6 @@ impl BenchReport for ScriptsReport {
     }
 }
 
-fn write_script(path: &Path, body: &str) -> anyhow::Result<()> {
-    std::fs::create_dir_all(path.parent().expect("a script has a directory"))?;
-    std::fs::write(path, body)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
-}
-
 pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
     super::agi::check_args(args)?;
     let concurrency = args.concurrency.unwrap_or(4);
@@ -149,15 +141,14 @@ pub fn run(args: &AgiArgs) -> anyhow::Result<()> {
     // warmer replaces the ones taken.
     let prewarm = concurrency * 2 + 2;
     let port = free_port()?;
-    let config = root.join("tandem.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[fastagi]\nlisten = \"127.0.0.1:{port}\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n\n[web]\nlisten = \"127.0.0.1:0\"\n\n\
-             [scripts]\ndir = \"{}\"\n\n\
+    let config = write_serve_config(
+        &root,
+        port,
+        "",
+        &format!(
+            "[scripts]\ndir = {root:?}\n\n\
              [[scripts.route]]\npath = \"warm/bench.sh\"\nprewarm = {prewarm}\n\n\
-             [[scripts.route]]\npath = \"warm/bench.py\"\nprewarm = {prewarm}\n",
-            root.display()
+             [[scripts.route]]\npath = \"warm/bench.py\"\nprewarm = {prewarm}\n"
         ),
     )?;
     let expect = Some(3);
