@@ -256,10 +256,11 @@ impl PhpList {
     }
     /// `array_unshift`: the value goes first and the keys are renumbered from 0.
     fn unshift(&mut self, v: String) {
-        let mut values: Vec<String> = std::iter::once(v)
-            .chain(self.items.drain(..).map(|(_, v)| v))
+        let old = std::mem::take(&mut self.items);
+        self.items = std::iter::once(v)
+            .chain(old.into_iter().map(|(_, v)| v))
+            .enumerate()
             .collect();
-        self.items = values.drain(..).enumerate().collect();
         self.next_key = self.items.len();
     }
     fn values(&self) -> Vec<String> {

@@ -104,6 +104,11 @@ pub fn embeddable(s: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || b"_.*+#-/".contains(&b))
 }
 
+/// `family/key` may stand in `DB(...)`: the family must not hold the `/` that DB() splits at.
+pub fn db_path_embeddable(family: &str, key: &str) -> bool {
+    !family.is_empty() && !family.contains('/') && embeddable(family) && embeddable(key)
+}
+
 /// The longest command line the peer reads whole, from its `agi_version`.
 pub fn line_bytes_max(agi_version: &str) -> usize {
     const SMALL: usize = 2048;
@@ -148,7 +153,7 @@ fn expression_of(item: &Item) -> String {
 fn fits(fact: &Fact) -> bool {
     match fact {
         Fact::Var(n) => embeddable(n),
-        Fact::Db(f, k) => embeddable(f) && !f.contains('/') && !f.is_empty() && embeddable(k),
+        Fact::Db(f, k) => db_path_embeddable(f, k),
         Fact::State(e) | Fact::Contacts(e) => embeddable(e) && !e.is_empty(),
     }
 }

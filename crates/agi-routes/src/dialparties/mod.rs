@@ -232,11 +232,7 @@ impl Dialparties {
         for action in &decision.actions {
             let pair = match action {
                 Action::Set { name, value } => Some(mset_pair(name, value)),
-                Action::DbPut { family, key, value }
-                    if fetch::embeddable(family)
-                        && !family.contains('/')
-                        && fetch::embeddable(key) =>
-                {
+                Action::DbPut { family, key, value } if fetch::db_path_embeddable(family, key) => {
                     Some(mset_pair(&format!("DB({family}/{key})"), value))
                 }
                 _ => None,
