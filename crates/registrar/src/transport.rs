@@ -1,0 +1,289 @@
+//! Transports: UDP (one socket, a large receive buffer), TCP and TLS (a task per connection,
+//! messages framed by Content-Length, bounded buffers, an idle timeout). Every message goes to
+//! [`Registrar::dispatch`]; responses go back the way the request came.
+
+use crate::Error;
+use crate::server::{Job, Registrar, ReplyTo, Transport};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{Semaphore, mpsc};
+
+/// Largest datagram read (a SIP message over UDP must fit a datagram; RFC 3261 18.1.1).
+pub const DATAGRAM_BYTES_MAX: usize = 65_535;
+/// Largest message read on a stream (header section plus body).
+pub const STREAM_MESSAGE_BYTES_MAX: usize = sip::MAX_HEADER_BYTES + 16 * 1024;
+/// Responses queued per connection before new ones are dropped.
+const STREAM_REPLIES_MAX: usize = 256;
+/// UDP receive buffer asked of the kernel: bursts of REGISTERs wait here, not in drops.
+const UDP_RECEIVE_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+
+/// Sockets bound for the registrar, before serving.
+pub struct Listeners {
+    pub udp: Arc<UdpSocket>,
+    pub tcp: TcpListener,
+    pub tls: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
+}
+
+impl Listeners {
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.udp
+            .local_addr()
+            .expect("a bound socket has an address")
+    }
+}
+
+/// A TLS acceptor from PEM files: the certificate chain (leaf first) and its private key.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let err = |p: &Path, e: String| Error::Tls(format!("{}: {e}", p.display()));
+    let certs = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| err(cert, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err(cert, "no certificate in the file".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| err(key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key_der)
+        .map_err(|e| {
+            err(
+                key,
+                format!("does not match the certificate or is unusable: {e}"),
+            )
+        })?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Binds UDP and TCP on `addr` (and TLS on `tls_addr` with `tls`). Call inside a runtime.
+pub async fn bind(
+    addr: SocketAddr,
+    tls: Option<(SocketAddr, tokio_rustls::TlsAcceptor)>,
+) -> Result<Listeners, Error> {
+    let bind_err = |what: &str, a: SocketAddr, e: std::io::Error| {
+        Error::Bind(format!("SIP {what} on {a}: {e}"))
+    };
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .map_err(|e| bind_err("UDP", addr, e))?;
+    // Best effort: the kernel caps it at net.core.rmem_max.
+    let _ = sock.set_recv_buffer_size(UDP_RECEIVE_BUFFER_BYTES);
+    let _ = sock.set_send_buffer_size(UDP_RECEIVE_BUFFER_BYTES);
+    sock.set_nonblocking(true)
+        .map_err(|e| bind_err("UDP", addr, e))?;
+    sock.bind(&addr.into())
+        .map_err(|e| bind_err("UDP", addr, e))?;
+    let udp = UdpSocket::from_std(sock.into()).map_err(|e| bind_err("UDP", addr, e))?;
+    // TCP on the same port as UDP, as SIP phones expect (an ephemeral UDP port is reused).
+    let tcp_addr = udp.local_addr().map_err(|e| bind_err("UDP", addr, e))?;
+    let tcp = TcpListener::bind(tcp_addr)
+        .await
+        .map_err(|e| bind_err("TCP", tcp_addr, e))?;
+    let tls = match tls {
+        Some((a, acceptor)) => Some((
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| bind_err("TLS", a, e))?,
+            acceptor,
+        )),
+        None => None,
+    };
+    Ok(Listeners {
+        udp: Arc::new(udp),
+        tcp,
+        tls,
+    })
+}
+
+/// Limits of the stream transports.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    pub connections_max: usize,
+    pub idle_timeout_ms: u64,
+}
+
+/// Serves the listeners until `stop` resolves; sweeps expiries every second.
+pub async fn serve(
+    registrar: Arc<Registrar>,
+    listeners: Listeners,
+    limits: StreamLimits,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let Listeners { udp, tcp, tls } = listeners;
+    let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(udp_loop(registrar.clone(), udp));
+    tasks.spawn(accept_loop(
+        registrar.clone(),
+        tcp,
+        None,
+        slots.clone(),
+        limits,
+    ));
+    if let Some((l, acceptor)) = tls {
+        tasks.spawn(accept_loop(
+            registrar.clone(),
+            l,
+            Some(acceptor),
+            slots,
+            limits,
+        ));
+    }
+    let sweeper = registrar.clone();
+    tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            sweeper.sweep().await;
+        }
+    });
+    stop.await;
+    tasks.abort_all();
+}
+
+async fn udp_loop(registrar: Arc<Registrar>, sock: Arc<UdpSocket>) {
+    let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
+    loop {
+        let (n, from) = match sock.recv_from(&mut buf).await {
+            Ok(v) => v,
+            Err(e) => {
+                // ICMP errors of earlier sends surface here on Linux; they end nothing.
+                tracing::debug!(error = %e, "SIP UDP receive error");
+                continue;
+            }
+        };
+        let bytes = &buf[..n];
+        if bytes.iter().all(|&b| b == b'\r' || b == b'\n' || b == 0) {
+            continue; // keep-alive
+        }
+        registrar.dispatch(Job::new(
+            bytes.to_vec(),
+            from,
+            Transport::Udp,
+            ReplyTo::Udp(sock.clone()),
+        ));
+    }
+}
+
+async fn accept_loop(
+    registrar: Arc<Registrar>,
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    slots: Arc<Semaphore>,
+    limits: StreamLimits,
+) {
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "SIP TCP accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let registrar = registrar.clone();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match tls {
+                None => connection(registrar, stream, peer, Transport::Tcp, limits).await,
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(s)) => connection(registrar, s, peer, Transport::Tls, limits).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "SIP TLS handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "SIP TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// One stream connection: reads messages, dispatches them, writes responses in a second task.
+async fn connection<S>(
+    registrar: Arc<Registrar>,
+    stream: S,
+    peer: SocketAddr,
+    transport: Transport,
+    limits: StreamLimits,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(STREAM_REPLIES_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = rx.recv().await {
+            if wr.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    let idle = Duration::from_millis(limits.idle_timeout_ms.max(1));
+    'read: loop {
+        // Every complete message in the buffer first.
+        loop {
+            match sip::message_len(&buf) {
+                Ok(Some(len)) => {
+                    let msg: Vec<u8> = buf.drain(..len).collect();
+                    let start = msg
+                        .iter()
+                        .position(|&b| b != b'\r' && b != b'\n')
+                        .unwrap_or(msg.len());
+                    if start == msg.len() {
+                        // RFC 5626 keep-alive: a double CRLF ping gets a single CRLF pong.
+                        if msg.len() >= 4 {
+                            let _ = tx.try_send(b"\r\n".to_vec());
+                        }
+                        continue;
+                    }
+                    if msg.len() > STREAM_MESSAGE_BYTES_MAX {
+                        tracing::debug!(%peer, bytes = msg.len(), "SIP message over the stream limit; closing");
+                        break 'read;
+                    }
+                    registrar.dispatch(Job::new(msg, peer, transport, ReplyTo::Stream(tx.clone())));
+                }
+                Ok(None) if buf.len() > STREAM_MESSAGE_BYTES_MAX => {
+                    tracing::debug!(%peer, "SIP message over the stream limit; closing");
+                    break 'read;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Framing is lost: nothing after this can be read reliably.
+                    tracing::debug!(%peer, error = %e, "unframeable SIP on a stream; closing");
+                    break 'read;
+                }
+            }
+        }
+        let mut chunk = [0u8; 8192];
+        match tokio::time::timeout(idle, rd.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    drop(tx);
+    // Responses still being computed hold their own sender; the writer ends after the last.
+    let _ = writer.await;
+}
