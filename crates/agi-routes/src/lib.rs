@@ -2,6 +2,8 @@
 //! the built-in ones (`fastagi::builtin`, which need nothing):
 //! - [`db`]: `db/get`, `db/put`, `db/del`, `db/deltree` on the key-value store, and the
 //!   [`db::DatabaseIntercept`] that answers legacy scripts' `DATABASE` commands from it.
+//! - [`dialparties`]: FreePBX's ring-group and Follow Me logic.
+//! - [`registrar`]: `registrar/{aor}`, a registered user's contacts as a dial string.
 //!
 //! A route here is a [`fastagi::Handler`] holding the service it uses (a `kv::Store` is a cheap
 //! clone). Never: blocks the session's runtime thread on disk (reads that miss memory go to the
@@ -11,3 +13,4 @@
 
 pub mod db;
 pub mod dialparties;
+pub mod registrar;

@@ -61,6 +61,8 @@ pub struct Config {
     /// The digest realm.
     pub realm: String,
     /// Algorithms offered, one WWW-Authenticate each, in this order. Empty: no authentication.
+    /// MD5 leads by default: many phones (and SIPp) answer only the first challenge and fail
+    /// on an algorithm they do not know; put SHA-256 first once every phone supports it.
     pub algorithms: Vec<Algorithm>,
     pub min_expires_s: u32,
     pub max_expires_s: u32,
@@ -88,7 +90,7 @@ impl Default for Config {
         Config {
             domains: Vec::new(),
             realm: "tandem".into(),
-            algorithms: vec![Algorithm::Sha256, Algorithm::Md5],
+            algorithms: vec![Algorithm::Md5, Algorithm::Sha256],
             min_expires_s: 60,
             max_expires_s: 7200,
             default_expires_s: 3600,

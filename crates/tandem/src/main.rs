@@ -11,6 +11,7 @@ mod db;
 mod replay;
 mod serve;
 mod signals;
+mod sip;
 mod user;
 
 use clap::{Parser, Subcommand};
@@ -72,6 +73,8 @@ enum Command {
     Replay(replay::Args),
     /// Manage the web console's users and API tokens (works while `serve` runs).
     User(user::Args),
+    /// The SIP registrar's digest users and its bindings.
+    Sip(sip::Args),
 }
 
 fn main() -> ExitCode {
@@ -83,7 +86,7 @@ fn main() -> ExitCode {
     // closed stdout ends the capture through its error path instead (quietly: see below).
     if matches!(
         cli.command,
-        Command::Db(_) | Command::Cdr(_) | Command::User(_)
+        Command::Db(_) | Command::Cdr(_) | Command::User(_) | Command::Sip(_)
     ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Command::Cdr(args) => self::cdr::run(args),
         Command::Replay(args) => replay::run(args),
         Command::User(args) => user::run(args),
+        Command::Sip(args) => sip::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

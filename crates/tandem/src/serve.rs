@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// Where the web console listens (overrides web.listen; default 127.0.0.1:9574).
     #[arg(long, value_name = "ADDR")]
     pub web_listen: Option<SocketAddr>,
+    /// Run the SIP registrar on ADDR, UDP and TCP (overrides registrar.listen; without a
+    /// `[registrar]` section: every domain served, realm `tandem`, digest MD5 and SHA-256).
+    #[arg(long, value_name = "ADDR")]
+    pub sip_listen: Option<SocketAddr>,
     /// Directory of the key-value store (overrides kv.data_dir).
     #[arg(long, value_name = "DIR", env = "TANDEM_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -51,6 +55,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(d) = args.data_dir {
         config.kv.data_dir = d;
+    }
+    if let Some(a) = args.sip_listen {
+        let r = config.registrar.get_or_insert_with(Default::default);
+        r.enabled = true;
+        r.listen = Some(a);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -105,6 +114,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
         router = router.fallback("script", runner);
     }
+    let sip = match config.registrar.as_ref().filter(|r| r.enabled) {
+        Some(settings) => {
+            let (reg, listeners, limits) = start_registrar(settings, &config, &store).await?;
+            reg.metrics.register(&mut registry);
+            router = agi_routes::registrar::add(router, reg.clone())?;
+            Some((reg, listeners, limits))
+        }
+        None => None,
+    };
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
@@ -184,6 +202,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         None
     };
+    let sip_task = sip.map(|(reg, listeners, limits)| {
+        tokio::spawn(registrar::serve(
+            reg,
+            listeners,
+            limits,
+            stopped(stop_rx.clone()),
+        ))
+    });
     let http_task = tokio::spawn(metrics_http::serve(
         http,
         registry,
@@ -202,6 +228,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "FastAGI server stopped"
     );
     http_task.await??;
+    if let Some(sip) = sip_task {
+        sip.await?;
+    }
     if let Some(web) = web_task {
         web.await??;
     }
@@ -221,6 +250,54 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Opens the registrar on the store and binds its sockets (before anything is served, so a
+/// taken port or a bad certificate stops `serve` at once).
+async fn start_registrar(
+    settings: &crate::config::RegistrarSettings,
+    config: &Config,
+    store: &kv::Store,
+) -> anyhow::Result<(
+    Arc<registrar::Registrar>,
+    registrar::Listeners,
+    registrar::StreamLimits,
+)> {
+    let reg_config = settings.to_config()?;
+    let listen = settings.listen.unwrap_or_else(|| {
+        crate::config::SIP_LISTEN_DEFAULT
+            .parse()
+            .expect("a valid address")
+    });
+    let tls = match settings.tls_listen {
+        None => None,
+        Some(addr) => {
+            let cert = settings.tls_cert.as_ref().or(config.web.tls_cert.as_ref());
+            let key = settings.tls_key.as_ref().or(config.web.tls_key.as_ref());
+            let (Some(cert), Some(key)) = (cert, key) else {
+                anyhow::bail!(
+                    "registrar.tls_listen needs registrar.tls_cert and registrar.tls_key (or web.tls_cert and web.tls_key)"
+                );
+            };
+            Some((addr, registrar::tls_acceptor(cert, key)?))
+        }
+    };
+    let reg = registrar::Registrar::open(store, reg_config)?;
+    let listeners = registrar::bind(listen, tls).await?;
+    let limits = registrar::StreamLimits {
+        connections_max: settings.connections_max,
+        idle_timeout_ms: settings.idle_timeout_ms,
+    };
+    let c = reg.config();
+    info!(
+        sip = %listeners.udp_addr(),
+        tls = ?settings.tls_listen,
+        realm = %c.realm,
+        algorithms = ?c.algorithms,
+        bindings = reg.location().stats().bindings,
+        "SIP registrar on udp and tcp {}", listeners.udp_addr()
+    );
+    Ok((reg, listeners, limits))
 }
 
 async fn wait_for_signal() {
