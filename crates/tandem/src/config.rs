@@ -384,6 +384,26 @@ mod tests {
     }
 
     #[test]
+    fn the_example_registrar_block_uncommented_is_the_defaults() {
+        // The block is commented out (the registrar is off unless asked for); its settings
+        // lines, uncommented, must still be the defaults.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tandem.example.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let start = text.find("# [registrar]").unwrap();
+        let end = start + text[start..].find("\n\n").unwrap();
+        let settings: String = text[start..end]
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| l.starts_with('[') || l.contains(" = "))
+            .filter(|l| !l.starts_with("listen") && !l.starts_with("tls_"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let parsed: Config = toml::from_str(&settings).unwrap();
+        assert_eq!(parsed.registrar, Some(RegistrarSettings::default()));
+        assert!(RegistrarSettings::default().to_config().is_ok());
+    }
+
+    #[test]
     fn dialparties_settings_name_what_is_wrong() {
         let c = |v: u32, fix: &[&str]| DialpartiesConfig {
             version: v,
