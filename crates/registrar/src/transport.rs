@@ -151,7 +151,8 @@ pub async fn serve(
         }
     });
     stop.await;
-    tasks.abort_all();
+    // Waits for every task to end, so the registrar (and its hold on the store) goes with them.
+    tasks.shutdown().await;
 }
 
 async fn udp_loop(registrar: Arc<Registrar>, sock: Arc<UdpSocket>) {
