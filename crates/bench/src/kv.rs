@@ -310,7 +310,7 @@ fn cpu_pressure_some_us() -> Option<u64> {
 /// Closed-loop fsync latency of the filesystem: overwrite 4 KiB in place in a preallocated
 /// file, then fdatasync — the cheapest durable write the filesystem offers, so the store's
 /// goal relative to it is the strict one.
-fn fsync_latency(dir: &Path, dur: Duration) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn fsync_latency(dir: &Path, dur: Duration) -> anyhow::Result<Vec<u64>> {
     use std::os::unix::fs::FileExt;
     const FILE_BYTES: u64 = 4 << 20;
     let path = dir.join("fsync-probe.bin");
@@ -338,7 +338,7 @@ fn fsync_latency(dir: &Path, dur: Duration) -> anyhow::Result<Vec<u64>> {
 }
 
 /// A thread writing and fsyncing a large file on the same filesystem, like a backup.
-struct DiskHog {
+pub(crate) struct DiskHog {
     stop: Arc<AtomicBool>,
     written: Arc<AtomicU64>,
     started: Instant,
@@ -349,7 +349,7 @@ impl DiskHog {
     const CHUNK_BYTES: usize = 8 << 20;
     const FILE_BYTES_MAX: u64 = 256 << 20;
 
-    fn start(dir: &Path, direct: bool) -> anyhow::Result<DiskHog> {
+    pub(crate) fn start(dir: &Path, direct: bool) -> anyhow::Result<DiskHog> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join("disk-hog.bin");
         let mut f = std::fs::OpenOptions::new()
@@ -397,7 +397,7 @@ impl DiskHog {
         })
     }
 
-    fn stop(mut self) -> f64 {
+    pub(crate) fn stop(mut self) -> f64 {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
             let _ = h.join();

@@ -23,6 +23,7 @@ mod capture_live;
 mod console;
 pub mod floor;
 pub mod kv;
+mod registrar;
 pub mod report;
 pub mod rollup;
 mod taskpool;
@@ -57,6 +58,10 @@ pub enum BenchCommand {
     /// Web console: server time of the dashboard page and its full load in headless Chromium
     /// at ranges from 1 h to 1 y over a seeded year of history; screenshots of each page.
     Console(console::Args),
+    /// SIP registrar: REGISTER/s sustained (SIPp ladder) by Tandem with durable bindings
+    /// against Kamailio in memory and on SQLite, with and without digest; wire p99, memory
+    /// per 100,000 AORs, p99 beside a disk hog against fsync's.
+    Registrar(registrar::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -75,5 +80,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::CaptureLive(args) => capture_live::run(args),
         BenchCommand::Rollup(args) => rollup::run(args),
         BenchCommand::Console(args) => console::run(args),
+        BenchCommand::Registrar(args) => registrar::run(args),
     }
 }
