@@ -95,7 +95,7 @@ pub fn has_option_tag(msg: &Message<'_>, header: &str, tag: &str) -> bool {
 
 /// The parameters after a URI or value: `;a=b;c` → (name, value) pairs, names trimmed.
 pub fn params(s: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
-    split_unquoted(s, b';').filter_map(|p| {
+    sip::split_outside(s, b';').filter_map(|p| {
         let p = p.trim();
         if p.is_empty() {
             return None;
@@ -104,39 +104,6 @@ pub fn params(s: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (p, None),
         })
-    })
-}
-
-/// Splits on `sep` outside double quotes and angle brackets.
-fn split_unquoted(s: &str, sep: u8) -> impl Iterator<Item = &str> {
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    let mut pos = 0;
-    let mut quoted = false;
-    let mut angle = false;
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        while pos < bytes.len() {
-            let b = bytes[pos];
-            pos += 1;
-            match b {
-                b'"' if !angle => quoted = !quoted,
-                b'\\' if quoted => pos += 1,
-                b'<' if !quoted => angle = true,
-                b'>' if !quoted => angle = false,
-                _ if b == sep && !quoted && !angle => {
-                    let item = &s[start..pos - 1];
-                    start = pos;
-                    return Some(item);
-                }
-                _ => {}
-            }
-        }
-        done = true;
-        s.get(start..)
     })
 }
 

@@ -368,8 +368,24 @@ fn parse_start_line(line: &str) -> Result<StartLine<'_>, ParseError> {
     Ok(StartLine::Request { method, uri })
 }
 
-/// Splits a header value on commas that are outside quotes and angle brackets.
+/// Splits a header value on commas that are outside quotes and angle brackets, each item
+/// trimmed; an empty last item is left out.
 pub fn split_list(value: &str) -> impl Iterator<Item = &str> {
+    let mut items = split_outside(value, b',').peekable();
+    std::iter::from_fn(move || {
+        let item = items.next()?.trim();
+        if item.is_empty() && items.peek().is_none() {
+            None
+        } else {
+            Some(item)
+        }
+    })
+}
+
+/// Splits `value` on the byte `sep` where it stands outside double quotes (with `\` escapes)
+/// and outside `<...>`, as SIP's lists and parameters are split: `a;b="x;y";c=<u;v>` on `;`
+/// gives `a`, `b="x;y"`, `c=<u;v>`. Items are not trimmed.
+pub fn split_outside(value: &str, sep: u8) -> impl Iterator<Item = &str> {
     let bytes = value.as_bytes();
     let mut start = 0;
     let mut pos = 0;
@@ -388,8 +404,8 @@ pub fn split_list(value: &str) -> impl Iterator<Item = &str> {
                 b'\\' if in_quote => pos += 1,
                 b'<' if !in_quote => in_angle = true,
                 b'>' if !in_quote => in_angle = false,
-                b',' if !in_quote && !in_angle => {
-                    let item = value[start..pos - 1].trim();
+                _ if b == sep && !in_quote && !in_angle => {
+                    let item = &value[start..pos - 1];
                     start = pos;
                     return Some(item);
                 }
@@ -397,8 +413,7 @@ pub fn split_list(value: &str) -> impl Iterator<Item = &str> {
             }
         }
         done = true;
-        let item = value.get(start..).unwrap_or("").trim();
-        if item.is_empty() { None } else { Some(item) }
+        Some(value.get(start..).unwrap_or(""))
     })
 }
 
