@@ -21,29 +21,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A TLS acceptor from PEM files: the certificate chain (leaf first) and its private key.
 pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, ConsoleError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let tls_err = |what: &Path, e: String| ConsoleError::Tls(format!("{}: {e}", what.display()));
-    let certs = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| tls_err(cert, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls_err(cert, e.to_string()))?;
-    if certs.is_empty() {
-        return Err(tls_err(cert, "no certificate in the file".into()));
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| tls_err(key, e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConsoleError::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key_der)
-        .map_err(|e| {
-            tls_err(
-                key,
-                format!("does not match the certificate or is unusable: {e}"),
-            )
-        })?;
+    let mut config = tls_pem::server_config(cert, key).map_err(ConsoleError::Tls)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -38,29 +38,7 @@ impl Listeners {
 
 /// A TLS acceptor from PEM files: the certificate chain (leaf first) and its private key.
 pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, Error> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let err = |p: &Path, e: String| Error::Tls(format!("{}: {e}", p.display()));
-    let certs = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| err(cert, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(cert, e.to_string()))?;
-    if certs.is_empty() {
-        return Err(err(cert, "no certificate in the file".into()));
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| err(key, e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key_der)
-        .map_err(|e| {
-            err(
-                key,
-                format!("does not match the certificate or is unusable: {e}"),
-            )
-        })?;
+    let config = tls_pem::server_config(cert, key).map_err(Error::Tls)?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 

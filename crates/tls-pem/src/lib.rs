@@ -1,0 +1,62 @@
+//! The TLS server setup every Tandem listener uses (the web console, SIP over TLS): rustls with
+//! the ring provider, its safe default protocol versions (TLS 1.2 and 1.3), no client
+//! certificates, and one certificate chain with its key read from PEM files.
+//!
+//! Never: reads a key from anywhere but the named file, or accepts a key that does not match the
+//! certificate (the error names the file and says so).
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A server configuration from `cert` (the chain, leaf first) and `key`. The error names the
+/// file at fault and what is wrong with it.
+pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    let at = |p: &Path, e: String| format!("{}: {e}", p.display());
+    let certs = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| at(cert, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| at(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(at(cert, "no certificate in the file".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| at(key, e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key_der)
+        .map_err(|e| {
+            at(
+                key,
+                format!("does not match the certificate or is unusable: {e}"),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matching_pair_loads_and_a_wrong_key_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let b = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key, other_key) = (
+            dir.path().join("c.pem"),
+            dir.path().join("k.pem"),
+            dir.path().join("o.pem"),
+        );
+        std::fs::write(&cert, a.cert.pem()).unwrap();
+        std::fs::write(&key, a.signing_key.serialize_pem()).unwrap();
+        std::fs::write(&other_key, b.signing_key.serialize_pem()).unwrap();
+        assert!(server_config(&cert, &key).is_ok());
+        let e = server_config(&cert, &other_key).unwrap_err();
+        assert!(e.contains("o.pem") && e.contains("does not match"), "{e}");
+        let e = server_config(&key, &key).unwrap_err();
+        assert!(e.contains("no certificate"), "{e}");
+    }
+}
