@@ -9,6 +9,11 @@
 //! figures. Keys and values are made before the phases, so no timed operation includes the
 //! benchmark formatting its arguments. How operations are issued, and the `--pin-issuer`
 //! phases (a spinning issuer on a CPU of its own), are in `load.rs`.
+//!
+//! The filesystem is measured two ways in each condition: the fsync probe (closed loop, one
+//! 4 KiB overwrite and fdatasync after another: the reference of the sync put goal) and the
+//! group-commit floor (the same writes, open loop at the sync put rate, each covering every
+//! write due before it began: the best any store syncing on this filesystem could do).
 
 mod load;
 
@@ -33,7 +38,8 @@ pub struct Args {
     /// Directory on the filesystem to measure (a temporary directory is made inside it).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Seconds each phase runs (six latency phases and two fsync phases).
+    /// Seconds each phase runs (six latency phases, two fsync probes and two group-commit
+    /// floors).
     #[arg(long, default_value_t = 5)]
     phase_secs: u64,
     /// Bindings (registrations) in the store.
@@ -61,6 +67,12 @@ pub struct Args {
     /// much less), to separate waiting for the disk from waiting for a CPU.
     #[arg(long)]
     hog_direct: bool,
+    /// Make the disk hog overwrite its file in place when it reaches 256 MiB instead of cutting
+    /// it to nothing and growing it again. Cutting frees the blocks, which on a filesystem
+    /// mounted with `discard` makes the device discard them while every other write waits;
+    /// this separates the hog's bandwidth from those stalls.
+    #[arg(long)]
+    hog_overwrite: bool,
     /// Run the lookup and async-put load threads (the callers, not the store's own threads;
     /// not with --pin-issuer) with real-time priority (SCHED_FIFO, needs root or CAP_SYS_NICE), so that on a busy
     /// machine their figures show the store rather than waiting for a CPU. The astdb replica's
@@ -162,11 +174,19 @@ struct KvReport {
     per_write_tx_put_p99_us_disk_hog: f64,
     sync_put_to_fsync_p99_ratio: f64,
     sync_put_to_fsync_p99_ratio_disk_hog: f64,
+    /// The group-commit floor (`fsync_group_floor`) at the sync put rate, p99: what no store
+    /// syncing on this filesystem could beat, in the same conditions.
+    fsync_floor_p99_us: f64,
+    fsync_floor_p99_us_disk_hog: f64,
+    sync_put_to_fsync_floor_p99_ratio: f64,
+    sync_put_to_fsync_floor_p99_ratio_disk_hog: f64,
     astdb_put_to_sync_put_p99_ratio: f64,
     astdb_put_to_sync_put_p99_ratio_disk_hog: f64,
     astdb_get_to_get_p99_ratio_disk_hog: f64,
     disk_hog_mib_per_sec: f64,
     disk_hog_direct: bool,
+    /// Whether the hog overwrote its file in place rather than cutting it (`--hog-overwrite`).
+    disk_hog_overwrite: bool,
     /// Whether lookups and async puts were issued from SCHED_FIFO threads.
     realtime_readers: bool,
     goals: Goals,
@@ -214,6 +234,15 @@ impl BenchReport for KvReport {
             self.sync_put_to_fsync_p99_ratio_disk_hog,
             mark(g.sync_put_p99_within_2_5x_fsync_p99),
             mark(g.sync_put_p99_within_2_5x_fsync_p99_disk_hog)
+        )?;
+        writeln!(
+            out,
+            "sync put p99 / group-commit floor p99 (fsync open loop at the sync put rate): {:.2} \
+             (quiet), {:.2} (disk hog); floor p99 {:.0} us, {:.0} us",
+            self.sync_put_to_fsync_floor_p99_ratio,
+            self.sync_put_to_fsync_floor_p99_ratio_disk_hog,
+            self.fsync_floor_p99_us,
+            self.fsync_floor_p99_us_disk_hog
         )?;
         writeln!(
             out,
@@ -286,12 +315,17 @@ impl BenchReport for KvReport {
         )?;
         writeln!(
             out,
-            "disk hog wrote {:.0} MiB/s{}",
+            "disk hog wrote {:.0} MiB/s{}{}",
             self.disk_hog_mib_per_sec,
             if self.disk_hog_direct {
                 " (O_DIRECT)"
             } else {
                 " (buffered)"
+            },
+            if self.disk_hog_overwrite {
+                ", overwriting its file in place"
+            } else {
+                ", cutting its file to nothing every 256 MiB"
             }
         )
     }
@@ -311,30 +345,95 @@ fn cpu_pressure_some_us() -> Option<u64> {
 /// file, then fdatasync — the cheapest durable write the filesystem offers, so the store's
 /// goal relative to it is the strict one.
 pub(crate) fn fsync_latency(dir: &Path, dur: Duration) -> anyhow::Result<Vec<u64>> {
-    use std::os::unix::fs::FileExt;
-    const FILE_BYTES: u64 = 4 << 20;
-    let path = dir.join("fsync-probe.bin");
-    let f = File::create(&path)?;
-    let buf = vec![0x5au8; 4096];
-    let mut off = 0;
-    while off < FILE_BYTES {
-        f.write_all_at(&buf, off)?;
-        off += buf.len() as u64;
-    }
-    f.sync_all()?;
+    let mut probe = SyncProbe::create(&dir.join("fsync-probe.bin"))?;
     let mut out = Vec::new();
     let end = Instant::now() + dur;
-    off = 0;
     while Instant::now() < end {
         let t = Instant::now();
-        f.write_all_at(&buf, off)?;
-        f.sync_data()?;
+        probe.write_sync()?;
         out.push(t.elapsed().as_nanos() as u64);
-        off = (off + buf.len() as u64) % FILE_BYTES;
     }
-    drop(f);
-    std::fs::remove_file(&path)?;
+    probe.remove()?;
     Ok(out)
+}
+
+/// The group-commit floor: the sync put latency that any store making writes durable by
+/// fdatasync on this filesystem would give at `rate` writes per second. Writes arrive on a
+/// fixed schedule; one thread overwrites 4 KiB and fdatasyncs it, which makes durable every
+/// write that had arrived before that overwrite began (a perfect group commit: no CPU of its
+/// own, one sync in flight, as on a single log). Each write is timed from its scheduled arrival
+/// to the end of the fdatasync that covered it. The closed-loop probe above meets each stall of
+/// the disk once; this, like the store's open-loop sync puts, charges a stall to every write
+/// due during it, so under a disk hog whose stalls are long and rare the two differ most.
+fn fsync_group_floor(dir: &Path, dur: Duration, rate: u64) -> anyhow::Result<Vec<u64>> {
+    let mut probe = SyncProbe::create(&dir.join("fsync-floor.bin"))?;
+    let interval_ns = 1e9 / rate.max(1) as f64;
+    let due_ns = |i: u64| (i as f64 * interval_ns) as u64;
+    let start = Instant::now();
+    let mut out = Vec::new();
+    // Writes `covered..` are not yet durable; write `i` is due at `start + due_ns(i)`.
+    let mut covered = 0u64;
+    while start.elapsed() < dur {
+        let begun_ns = start.elapsed().as_nanos() as u64;
+        // Writes due at or before now: all of them ride on this sync.
+        let arrived = (begun_ns as f64 / interval_ns) as u64 + 1;
+        if arrived <= covered {
+            load::sleep_until(start + Duration::from_nanos(due_ns(covered)));
+            continue;
+        }
+        probe.write_sync()?;
+        let done_ns = start.elapsed().as_nanos() as u64;
+        out.extend((covered..arrived).map(|i| done_ns - due_ns(i)));
+        covered = arrived;
+    }
+    probe.remove()?;
+    Ok(out)
+}
+
+/// A file of `FILE_BYTES`, written and synced once, in which each probe write overwrites the
+/// next 4 KiB in place and fdatasyncs it: the cheapest durable write the filesystem offers (no
+/// size change, no new block).
+struct SyncProbe {
+    file: File,
+    path: PathBuf,
+    buf: Vec<u8>,
+    offset_bytes: u64,
+}
+
+impl SyncProbe {
+    const FILE_BYTES: u64 = 4 << 20;
+    const WRITE_BYTES: usize = 4096;
+
+    fn create(path: &Path) -> anyhow::Result<SyncProbe> {
+        use std::os::unix::fs::FileExt;
+        let file = File::create(path)?;
+        let buf = vec![0x5au8; Self::WRITE_BYTES];
+        let mut off = 0;
+        while off < Self::FILE_BYTES {
+            file.write_all_at(&buf, off)?;
+            off += buf.len() as u64;
+        }
+        file.sync_all()?;
+        Ok(SyncProbe {
+            file,
+            path: path.to_path_buf(),
+            buf,
+            offset_bytes: 0,
+        })
+    }
+
+    fn write_sync(&mut self) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(&self.buf, self.offset_bytes)?;
+        self.file.sync_data()?;
+        self.offset_bytes = (self.offset_bytes + self.buf.len() as u64) % Self::FILE_BYTES;
+        Ok(())
+    }
+
+    fn remove(self) -> std::io::Result<()> {
+        drop(self.file);
+        std::fs::remove_file(&self.path)
+    }
 }
 
 /// A thread writing and fsyncing a large file on the same filesystem, like a backup.
@@ -350,6 +449,16 @@ impl DiskHog {
     const FILE_BYTES_MAX: u64 = 256 << 20;
 
     pub(crate) fn start(dir: &Path, direct: bool) -> anyhow::Result<DiskHog> {
+        Self::start_with(dir, direct, false)
+    }
+
+    /// `overwrite`: at `FILE_BYTES_MAX` the hog goes back to the start of its file and writes
+    /// over it, instead of cutting the file to nothing and growing it again. A cut frees the
+    /// file's blocks, and on a filesystem mounted with `discard` that sends the device a discard
+    /// of all of them; on a virtual disk every other write and cache flush then waits until
+    /// the discard is done (tens of milliseconds, several times a second at the hog's rate).
+    /// Overwriting keeps the hog's bandwidth without those stalls.
+    fn start_with(dir: &Path, direct: bool, overwrite: bool) -> anyhow::Result<DiskHog> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = dir.join("disk-hog.bin");
         let mut f = std::fs::OpenOptions::new()
@@ -378,7 +487,9 @@ impl DiskHog {
                         len += buf.len() as u64;
                         written.fetch_add(buf.len() as u64, Ordering::Relaxed);
                         if len >= Self::FILE_BYTES_MAX {
-                            let _ = f.set_len(0);
+                            if !overwrite {
+                                let _ = f.set_len(0);
+                            }
                             let _ = f.rewind();
                             len = 0;
                         }
@@ -921,7 +1032,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .tempdir_in(&base)
         .map_err(|e| anyhow::anyhow!("cannot make a directory in {}: {e}", base.display()))?;
     let dir = tmp.path();
-    let steps = if args.pin_issuer { 15 } else { 13 };
+    let steps = if args.pin_issuer { 17 } else { 15 };
     let pb = crate::report::progress_bar(
         args.json,
         steps,
@@ -937,6 +1048,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         get_rate: args.get_rate,
         throughput_writers: args.throughput_writers,
         disk_hog_direct: args.hog_direct,
+        disk_hog_overwrite: args.hog_overwrite,
         realtime_readers: args.realtime_readers && {
             // Probe once whether the priority is permitted.
             std::thread::spawn(realtime_priority)
@@ -1009,7 +1121,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for hog_on in [false, true] {
         let hog = if hog_on {
             cx.step("starting the disk hog".into());
-            Some(DiskHog::start(dir, args.hog_direct)?)
+            Some(DiskHog::start_with(
+                dir,
+                args.hog_direct,
+                args.hog_overwrite,
+            )?)
         } else {
             None
         };
@@ -1017,6 +1133,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cx.step(format!("fsync latency{tag}"));
         let f = fsync_latency(dir, fsync_dur)?;
         let fp = cx.record("filesystem", hog_on, "fsync 4 KiB overwrite", f);
+        cx.step(format!("group-commit floor{tag}"));
+        let f = fsync_group_floor(dir, fsync_dur, args.sync_rate)?;
+        let floor = cx.record(
+            "filesystem",
+            hog_on,
+            "fsync group-commit floor (open loop)",
+            f,
+        );
         cx.step(format!("tandem{tag}"));
         phase_tandem(&mut cx, &store, hog_on, Issuers::Sleeping)?;
         if args.pin_issuer {
@@ -1030,8 +1154,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(h) = hog {
             cx.report.disk_hog_mib_per_sec = h.stop();
             cx.report.fsync_p99_us_disk_hog = fp;
+            cx.report.fsync_floor_p99_us_disk_hog = floor;
         } else {
             cx.report.fsync_p99_us = fp;
+            cx.report.fsync_floor_p99_us = floor;
         }
     }
     astdb.stop();
@@ -1088,6 +1214,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     r.sync_put_to_fsync_p99_ratio = ratio(r.sync_put_p99_us, r.fsync_p99_us);
     r.sync_put_to_fsync_p99_ratio_disk_hog =
         ratio(r.sync_put_p99_us_disk_hog, r.fsync_p99_us_disk_hog);
+    r.sync_put_to_fsync_floor_p99_ratio = ratio(r.sync_put_p99_us, r.fsync_floor_p99_us);
+    r.sync_put_to_fsync_floor_p99_ratio_disk_hog =
+        ratio(r.sync_put_p99_us_disk_hog, r.fsync_floor_p99_us_disk_hog);
     r.astdb_put_to_sync_put_p99_ratio = ratio(r.astdb_put_p99_us, r.sync_put_p99_us);
     r.astdb_put_to_sync_put_p99_ratio_disk_hog =
         ratio(r.astdb_put_p99_us_disk_hog, r.sync_put_p99_us_disk_hog);

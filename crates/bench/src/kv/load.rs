@@ -68,7 +68,7 @@ pub fn realtime_priority() -> bool {
 }
 
 /// Waits until `at`: sleeps until shortly before, then spins.
-fn sleep_until(at: Instant) {
+pub fn sleep_until(at: Instant) {
     const SPIN: Duration = Duration::from_micros(20);
     let now = Instant::now();
     if at > now + SPIN {
