@@ -541,8 +541,9 @@ impl Registrar {
                         ),
                     );
                 }
+                // The gauges follow at the next sweep (every second): reading them walks every
+                // shard, which is not for each REGISTER.
                 self.location.set(slot, list.clone());
-                self.refresh_gauges();
                 list
             }
         };
