@@ -1,0 +1,525 @@
+//! The SIP registrar of `tandem serve` driven by SIPp (Debian's `sip-tester` package): each test
+//! starts its own server on free loopback ports with a fresh store, plays one or more scenarios
+//! of `tests/sipp/` against it, and requires SIPp to exit 0 (every call passed: each expected
+//! response came, no unexpected one did, and every `check_it` regular expression held). What
+//! a scenario checks is written at its top. Skips with a message when SIPp is missing.
+
+use registrar::digest::{self, Algorithm, NonceKey};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const REALM: &str = "tandem";
+
+/// A port free on loopback for both UDP and TCP now: the registrar binds both.
+fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Whether SIPp can run here; skips (fails under CI) when it cannot.
+fn have_sipp() -> bool {
+    let found = Command::new("sipp")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        test_env::skip("`sipp` is not installed (Debian package `sip-tester`)");
+    }
+    found
+}
+
+/// One `tandem serve` with the registrar, its store and configuration in a temporary directory.
+/// Killed and reaped when dropped, so a failed assertion leaves no server behind.
+struct Tandem {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    sip: SocketAddr,
+    http: SocketAddr,
+    sipp_runs: u32,
+}
+
+impl Drop for Tandem {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Tandem {
+    /// Starts a server whose `[registrar]` section holds `registrar` (besides `listen`), after
+    /// `seed` has had the store to itself (users, the nonce secret). `None` when SIPp is
+    /// missing: the test is skipped.
+    fn start(registrar: &str, seed: impl FnOnce(&kv::Store)) -> Option<Tandem> {
+        if !have_sipp() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        // The store is closed again before the server opens it: one process at a time.
+        seed(&kv::Store::open_dir(&data, kv::Options::default()).unwrap());
+        let (sip, http, agi) = (free_port(), free_port(), free_port());
+        let config = dir.path().join("tandem.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[fastagi]\nlisten = \"127.0.0.1:{agi}\"\n\
+                 [metrics]\nlisten = \"127.0.0.1:{http}\"\n\
+                 [web]\nenabled = false\n\
+                 [history]\nenabled = false\n\
+                 [kv]\ndata_dir = {data:?}\n\
+                 [registrar]\nlisten = \"127.0.0.1:{sip}\"\n{registrar}\n"
+            ),
+        )
+        .unwrap();
+        let mut t = Tandem {
+            child: None,
+            dir,
+            config,
+            sip: SocketAddr::from(([127, 0, 0, 1], sip)),
+            http: SocketAddr::from(([127, 0, 0, 1], http)),
+            sipp_runs: 0,
+        };
+        t.spawn();
+        Some(t)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs `tandem serve` and waits until it answers HTTP, which it binds after the registrar's
+    /// sockets: from then on SIP is served.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("serve.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .current_dir(self.dir.path())
+            .env_remove("TANDEM_DATA_DIR")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(self.http).is_err() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("tandem serve exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tandem serve did not start:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs, as in a power cut of the process.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(self.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    }
+
+    /// The value of the sample `series` (name and labels exactly as exported); 0 when absent
+    /// (a labelled counter appears once it is first counted).
+    fn metric(&self, series: &str) -> f64 {
+        let text = self.metrics();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    /// The stored bindings of every AOR, read from the store file as `tandem sip bindings`
+    /// does (the server may be running).
+    fn stored_bindings(&self) -> HashMap<String, Vec<registrar::Binding>> {
+        let file = self.data_dir().join(kv::FILE_NAME);
+        let store = kv::ReadOnlyStore::open_namespace(&file, registrar::users::NAMESPACE).unwrap();
+        store
+            .tree(Some("aor"), None)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| {
+                let aor = k.strip_prefix("/aor/").unwrap_or(&k).to_string();
+                (aor, registrar::binding::decode(&v.to_string_lossy()).0)
+            })
+            .collect()
+    }
+
+    /// `tandem sip bindings [AOR]` on this server's store: its output, which must succeed.
+    fn bindings_cli(&self, aor: Option<&str>) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["sip", "bindings"])
+            .args(aor)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A directory for one SIPp run: the scenario and `files` (injection files: name and
+    /// text) are put in and SIPp runs there, so that its logs (named after the scenario) stay
+    /// in it and the scenario names its files without a directory.
+    fn sipp_dir(&mut self, scenario: &str, files: &[(&str, &str)]) -> PathBuf {
+        self.sipp_runs += 1;
+        let dir = self
+            .dir
+            .path()
+            .join(format!("sipp-{}-{scenario}", self.sipp_runs));
+        std::fs::create_dir(&dir).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/sipp")
+            .join(format!("{scenario}.xml"));
+        std::fs::copy(&src, dir.join(format!("{scenario}.xml")))
+            .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    /// The SIPp command for `calls` calls of `scenario` against this server, from a port of
+    /// its own, stopping with a failure after `timeout_s` at the latest; `args` are added
+    /// (`-s USER`, `-t t1`, injection files).
+    fn sipp_command(
+        &mut self,
+        scenario: &str,
+        files: &[(&str, &str)],
+        calls: u32,
+        timeout_s: u32,
+        args: &[&str],
+    ) -> (Command, PathBuf) {
+        let dir = self.sipp_dir(scenario, files);
+        let mut cmd = Command::new("sipp");
+        cmd.arg(self.sip.to_string())
+            .args(["-sf", &format!("{scenario}.xml")])
+            .args(["-i", "127.0.0.1", "-p", &free_port().to_string()])
+            .args(["-m", &calls.to_string()])
+            .args(["-nostdin", "-trace_err", "-timeout_error"])
+            .args(["-timeout", &format!("{timeout_s}s")])
+            .args(args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("screen.txt")).unwrap())
+            .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap());
+        (cmd, dir)
+    }
+
+    /// Runs `scenario` once (`-trace_msg`) and requires every call to pass.
+    fn play(&mut self, scenario: &str, args: &[&str]) -> SippRun {
+        self.play_with(scenario, &[], args)
+    }
+
+    /// [`Tandem::play`] with injection files.
+    fn play_with(&mut self, scenario: &str, files: &[(&str, &str)], args: &[&str]) -> SippRun {
+        let mut all = vec!["-trace_msg"];
+        all.extend_from_slice(args);
+        let (mut cmd, dir) = self.sipp_command(scenario, files, 1, 20, &all);
+        let run = SippRun {
+            status: cmd.status().unwrap(),
+            dir,
+        };
+        run.assert_passed(self);
+        run
+    }
+}
+
+/// A finished SIPp run and its directory of logs.
+struct SippRun {
+    status: ExitStatus,
+    dir: PathBuf,
+}
+
+impl SippRun {
+    /// The log whose name ends with `suffix` (`_messages.log`, `_errors.log`, `_logs.log`).
+    fn log(&self, suffix: &str) -> String {
+        std::fs::read_dir(&self.dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().ends_with(suffix))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .unwrap_or_default()
+    }
+
+    /// SIPp exits 0 only when every call passed.
+    fn assert_passed(&self, tandem: &Tandem) {
+        assert!(
+            self.status.success(),
+            "SIPp failed ({}) in {}\nerrors:\n{}\nmessages:\n{}\nstderr:\n{}\nlast screen:\n{}\ntandem:\n{}",
+            self.status,
+            self.dir.display(),
+            self.log("_errors.log"),
+            self.log("_messages.log"),
+            std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default(),
+            self.last_screen(),
+            tandem.log()
+        );
+    }
+
+    /// SIPp's last statistics screen, which counts the calls and messages of each step.
+    fn last_screen(&self) -> String {
+        let screen = std::fs::read_to_string(self.dir.join("screen.txt")).unwrap_or_default();
+        let last = screen.rfind("----- Scenario Screen").unwrap_or(0);
+        screen[last..].to_string()
+    }
+
+    /// The responses SIPp received, in order, from its `-trace_msg` log.
+    fn responses(&self) -> Vec<String> {
+        self.log("_messages.log")
+            .split("-----------------------------------------------")
+            .filter_map(|block| {
+                let (head, msg) = block.split_once(" received ")?;
+                let _ = head;
+                let msg = msg.split_once(":\n")?.1.trim_start();
+                msg.starts_with("SIP/2.0")
+                    .then(|| msg.trim_end().to_string())
+            })
+            .collect()
+    }
+}
+
+/// Each (method, code) was answered exactly once.
+fn assert_requests(t: &Tandem, answered: &[(&str, u16)]) {
+    for (method, code) in answered {
+        let series =
+            format!("tandem_registrar_requests_total{{method=\"{method}\",code=\"{code}\"}}");
+        assert_eq!(t.metric(&series), 1.0, "{series}");
+    }
+}
+
+/// A new server (see [`Tandem::start`]) once `scenario` has passed on it, with its SIPp run.
+fn played(
+    registrar: &str,
+    seed: impl FnOnce(&kv::Store),
+    scenario: &str,
+    args: &[&str],
+) -> Option<(Tandem, SippRun)> {
+    let mut t = Tandem::start(registrar, seed)?;
+    let run = t.play(scenario, args);
+    Some((t, run))
+}
+
+fn failures(reason: &str) -> String {
+    format!("tandem_registrar_auth_failures_total{{reason=\"{reason}\"}}")
+}
+
+fn no_auth(extra: &str) -> String {
+    format!("algorithms = []\n{extra}")
+}
+
+fn with_user(user: &'static str, password: &'static str) -> impl FnOnce(&kv::Store) {
+    move |store| registrar::users::add(store, REALM, user, password).unwrap()
+}
+
+#[test]
+fn register_refresh_query_and_unregister_over_udp_and_tcp() {
+    let Some((mut t, _)) = played(&no_auth(""), |_| {}, "register", &["-s", "1001"]) else {
+        return;
+    };
+    t.play("register", &["-s", "1002", "-t", "t1"]);
+    // Both ended unregistered.
+    assert_eq!(t.stored_bindings().values().map(Vec::len).sum::<usize>(), 0);
+}
+
+#[test]
+fn wildcard_removes_every_binding_and_needs_expires_zero() {
+    played(&no_auth(""), |_| {}, "wildcard", &["-s", "1001"]);
+}
+
+#[test]
+fn an_interval_below_min_expires_gets_423_and_one_above_max_is_held_to_it() {
+    let config = no_auth("min_expires = 120\nmax_expires = 7200");
+    played(&config, |_| {}, "interval", &["-s", "1001"]);
+}
+
+#[test]
+fn a_lower_cseq_in_the_same_call_id_gets_400() {
+    played(&no_auth(""), |_| {}, "cseq_order", &["-s", "1001"]);
+}
+
+#[test]
+fn digest_md5_with_both_default_challenges() {
+    let args = ["-s", "1001", "-au", "1001", "-ap", "s3cret-md5"];
+    played("", with_user("1001", "s3cret-md5"), "auth_md5", &args);
+}
+
+#[test]
+fn digest_sha256_answered_from_precomputed_responses() {
+    const PASSWORD: &str = "s3cret-sha";
+    // The nonce secret is the test's, so that it can compute every nonce the server may issue.
+    let secret = [0x5a; 32];
+    let Some(mut t) = Tandem::start("algorithms = [\"SHA-256\"]", |store| {
+        registrar::users::add(store, REALM, "1001", PASSWORD).unwrap();
+        store
+            .namespace(registrar::users::NAMESPACE)
+            .unwrap()
+            .put("secret", "nonce", secret.to_vec())
+            .unwrap();
+    }) else {
+        return;
+    };
+    // The Request-URI the scenario sends: sip:[remote_ip]:[remote_port].
+    let uri = format!("sip:{}", t.sip);
+    let key = NonceKey::new(secret);
+    let ha1 = Algorithm::Sha256.ha1("1001", REALM, PASSWORD);
+    let now_s = registrar::now_ms() / 1000;
+    // Every second the challenge may be issued in, with room for a slow start of SIPp.
+    let mut csv = String::from("SEQUENTIAL\n");
+    for issued_s in now_s - 5..=now_s + 120 {
+        let nonce = key.nonce(REALM, issued_s);
+        let cnonce = format!("c{issued_s:x}");
+        let response = digest::client_response(
+            Algorithm::Sha256,
+            &ha1,
+            &nonce,
+            "00000001",
+            &cnonce,
+            "REGISTER",
+            &uri,
+        );
+        csv.push_str(&format!(
+            "{nonce};Authorization: Digest username=\"1001\", realm=\"{REALM}\", \
+             nonce=\"{nonce}\", uri=\"{uri}\", response=\"{response}\", algorithm=SHA-256, \
+             cnonce=\"{cnonce}\", nc=00000001, qop=auth\n"
+        ));
+    }
+    t.play_with(
+        "auth_sha256",
+        &[("sha.csv", &csv)],
+        &["-s", "1001", "-inf", "sha.csv", "-infindex", "sha.csv", "0"],
+    );
+    assert_requests(&t, &[("REGISTER", 401), ("REGISTER", 200)]);
+}
+
+#[test]
+fn a_stale_nonce_is_challenged_again_with_stale_true() {
+    let config = "algorithms = [\"MD5\"]\nnonce_ttl_s = 2";
+    let args = ["-s", "1001", "-au", "1001", "-ap", "s3cret"];
+    let Some((t, _)) = played(config, with_user("1001", "s3cret"), "stale_nonce", &args) else {
+        return;
+    };
+    // A stale nonce is no failed attempt.
+    assert_eq!(t.metric(&failures("wrong_response")), 0.0);
+}
+
+#[test]
+fn wrong_passwords_are_challenged_again_until_the_source_is_dropped() {
+    let config = "algorithms = [\"MD5\"]\nauth_failures_max = 3";
+    let args = ["-s", "1001", "-au", "1001", "-ap", "not-the-password"];
+    let Some((t, _)) = played(config, with_user("1001", "s3cret"), "wrong_password", &args) else {
+        return;
+    };
+    assert_eq!(t.metric(&failures("wrong_response")), 3.0);
+    assert!(t.metric("tandem_registrar_dropped_total{reason=\"source_throttled\"}") >= 1.0);
+}
+
+#[test]
+fn path_is_echoed_and_kept_with_the_binding() {
+    let Some((t, _)) = played(&no_auth(""), |_| {}, "path", &["-s", "1001"]) else {
+        return;
+    };
+    let stored = t.stored_bindings();
+    let list = &stored["sip:1001@example.com"];
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0].uri, "sip:1001@192.0.2.7:5060");
+    assert_eq!(list[0].path, ["<sip:edge.example.com;lr>"]);
+    let shown = t.bindings_cli(Some("1001@example.com"));
+    assert!(
+        shown.contains("sip:1001@example.com\tsip:1001@192.0.2.7:5060\t")
+            && shown.contains("ua=SIPp path")
+            && shown.ends_with("1 bindings.\n"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn outbound_flows_are_replaced_by_instance_and_reg_id() {
+    let Some((t, _)) = played(&no_auth(""), |_| {}, "outbound", &["-s", "1001"]) else {
+        return;
+    };
+    let mut flows: Vec<(u32, String)> = t.stored_bindings()["sip:1001@example.com"]
+        .iter()
+        .map(|b| (b.reg_id.unwrap(), b.uri.clone()))
+        .collect();
+    flows.sort();
+    assert_eq!(
+        flows,
+        [
+            (1, "sip:1001@192.0.2.2:5060;ob".to_string()),
+            (2, "sip:1001@192.0.2.3:5060;ob".to_string())
+        ]
+    );
+}
+
+#[test]
+fn options_unknown_methods_and_invite_without_redirect() {
+    if let Some((t, _)) = played(&no_auth(""), |_| {}, "methods", &["-s", "1001"]) {
+        assert_requests(&t, &[("OPTIONS", 200), ("other", 501), ("INVITE", 405)]);
+    }
+}
+
+#[test]
+fn redirect_mode_answers_invite_with_302_or_480() {
+    let config = no_auth("redirect = true");
+    if let Some((t, _)) = played(&config, |_| {}, "redirect", &["-s", "1001"]) {
+        assert_requests(&t, &[("INVITE", 302), ("INVITE", 480)]);
+    }
+}
+
+#[test]
+fn a_retransmitted_register_gets_the_same_200_again() {
+    let Some((t, run)) = played(&no_auth(""), |_| {}, "retransmission", &["-s", "1001"]) else {
+        return;
+    };
+    let responses = run.responses();
+    assert_eq!(responses.len(), 3, "{responses:#?}");
+    assert!(
+        responses[0].contains("CSeq: 1 REGISTER"),
+        "{}",
+        responses[0]
+    );
+    assert_eq!(responses[0], responses[2]);
+    assert!(t.metric("tandem_registrar_retransmissions_total") >= 1.0);
+    // Processed once: one commit.
+    assert_eq!(t.metric("tandem_registrar_commit_seconds_count"), 1.0);
+}
