@@ -13,6 +13,7 @@ mod kamailio;
 mod report;
 mod server;
 mod sipp;
+mod table;
 mod wire;
 
 use self::report::{Contestant, Hog, RegistrarReport, Step};
@@ -264,7 +265,11 @@ fn ladder(cx: &Ctx<'_>, kind: Kind, auth: bool) -> anyhow::Result<(Vec<Step>, us
 fn memory_per_100k(cx: &Ctx<'_>) -> anyhow::Result<f64> {
     let a = cx.args;
     let fresh = Fresh::start(cx, Kind::Tandem, false)?;
-    std::thread::sleep(Duration::from_millis(500));
+    // The same load on one AOR first, so that what any load costs (buffers, the allocator's
+    // per-thread arenas, the runtime's workers) is in `before` and only the AORs in the growth.
+    let warmup_calls = u64::from(a.memory_rate) * 2;
+    fresh.step(cx, false, a.memory_rate, warmup_calls, 1000..1001)?;
+    std::thread::sleep(Duration::from_secs(1));
     let rss = || {
         procstat::process_rss_bytes(fresh.server.pid())
             .ok_or_else(|| anyhow::anyhow!("cannot read tandem's resident memory"))
