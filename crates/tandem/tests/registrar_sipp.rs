@@ -5,7 +5,7 @@
 //! a scenario checks is written at its top. Skips with a message when SIPp is missing.
 
 use registrar::digest::{self, Algorithm, NonceKey};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -433,7 +433,7 @@ fn digest_sha256_answered_from_precomputed_responses() {
 
 #[test]
 fn a_stale_nonce_is_challenged_again_with_stale_true() {
-    let config = "algorithms = [\"MD5\"]\nnonce_ttl_s = 2";
+    let config = "algorithms = [\"MD5\"]\nnonce_ttl_s = 3";
     let args = ["-s", "1001", "-au", "1001", "-ap", "s3cret"];
     let Some((t, _)) = played(config, with_user("1001", "s3cret"), "stale_nonce", &args) else {
         return;
@@ -522,4 +522,135 @@ fn a_retransmitted_register_gets_the_same_200_again() {
     assert!(t.metric("tandem_registrar_retransmissions_total") >= 1.0);
     // Processed once: one commit.
     assert_eq!(t.metric("tandem_registrar_commit_seconds_count"), 1.0);
+}
+
+/// A child process killed and reaped when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The users whose 200 SIPp logged in a run of `durable.xml`.
+fn acknowledged(run: &SippRun) -> HashSet<String> {
+    run.log("_logs.log")
+        .lines()
+        .filter_map(|l| l.strip_prefix("OK "))
+        .map(|u| u.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn every_acknowledged_registration_survives_a_sigkill_in_a_refresh_storm() {
+    const AORS: u32 = 10_000;
+    let Some(mut t) = Tandem::start(&no_auth(""), |_| {}) else {
+        return;
+    };
+    let mut users = String::from("SEQUENTIAL\n");
+    for i in 0..AORS {
+        users.push_str(&format!("u{i:05};\n"));
+    }
+    let files = [("users.csv", users.as_str())];
+    // Both runs: one REGISTER per AOR at 2,000 a second, the same Call-IDs (no process id in
+    // them), the CSeq, the expires and how long a call waits for its 200 given here.
+    let storm = |t: &mut Tandem, cseq: &str, expires: &str, wait_ms: &str| {
+        let args = [
+            "-inf",
+            "users.csv",
+            "-key",
+            "expires",
+            expires,
+            "-base_cseq",
+            cseq,
+            "-cid_str",
+            "durable-%u@%s",
+            "-r",
+            "2000",
+            "-recv_timeout",
+            wait_ms,
+            "-trace_logs",
+        ];
+        t.sipp_command("durable", &files, AORS, 60, &args)
+    };
+    let registered_200 = "tandem_registrar_requests_total{method=\"REGISTER\",code=\"200\"}";
+
+    // Every AOR registered, for 600 s.
+    let (mut cmd, dir) = storm(&mut t, "1", "600", "15000");
+    let first = SippRun {
+        status: cmd.status().unwrap(),
+        dir,
+    };
+    first.assert_passed(&t);
+    let registered = acknowledged(&first);
+    assert_eq!(registered.len(), AORS as usize);
+
+    // Every AOR refreshed for 3,600 s; SIGKILL once a quarter of them are answered (SIPp sends
+    // at a fixed rate, so the rest are still to come). A call then waits 4 s for its 200: the
+    // calls to the killed server fail soon, and one that timed out before is just not counted.
+    let (mut cmd, dir) = storm(&mut t, "2", "3600", "4000");
+    let mut sipp = Running(cmd.spawn().unwrap());
+    while t.metric(registered_200) < (AORS + AORS / 4) as f64 {
+        assert!(
+            sipp.0.try_wait().unwrap().is_none(),
+            "SIPp ended before the registrar was killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    t.kill();
+    // The calls left unanswered time out (-recv_timeout); SIPp then exits non-zero.
+    let second = SippRun {
+        status: sipp.0.wait().unwrap(),
+        dir,
+    };
+    let refreshed = acknowledged(&second);
+    assert!(
+        !refreshed.is_empty() && refreshed.len() < AORS as usize,
+        "{} refreshes acknowledged: the kill was not in the middle of the storm",
+        refreshed.len()
+    );
+
+    // The same store, after the crash.
+    t.spawn();
+    assert_eq!(t.metric("tandem_registrar_bindings"), AORS as f64);
+    let shown = t.bindings_cli(None);
+    // AOR -> (contact, seconds left), from lines `AOR \t URI \t expires=Ns \t ...`.
+    let mut bound: HashMap<&str, Vec<(&str, u64)>> = HashMap::new();
+    for line in shown.lines().filter(|l| l.contains('\t')) {
+        let mut f = line.split('\t');
+        let (aor, uri, expires) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        let left_s = expires
+            .strip_prefix("expires=")
+            .and_then(|e| e.strip_suffix('s'))
+            .and_then(|e| e.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        bound.entry(aor).or_default().push((uri, left_s));
+    }
+    let mut refreshed_found = 0;
+    for user in &registered {
+        let aor = format!("sip:{user}@example.com");
+        let list = bound
+            .get(aor.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        // One binding, the same contact whichever REGISTER was last.
+        assert_eq!(list.len(), 1, "{aor}: {list:?}");
+        let (uri, left_s) = list[0];
+        assert_eq!(uri, format!("sip:{user}@192.0.2.1:5060"));
+        // A binding of the first run has at most 600 s left; of the second, far more.
+        let is_refreshed = left_s > 600;
+        assert!(
+            is_refreshed || !refreshed.contains(user),
+            "{aor}: the refresh was answered 200 but the binding has {left_s} s left"
+        );
+        refreshed_found += is_refreshed as usize;
+    }
+    // Refreshes committed but not answered before the kill may be there too.
+    assert!(refreshed_found >= refreshed.len());
+    eprintln!(
+        "{} refreshes answered before the kill, {refreshed_found} found after the restart",
+        refreshed.len()
+    );
 }
