@@ -29,6 +29,7 @@ fn free_port() -> u16 {
 }
 
 /// Whether SIPp can run here; skips (fails under CI) when it cannot.
+#[track_caller]
 fn have_sipp() -> bool {
     let found = Command::new("sipp")
         .arg("-v")
@@ -63,6 +64,7 @@ impl Tandem {
     /// Starts a server whose `[registrar]` section holds `registrar` (besides `listen`), after
     /// `seed` has had the store to itself (users, the nonce secret). `None` when SIPp is
     /// missing: the test is skipped.
+    #[track_caller]
     fn start(registrar: &str, seed: impl FnOnce(&kv::Store)) -> Option<Tandem> {
         if !have_sipp() {
             return None;
@@ -308,8 +310,8 @@ impl SippRun {
         self.log("_messages.log")
             .split("-----------------------------------------------")
             .filter_map(|block| {
-                let (head, msg) = block.split_once(" received ")?;
-                let _ = head;
+                // "UDP message received [384] bytes :\n\nSIP/2.0 200 OK\r\n..."
+                let (_, msg) = block.split_once(" received ")?;
                 let msg = msg.split_once(":\n")?.1.trim_start();
                 msg.starts_with("SIP/2.0")
                     .then(|| msg.trim_end().to_string())
@@ -328,6 +330,7 @@ fn assert_requests(t: &Tandem, answered: &[(&str, u16)]) {
 }
 
 /// A new server (see [`Tandem::start`]) once `scenario` has passed on it, with its SIPp run.
+#[track_caller]
 fn played(
     registrar: &str,
     seed: impl FnOnce(&kv::Store),
