@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "2000,4000,8000,10000,12000,16000,20000,25000"
+        default_value = "500,1000,2000,4000,8000,10000,12000,16000,20000,25000"
     )]
     rates: Vec<u32>,
     /// Seconds of each ladder step.
@@ -242,7 +242,8 @@ impl Fresh {
     }
 }
 
-/// One contestant's ladder on a fresh server: steps up to the first that is not sustained.
+/// One contestant's ladder on a fresh server: steps up to the first that is not sustained in
+/// two tries.
 /// Returns the steps and the error lines the server logged.
 fn ladder(cx: &Ctx<'_>, kind: Kind, auth: bool) -> anyhow::Result<(Vec<Step>, usize)> {
     let a = cx.args;
@@ -250,7 +251,17 @@ fn ladder(cx: &Ctx<'_>, kind: Kind, auth: bool) -> anyhow::Result<(Vec<Step>, us
     let mut steps = Vec::new();
     for &rate in &a.rates {
         let calls = (f64::from(rate) * a.step_secs).round() as u64;
-        let s = fresh.step(cx, auth, rate, calls, 1000..1000 + a.aors)?;
+        let users = 1000..1000 + a.aors;
+        let mut s = fresh.step(cx, auth, rate, calls, users.clone())?;
+        if !s.sustained {
+            // Once more: on a machine shared with other work, one stall of a few seconds
+            // fails a step by itself. The better try counts.
+            let again = fresh.step(cx, auth, rate, calls, users)?;
+            if again.sustained || again.served_per_sec > s.served_per_sec {
+                s = again;
+            }
+            s.tries = 2;
+        }
         let go_on = s.sustained;
         steps.push(s);
         if !go_on {

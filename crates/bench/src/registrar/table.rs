@@ -72,6 +72,7 @@ impl BenchReport for RegistrarReport {
                 "SIPp CPU %",
                 "SIPp procs",
                 "drops",
+                "tries",
             ]);
             for s in &c.steps {
                 t.row([
@@ -87,6 +88,7 @@ impl BenchReport for RegistrarReport {
                     format!("{:.0}", s.sipp_cpu_percent),
                     s.sipp_processes.to_string(),
                     s.wire_drops.to_string(),
+                    s.tries.to_string(),
                 ]);
             }
             t.write(out)?;
