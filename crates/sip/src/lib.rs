@@ -96,6 +96,16 @@ fn expand_compact(name: &str) -> Option<&'static str> {
     })
 }
 
+/// `name` in lower case, borrowed when it already is (every caller in Tandem passes a
+/// lower-case literal, so a lookup allocates nothing).
+fn lower(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
 /// True when header `written` (as it appeared, maybe compact) is the header `long_lower`.
 pub fn header_name_eq(written: &str, long_lower: &str) -> bool {
     written.eq_ignore_ascii_case(long_lower) || expand_compact(written) == Some(long_lower)
@@ -250,16 +260,17 @@ impl<'a> Message<'a> {
 
     /// The first value of header `name` (long form, any case; compact forms match too).
     pub fn header(&self, name: &str) -> Option<&'a str> {
+        let lower = lower(name);
         self.headers
             .iter()
-            .find(|h| header_name_eq(h.name, &name.to_ascii_lowercase()))
+            .find(|h| header_name_eq(h.name, &lower))
             .map(|h| h.value)
     }
 
     /// Every value of header `name`, with comma-separated lists split (commas inside quotes or
     /// angle brackets do not split).
     pub fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a str> + 's {
-        let lower = name.to_ascii_lowercase();
+        let lower = lower(name);
         self.headers
             .iter()
             .filter(move |h| header_name_eq(h.name, &lower))
