@@ -223,12 +223,18 @@ fn contact_param(value: &str) -> Result<ContactParam<'_>, Refusal> {
     Ok(c)
 }
 
-/// Reads a REGISTER. A refusal carries the 400 to answer (or 0 when unanswerable).
-pub fn register<'a>(msg: &Message<'a>) -> Result<Register<'a>, Refusal> {
+/// The request's address of record, from To: (AOR, domain, user). All that is read of a
+/// REGISTER before it is queued on its AOR; the rest is read by [`register`] in the queue.
+pub fn to_aor<'a>(msg: &Message<'a>) -> Result<(String, String, &'a str), Refusal> {
     let to = msg.header("to").ok_or_else(|| Refusal::bad("Missing To"))?;
     let to_uri = split_name_addr(to).0;
-    let (aor, domain, user) = aor_of(to_uri)
-        .ok_or_else(|| Refusal::bad(format!("To is not a SIP URI with a user: {to_uri:?}")))?;
+    aor_of(to_uri)
+        .ok_or_else(|| Refusal::bad(format!("To is not a SIP URI with a user: {to_uri:?}")))
+}
+
+/// Reads a REGISTER. A refusal carries the 400 to answer (or 0 when unanswerable).
+pub fn register<'a>(msg: &Message<'a>) -> Result<Register<'a>, Refusal> {
+    let (aor, domain, user) = to_aor(msg)?;
     let call_id = msg
         .call_id()
         .filter(|c| !c.is_empty() && c.len() <= 256)

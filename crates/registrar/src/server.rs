@@ -247,8 +247,8 @@ impl Registrar {
             self.finish(&job, tx_key.as_deref(), method, code, bytes);
             return;
         }
-        let aor = match request::register(&msg) {
-            Ok(r) => r.aor,
+        let aor = match request::to_aor(&msg) {
+            Ok((aor, _, _)) => aor,
             Err(refusal) => {
                 let bytes = refuse(&msg, &refusal, job.source);
                 self.finish(&job, tx_key.as_deref(), method, refusal.status, bytes);
