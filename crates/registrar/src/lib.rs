@@ -30,12 +30,14 @@ pub mod metrics;
 pub mod request;
 pub mod response;
 pub mod server;
+pub mod settings;
 pub mod transport;
 pub mod users;
 
 pub use binding::Binding;
 pub use digest::Algorithm;
 pub use server::{Registrar, Transport, now_ms};
+pub use settings::Settings;
 pub use transport::{Listeners, StreamLimits, bind, serve, tls_acceptor};
 
 /// What can go wrong opening or running the registrar.

@@ -266,9 +266,77 @@ impl Wheel {
     }
 }
 
+/// Which AORs a person asks for: `1001` is that user in every domain, `1001@example.com` or
+/// `sip:1001@example.com` one AOR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AorQuery {
+    User(String),
+    Aor(String),
+}
+
+impl AorQuery {
+    pub fn parse(text: &str) -> AorQuery {
+        let uri = if text.contains(':') {
+            text.to_string()
+        } else {
+            format!("sip:{text}")
+        };
+        match crate::request::aor_of(&uri) {
+            Some((canon, _, _)) => AorQuery::Aor(canon),
+            None => AorQuery::User(text.to_string()),
+        }
+    }
+
+    pub fn matches(&self, aor: &str) -> bool {
+        match self {
+            AorQuery::Aor(a) => a == aor,
+            AorQuery::User(u) => aor
+                .strip_prefix("sip:")
+                .and_then(|rest| rest.strip_prefix(u.as_str()))
+                .is_some_and(|rest| rest.starts_with('@')),
+        }
+    }
+}
+
+/// The live bindings among stored entries (`/aor/<aor>` = bindings, as a read-only reader of
+/// the `registrar` namespace returns them), in AOR order, for those `query` asks for.
+pub fn stored_bindings(
+    entries: impl IntoIterator<Item = (String, String)>,
+    query: Option<&AorQuery>,
+    now_ms: u64,
+) -> Vec<(String, Binding)> {
+    let prefix = format!("/{FAMILY}/");
+    let mut out = Vec::new();
+    for (path, value) in entries {
+        let Some(aor) = path.strip_prefix(&prefix) else {
+            continue;
+        };
+        if query.is_some_and(|q| !q.matches(aor)) {
+            continue;
+        }
+        let (list, _) = binding::decode(&value);
+        out.extend(
+            list.into_iter()
+                .filter(|b| b.is_live(now_ms))
+                .map(|b| (aor.to_string(), b)),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_matches_every_domain_and_an_aor_one() {
+        let user = AorQuery::parse("1001");
+        assert!(user.matches("sip:1001@a.example") && user.matches("sip:1001@b.example"));
+        assert!(!user.matches("sip:10011@a.example"));
+        let aor = AorQuery::parse("1001@A.example");
+        assert_eq!(aor, AorQuery::parse("sip:1001@a.example"));
+        assert!(aor.matches("sip:1001@a.example") && !aor.matches("sip:1001@b.example"));
+    }
 
     #[test]
     fn wheel_gives_entries_when_due_and_keeps_later_rounds() {

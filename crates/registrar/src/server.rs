@@ -145,15 +145,12 @@ impl Registrar {
 
     /// `user` alone names the AOR in the first served domain, or in the only one registered.
     pub fn canonical_aor(&self, aor: &str) -> String {
-        if let Some((canon, _, _)) = request::aor_of(aor) {
-            return canon;
-        }
-        if let Some((canon, _, _)) = request::aor_of(&format!("sip:{aor}")) {
-            return canon;
-        }
-        match self.config.domains.first() {
-            Some(d) => format!("sip:{aor}@{}", d.to_ascii_lowercase()),
-            None => format!("sip:{aor}@"),
+        match crate::location::AorQuery::parse(aor) {
+            crate::location::AorQuery::Aor(canon) => canon,
+            crate::location::AorQuery::User(user) => match self.config.domains.first() {
+                Some(d) => format!("sip:{user}@{}", d.to_ascii_lowercase()),
+                None => format!("sip:{user}@"),
+            },
         }
     }
 

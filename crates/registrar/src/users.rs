@@ -303,6 +303,25 @@ pub fn parse_pjsip(text: &str) -> (Vec<PjsipAuth>, Vec<String>) {
     (out, notes)
 }
 
+/// Adds every credential of a pjsip.conf text; sections that set no realm go to
+/// `default_realm`. Returns how many were stored and, per section skipped, why.
+pub fn import_pjsip(
+    store: &Store,
+    text: &str,
+    default_realm: &str,
+) -> Result<(usize, Vec<String>), Error> {
+    let (auths, notes) = parse_pjsip(text);
+    for a in &auths {
+        let realm = a.realm.as_deref().unwrap_or(default_realm);
+        let stored = match &a.secret {
+            PjsipSecret::Password(p) => add(store, realm, &a.username, p),
+            PjsipSecret::Md5Ha1(h) => add_ha1(store, realm, &a.username, &Ha1s::md5_only(h)),
+        };
+        stored.map_err(|e| Error::Input(format!("[{}]: {e}", a.section)))?;
+    }
+    Ok((auths.len(), notes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,94 +18,8 @@ pub struct Config {
     pub history: HistorySettings,
     pub web: console::WebConfig,
     pub dialparties: DialpartiesConfig,
-    /// Present: the SIP registrar runs (see `RegistrarSettings`).
-    pub registrar: Option<RegistrarSettings>,
-}
-
-/// `[registrar]`: the SIP registrar. The section's presence turns it on.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RegistrarSettings {
-    pub enabled: bool,
-    /// UDP and TCP address (default 127.0.0.1:5060).
-    pub listen: Option<SocketAddr>,
-    /// SIP over TLS address (off unless set; needs tls_cert and tls_key, or the console's).
-    pub tls_listen: Option<SocketAddr>,
-    pub tls_cert: Option<std::path::PathBuf>,
-    pub tls_key: Option<std::path::PathBuf>,
-    pub domains: Vec<String>,
-    pub realm: String,
-    pub algorithms: Vec<String>,
-    pub min_expires: u32,
-    pub max_expires: u32,
-    pub default_expires: u32,
-    pub max_contacts: usize,
-    pub redirect: bool,
-    pub nonce_ttl_s: u32,
-    pub auth_failures_max: u32,
-    pub auth_failure_window_s: u64,
-    pub transactions_max: usize,
-    pub connections_max: usize,
-    pub idle_timeout_ms: u64,
-}
-
-impl Default for RegistrarSettings {
-    fn default() -> Self {
-        let d = registrar::Config::default();
-        RegistrarSettings {
-            enabled: true,
-            listen: None,
-            tls_listen: None,
-            tls_cert: None,
-            tls_key: None,
-            domains: d.domains,
-            realm: d.realm,
-            algorithms: d.algorithms.iter().map(|a| a.name().to_string()).collect(),
-            min_expires: d.min_expires_s,
-            max_expires: d.max_expires_s,
-            default_expires: d.default_expires_s,
-            max_contacts: d.max_contacts,
-            redirect: d.redirect,
-            nonce_ttl_s: d.nonce_ttl_s,
-            auth_failures_max: d.auth_failures_max,
-            auth_failure_window_s: d.auth_failure_window_s,
-            transactions_max: d.transactions_max,
-            connections_max: 4096,
-            idle_timeout_ms: 600_000,
-        }
-    }
-}
-
-/// Where the registrar listens when `[registrar]` gives no address.
-pub const SIP_LISTEN_DEFAULT: &str = "127.0.0.1:5060";
-
-impl RegistrarSettings {
-    pub fn to_config(&self) -> anyhow::Result<registrar::Config> {
-        let mut algorithms = Vec::new();
-        for name in &self.algorithms {
-            let a = registrar::Algorithm::from_name(name).with_context(|| {
-                format!("registrar.algorithms: {name:?} is not MD5, SHA-256 or SHA-512-256")
-            })?;
-            algorithms.push(a);
-        }
-        let c = registrar::Config {
-            domains: self.domains.clone(),
-            realm: self.realm.clone(),
-            algorithms,
-            min_expires_s: self.min_expires,
-            max_expires_s: self.max_expires,
-            default_expires_s: self.default_expires,
-            max_contacts: self.max_contacts,
-            redirect: self.redirect,
-            nonce_ttl_s: self.nonce_ttl_s,
-            auth_failures_max: self.auth_failures_max,
-            auth_failure_window_s: self.auth_failure_window_s,
-            transactions_max: self.transactions_max,
-            ..registrar::Config::default()
-        };
-        c.check()?;
-        Ok(c)
-    }
+    /// Present: the SIP registrar runs.
+    pub registrar: Option<registrar::Settings>,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -399,8 +313,7 @@ mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         let parsed: Config = toml::from_str(&settings).unwrap();
-        assert_eq!(parsed.registrar, Some(RegistrarSettings::default()));
-        assert!(RegistrarSettings::default().to_config().is_ok());
+        assert_eq!(parsed.registrar, Some(registrar::Settings::default()));
     }
 
     #[test]

@@ -116,7 +116,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let sip = match config.registrar.as_ref().filter(|r| r.enabled) {
         Some(settings) => {
-            let (reg, listeners, limits) = start_registrar(settings, &config, &store).await?;
+            let (reg, listeners) = start_registrar(settings, &config, &store).await?;
+            let limits = settings.stream_limits();
             reg.metrics.register(&mut registry);
             router = agi_routes::registrar::add(router, reg.clone())?;
             Some((reg, listeners, limits))
@@ -253,22 +254,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 /// Opens the registrar on the store and binds its sockets (before anything is served, so a
-/// taken port or a bad certificate stops `serve` at once).
+/// taken port or a bad certificate stops `serve` at once). SIP over TLS uses the console's
+/// certificate unless `[registrar]` names one.
 async fn start_registrar(
-    settings: &crate::config::RegistrarSettings,
+    settings: &registrar::Settings,
     config: &Config,
     store: &kv::Store,
-) -> anyhow::Result<(
-    Arc<registrar::Registrar>,
-    registrar::Listeners,
-    registrar::StreamLimits,
-)> {
-    let reg_config = settings.to_config()?;
-    let listen = settings.listen.unwrap_or_else(|| {
-        crate::config::SIP_LISTEN_DEFAULT
-            .parse()
-            .expect("a valid address")
-    });
+) -> anyhow::Result<(Arc<registrar::Registrar>, registrar::Listeners)> {
     let tls = match settings.tls_listen {
         None => None,
         Some(addr) => {
@@ -282,22 +274,17 @@ async fn start_registrar(
             Some((addr, registrar::tls_acceptor(cert, key)?))
         }
     };
-    let reg = registrar::Registrar::open(store, reg_config)?;
-    let listeners = registrar::bind(listen, tls).await?;
-    let limits = registrar::StreamLimits {
-        connections_max: settings.connections_max,
-        idle_timeout_ms: settings.idle_timeout_ms,
-    };
+    let reg = registrar::Registrar::open(store, settings.config()?)?;
+    let listeners = registrar::bind(settings.listen_addr(), tls).await?;
     let c = reg.config();
     info!(
-        sip = %listeners.udp_addr(),
         tls = ?settings.tls_listen,
         realm = %c.realm,
         algorithms = ?c.algorithms,
         bindings = reg.location().stats().bindings,
         "SIP registrar on udp and tcp {}", listeners.udp_addr()
     );
-    Ok((reg, listeners, limits))
+    Ok((reg, listeners))
 }
 
 async fn wait_for_signal() {

@@ -123,76 +123,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         SipCommand::User(UserCommand::Import { pjsip, realm }) => {
             let text = std::fs::read_to_string(&pjsip)
                 .with_context(|| format!("reading {}", pjsip.display()))?;
-            let (auths, notes) = registrar::users::parse_pjsip(&text);
-            for n in &notes {
-                eprintln!("{}: {n}", pjsip.display());
+            let (n, notes) = registrar::users::import_pjsip(&open_rw(dir)?, &text, &realm)
+                .with_context(|| format!("importing {}", pjsip.display()))?;
+            for note in &notes {
+                eprintln!("{}: {note}", pjsip.display());
             }
-            let store = open_rw(dir)?;
-            for a in &auths {
-                let r = a.realm.as_deref().unwrap_or(&realm);
-                match &a.secret {
-                    registrar::users::PjsipSecret::Password(p) => {
-                        registrar::users::add(&store, r, &a.username, p)
-                    }
-                    registrar::users::PjsipSecret::Md5Ha1(h) => registrar::users::add_ha1(
-                        &store,
-                        r,
-                        &a.username,
-                        &registrar::users::Ha1s::md5_only(h),
-                    ),
-                }
-                .with_context(|| format!("[{}] in {}", a.section, pjsip.display()))?;
-            }
+            let (file, skipped) = (pjsip.display(), notes.len());
             writeln!(
                 out,
-                "Imported {} users from {} ({} sections skipped).",
-                auths.len(),
-                pjsip.display(),
-                notes.len()
+                "Imported {n} users from {file} ({skipped} sections skipped)."
             )?;
         }
         SipCommand::Bindings { aor } => {
             let now = registrar::now_ms();
-            // `1001` matches that user in every domain; `1001@d` or a URI matches one AOR.
-            let want: Option<String> = aor.map(|a| {
-                let uri = if a.contains(':') {
-                    a
-                } else {
-                    format!("sip:{a}")
-                };
-                if uri.contains('@') {
-                    registrar::request::aor_of(&uri)
-                        .map_or_else(|| uri.clone(), |(canon, _, _)| canon)
-                } else {
-                    format!("{uri}@")
-                }
-            });
-            let mut n = 0;
-            for (path, value) in read_tree(dir, "aor")? {
-                let name = path.strip_prefix("/aor/").unwrap_or(&path);
-                if let Some(w) = &want
-                    && name != w
-                    && !(w.ends_with('@') && name.starts_with(w.as_str()))
-                {
-                    continue;
-                }
-                let (list, _) = registrar::binding::decode(&value);
-                for b in list.iter().filter(|b| b.is_live(now)) {
-                    let q = b
-                        .q_milli
-                        .map_or("-".to_string(), |q| format!("{:.3}", q as f64 / 1000.0));
-                    writeln!(
-                        out,
-                        "{name}\t{}\texpires={}s\tq={q}\tfrom={}\tua={}",
-                        b.uri,
-                        b.remaining_s(now),
-                        b.source,
-                        b.user_agent
-                    )?;
-                    n += 1;
-                }
+            let query = aor.as_deref().map(registrar::location::AorQuery::parse);
+            let list =
+                registrar::location::stored_bindings(read_tree(dir, "aor")?, query.as_ref(), now);
+            for (name, b) in &list {
+                let q = b
+                    .q_milli
+                    .map_or("-".to_string(), |q| format!("{:.3}", q as f64 / 1000.0));
+                let (uri, left, from, ua) = (&b.uri, b.remaining_s(now), &b.source, &b.user_agent);
+                writeln!(
+                    out,
+                    "{name}\t{uri}\texpires={left}s\tq={q}\tfrom={from}\tua={ua}"
+                )?;
             }
-            writeln!(out, "{n} bindings.")?;
+            writeln!(out, "{} bindings.", list.len())?;
         }
     }
     out.flush()?;
