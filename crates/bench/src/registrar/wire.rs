@@ -5,6 +5,7 @@
 //! the transaction its retransmission delay.
 
 use afpacket::{Capture, CaptureConfig, RingConfig, filter::Filter};
+use monitor::decode::{link, peek_udp};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -93,7 +94,9 @@ fn read(mut cap: Capture, stop: &AtomicBool) -> anyhow::Result<Wire> {
             continue;
         };
         for frame in block.frames() {
-            let Some(msg) = udp_payload(frame.data).and_then(classify) else {
+            // `lo` hands frames over behind a zeroed Ethernet header.
+            let payload = peek_udp(link::ETHERNET, frame.data).map(|(_, _, p)| p);
+            let Some(msg) = payload.and_then(classify) else {
                 continue;
             };
             match msg {
@@ -118,19 +121,6 @@ fn read(mut cap: Capture, stop: &AtomicBool) -> anyhow::Result<Wire> {
     out.span_ns = first_ns.map_or(0, |f| u64::try_from(last_ok_ns - f).unwrap_or(0));
     out.drops = cap.stats()?.drops;
     Ok(out)
-}
-
-/// The UDP payload of an IPv4 frame as `lo` hands it over (behind a zeroed Ethernet header).
-fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
-    if frame.get(12..14)? != [0x08, 0x00] {
-        return None;
-    }
-    let ip = frame.get(14..)?;
-    if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 17 {
-        return None;
-    }
-    let header_bytes = usize::from(ip[0] & 0x0f) * 4;
-    ip.get(header_bytes + 8..)
 }
 
 #[derive(Debug, PartialEq)]
@@ -194,20 +184,5 @@ mod tests {
             classify(b"OPTIONS sip:x SIP/2.0\r\nVia: x;branch=b1\r\n"),
             None
         );
-    }
-
-    #[test]
-    fn the_payload_follows_the_ip_and_udp_headers() {
-        let mut frame = vec![0u8; 12];
-        frame.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = vec![0u8; 20];
-        ip[0] = 0x45;
-        ip[9] = 17;
-        frame.extend_from_slice(&ip);
-        frame.extend_from_slice(&[0u8; 8]);
-        frame.extend_from_slice(b"SIP/2.0 200 OK");
-        assert_eq!(udp_payload(&frame), Some(&b"SIP/2.0 200 OK"[..]));
-        frame[14 + 9] = 6;
-        assert_eq!(udp_payload(&frame), None);
     }
 }
