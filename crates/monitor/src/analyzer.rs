@@ -78,6 +78,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
 use crate::dialog::{CallState, Dialog, Registration};
 use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
+use crate::live_calls::{LIVE_STREAMS_PER_CALL, LiveCall, LiveCalls, LiveStream, ShardPart};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
 use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
@@ -119,6 +120,13 @@ pub struct MonitorConfig {
     pub batch_events: usize,
     /// Batches queued per shard thread before the front waits.
     pub queue_batches: usize,
+    /// Calls in progress each shard publishes at most on [`Monitor::live_calls`]; the others
+    /// are counted as left out.
+    pub live_calls_per_shard_max: usize,
+    /// Least wall-clock time between two publications of a shard's calls in progress (besides
+    /// one second of capture time), so that a file read at full speed does not rebuild them
+    /// at every second of its clock. 0: at every tick.
+    pub live_calls_min_wall_ms: u64,
 }
 
 impl Default for MonitorConfig {
@@ -140,6 +148,8 @@ impl Default for MonitorConfig {
             tcp: TcpLimits::default(),
             batch_events: 1024,
             queue_batches: 8,
+            live_calls_per_shard_max: crate::live_calls::LIVE_CALLS_PER_SHARD_MAX,
+            live_calls_min_wall_ms: crate::live_calls::LIVE_CALLS_MIN_WALL_MS,
         }
     }
 }
@@ -517,6 +527,15 @@ pub(crate) struct CallShard {
     /// Told of every frame attributed to a call and of every call closed.
     tap: Option<Box<dyn CallTap>>,
     dedup: FrameDedup,
+    /// Where this shard publishes its calls in progress, and its slot there.
+    board: Option<(Arc<LiveCalls>, usize)>,
+    /// The part published before the last one, kept to reuse its buffers.
+    board_spare: Option<ShardPart>,
+    /// When the shard last published (wall clock), and the capture time it published at.
+    board_wall: Option<std::time::Instant>,
+    board_now_ns: i64,
+    /// The only shard: a stream whose call is not among its dialogs belongs to no open call.
+    sole: bool,
 }
 
 /// The frame being analysed, for the tap.
@@ -542,6 +561,11 @@ impl CallShard {
             calls_started: 0,
             tap: None,
             dedup: FrameDedup::default(),
+            board: None,
+            board_spare: None,
+            board_wall: None,
+            board_now_ns: 0,
+            sole: shards == 1,
         }
     }
 
@@ -622,6 +646,7 @@ impl CallShard {
             }
             Event::Tick { ts_ns } => {
                 self.sweep(ts_ns, false);
+                self.publish_calls(ts_ns, false);
                 if let Some(tap) = self.tap.as_mut() {
                     tap.progress(ts_ns);
                 }
@@ -912,8 +937,64 @@ impl CallShard {
         }
     }
 
+    /// Publishes the calls in progress and their streams on the board: on the shard's tick,
+    /// unless the last publication is more recent than `live_calls_min_wall_ms` (`force`: at
+    /// the end). The part is built aside and swapped in; its strings are the only allocations.
+    fn publish_calls(&mut self, now_ns: i64, force: bool) {
+        let Some((board, slot)) = &self.board else {
+            return;
+        };
+        let min_wall = self.cfg.live_calls_min_wall_ms;
+        if !force && min_wall > 0 {
+            let now = std::time::Instant::now();
+            if self
+                .board_wall
+                .is_some_and(|t| now.duration_since(t).as_millis() < u128::from(min_wall))
+            {
+                return;
+            }
+            self.board_wall = Some(now);
+        }
+        self.board_now_ns = now_ns;
+        let mut part = self.board_spare.take().unwrap_or_default();
+        part.clear();
+        part.taken_at_ns = now_ns;
+        let calls_max = self.cfg.live_calls_per_shard_max;
+        for (id, d) in &self.dialogs {
+            if d.state.is_final() {
+                continue;
+            }
+            if part.calls.len() < calls_max {
+                part.calls.push(LiveCall::of(id, d, now_ns));
+            } else {
+                part.calls_left_out += 1;
+            }
+        }
+        let streams_max = calls_max.saturating_mul(LIVE_STREAMS_PER_CALL);
+        for slot in self.streams.values() {
+            let Some(call) = &slot.call else { continue };
+            let open = match self.dialogs.get(call) {
+                Some(d) => !d.state.is_final(),
+                // Kept by another shard, unless there is none.
+                None => !self.sole,
+            };
+            if !open {
+                continue;
+            }
+            if part.streams.len() < streams_max {
+                part.streams
+                    .push((call.clone(), LiveStream::of(&slot.stream)));
+            } else {
+                part.streams_left_out += 1;
+            }
+        }
+        self.board_spare = board.publish(*slot, part);
+    }
+
     fn finish(mut self) -> Analysis {
         self.sweep(i64::MAX, true);
+        // Every call is closed: the board shows none of this shard's.
+        self.publish_calls(self.board_now_ns, true);
         if let Some(tap) = self.tap.as_mut() {
             tap.progress(i64::MAX);
         }
@@ -1716,6 +1797,7 @@ pub struct Monitor {
     front: Front,
     backend: Backend,
     live: Arc<LiveCounters>,
+    live_calls: Arc<LiveCalls>,
     /// What the inline shard published last.
     published: Published,
     /// Frames fed so far (inline mode), numbering them for the tap.
@@ -1749,9 +1831,11 @@ impl Monitor {
         let hasher = foldhash::quality::RandomState::default();
         let front = Front::new(&cfg, 1, None, hasher.clone());
         let live = Arc::new(LiveCounters::default());
+        let live_calls = Arc::new(LiveCalls::new(workers));
         let mut shard_with_tap = |i: usize| {
             let mut shard = CallShard::new(&cfg, workers);
             shard.tap = make_tap.as_mut().map(|f| f(i));
+            shard.board = Some((live_calls.clone(), i));
             shard
         };
         let backend = if workers == 1 {
@@ -1829,9 +1913,16 @@ impl Monitor {
             front,
             backend,
             live,
+            live_calls,
             published: Published::default(),
             seq: 0,
         }
+    }
+
+    /// The calls in progress, as the shards publish them about once a second while packets
+    /// come (see [`crate::live_calls`]); empty once [`Monitor::finish`] has closed them.
+    pub fn live_calls(&self) -> Arc<LiveCalls> {
+        self.live_calls.clone()
     }
 
     /// Counters this monitor publishes as it runs, for other threads to read.
@@ -2005,6 +2096,16 @@ impl Monitor {
         match &self.backend {
             Backend::Inline(s) => s.active_calls(),
             Backend::Workers { .. } => 0,
+        }
+    }
+
+    /// The stream `key` as it stands now, while it is open (inline mode only; `None` with
+    /// worker threads and once its record has closed). Lets a caller follow a stream's running
+    /// figures (packets, loss, jitter) between packets, as the call view's intervals do.
+    pub fn open_stream(&self, key: &StreamKey) -> Option<&RtpStream> {
+        match &self.backend {
+            Backend::Inline(s) => s.streams.get(&PackedKey::stream(key)).map(|s| &s.stream),
+            Backend::Workers { .. } => None,
         }
     }
 

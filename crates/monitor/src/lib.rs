@@ -15,6 +15,7 @@ pub mod analyzer;
 pub mod decode;
 pub mod dialog;
 pub mod live;
+pub mod live_calls;
 pub mod mos;
 pub mod pcap;
 pub mod rtp;
@@ -28,4 +29,5 @@ pub use analyzer::{
     T38Record,
 };
 pub use live::{LiveCounters, LiveSnapshot};
+pub use live_calls::{LiveCall, LiveCalls, LiveCallsSnapshot, LiveStream};
 pub use tap::{CallTap, TapFrame, TapKind};

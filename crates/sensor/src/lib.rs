@@ -50,6 +50,8 @@ pub use config::{
 };
 pub use error::SensorError;
 pub use feed::StopSignal;
+/// The calls in progress a running sensor publishes ([`SensorHandle::live_calls`]).
+pub use monitor::{LiveCalls, LiveCallsSnapshot};
 pub use pipeline::{FileProgress, LiveDescription, Report, Sensor, SensorHandle, Totals};
 
 /// Sees every batch of closed records before the CDR writer does (the `--json` output is one).

@@ -114,6 +114,7 @@ pub struct SensorHandle {
     progress: Arc<FileProgress>,
     hep_addr: Option<std::net::SocketAddr>,
     live: Option<LiveDescription>,
+    live_calls: Arc<monitor::LiveCalls>,
     thread: JoinHandle<Result<Report, SensorError>>,
 }
 
@@ -150,6 +151,10 @@ impl SensorHandle {
     /// The live capture's setup, when that is the source.
     pub fn live(&self) -> Option<&LiveDescription> {
         self.live.as_ref()
+    }
+    /// The calls in progress, as the monitor last published them (about once a second).
+    pub fn live_calls(&self) -> Arc<monitor::LiveCalls> {
+        self.live_calls.clone()
     }
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
@@ -295,6 +300,7 @@ impl Sensor {
             }
         };
         let board = status.board.clone();
+        let live_calls = monitor.live_calls();
         let sinks = Sinks {
             archive,
             cdr,
@@ -319,6 +325,7 @@ impl Sensor {
             progress,
             hep_addr,
             live,
+            live_calls,
             thread,
         })
     }
