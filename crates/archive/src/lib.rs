@@ -76,8 +76,10 @@ pub enum StoreMode {
     FullRtp,
 }
 
-/// Default for [`ArchiveConfig::max_call_bytes`]: 16 MiB of pcap per stream of one call.
-pub const DEFAULT_MAX_CALL_BYTES: usize = 16 * 1024 * 1024;
+/// Default for [`ArchiveConfig::max_call_bytes`]: 128 MiB of pcap per stream (SIP or RTP) of
+/// one call. An hour of a G.711 call both ways is about 82 MB with whole RTP packets and 25 MB
+/// with RTP headers only, so a call of an hour and a half is kept whole in either mode.
+pub const DEFAULT_MAX_CALL_BYTES: usize = 128 * 1024 * 1024;
 /// Default for [`ArchiveConfig::max_buffered_bytes`]: 512 MiB across all calls in progress.
 pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 512 * 1024 * 1024;
 /// Default for [`ArchiveConfig::max_calls`]: calls in progress.

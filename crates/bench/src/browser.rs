@@ -51,13 +51,29 @@ pub struct Browser {
 }
 
 impl Browser {
-    /// Starts chromedriver and a headless Chromium with a window of `width`×`height`.
+    /// Starts chromedriver and a headless Chromium with a window of `width`×`height`, in the
+    /// machine's time zone.
     pub async fn launch(width: u32, height: u32) -> anyhow::Result<Browser> {
+        Browser::launch_in_zone(width, height, None).await
+    }
+
+    /// As [`Browser::launch`], with the browser in time zone `tz` (an IANA name such as
+    /// `Asia/Kolkata`) when given, as a person elsewhere in the world sees the pages.
+    pub async fn launch_in_zone(
+        width: u32,
+        height: u32,
+        tz: Option<&str>,
+    ) -> anyhow::Result<Browser> {
         let (driver_path, chromium) = tools().context(
             "chromedriver and chromium are needed (Debian: apt-get install chromium chromium-driver)",
         )?;
         let port = free_port()?;
-        let mut driver = Command::new(&driver_path)
+        let mut driver = Command::new(&driver_path);
+        if let Some(tz) = tz {
+            // Chromium takes its zone from TZ, which it inherits from chromedriver.
+            driver.env("TZ", tz);
+        }
+        let mut driver = driver
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -76,6 +92,10 @@ impl Browser {
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--hide-scrollbars", "--force-device-scale-factor=1",
+                    // The call page's players are started by the tests, without a gesture.
+                    "--autoplay-policy=no-user-gesture-required",
+                    // This machine's network is closed: no background connections.
+                    "--disable-background-networking", "--disable-component-update",
                     format!("--window-size={width},{height}"),
                 ],
             }),

@@ -40,9 +40,32 @@ pub struct Args {
     /// Write PNG screenshots of each page here (created if missing).
     #[arg(long, value_name = "DIR")]
     pub screenshots: Option<PathBuf>,
-    /// Keep the seeded data directory here instead of a temporary one.
+    /// Keep what is seeded here instead of in a temporary directory: `data/` (the history),
+    /// `calls/` (the CDR databases, archives and screenshots data).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Which half: the dashboard on a year of history, the calls pages on millions of CDRs,
+    /// or both.
+    #[arg(long, value_enum, default_value = "all")]
+    pub part: Part,
+    /// Synthetic CDRs (each with two RTP streams) seeded into each CDR backend.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub cdrs: u64,
+    /// Days the seeded CDRs span, up to now.
+    #[arg(long, default_value_t = 30)]
+    pub cdr_days: i64,
+    /// CDR backends measured, in order: sqlite, postgres (a throwaway server of Debian's
+    /// package, started for the run).
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
+    pub backends: Vec<String>,
+}
+
+/// The halves of `tandem bench console`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    All,
+    Dashboard,
+    Calls,
 }
 
 const USER: &str = "admin";
@@ -187,6 +210,15 @@ struct RangeFigures {
 
 #[derive(Serialize)]
 struct ConsoleBench {
+    /// The dashboard half (`--part dashboard` or `all`); its fields at the top level.
+    #[serde(flatten)]
+    dashboard: Option<DashboardBench>,
+    /// The calls pages on millions of CDRs (`--part calls` or `all`).
+    calls: Option<crate::console_calls::CallsBench>,
+}
+
+#[derive(Serialize)]
+struct DashboardBench {
     days: i64,
     series: usize,
     rows_seeded: u64,
@@ -200,6 +232,19 @@ struct ConsoleBench {
 }
 
 impl BenchReport for ConsoleBench {
+    fn print_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        if let Some(d) = &self.dashboard {
+            d.print_table(out)?;
+        }
+        if let Some(calls) = &self.calls {
+            writeln!(out)?;
+            calls.print_table(out)?;
+        }
+        Ok(())
+    }
+}
+
+impl DashboardBench {
     fn print_table(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(
             out,
@@ -288,19 +333,45 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.days >= 1 && args.reads >= 1 && args.loads >= 1,
         "--days, --reads and --loads: at least 1"
     );
-    let quiet = args.json;
     let tmp;
-    let data_dir = match &args.dir {
+    let work = match &args.dir {
         Some(d) => d.clone(),
         None => {
             tmp = tempfile::tempdir()?;
-            tmp.path().join("data")
+            tmp.path().to_owned()
         }
     };
-    let (series, rows_seeded) = seed(&data_dir, args.days, quiet)?;
+    let dashboard = match args.part {
+        Part::All | Part::Dashboard => Some(dashboard(&args, &work.join("data"))?),
+        Part::Calls => None,
+    };
+    let calls = match args.part {
+        Part::All | Part::Calls => {
+            let calls_args = crate::console_calls::CallsArgs {
+                cdrs: args.cdrs,
+                cdr_days: args.cdr_days,
+                reads: args.reads,
+                backends: args.backends.clone(),
+                screenshots: args.screenshots.clone(),
+                quiet: args.json,
+            };
+            let dir = work.join("calls");
+            std::fs::create_dir_all(&dir)?;
+            Some(crate::console_calls::run(&calls_args, &dir)?)
+        }
+        Part::Dashboard => None,
+    };
+    report::emit(&ConsoleBench { dashboard, calls }, args.json)
+}
+
+/// The dashboard half: a year of history in `data_dir`, its page timed over HTTP and loaded
+/// in Chromium.
+fn dashboard(args: &Args, data_dir: &Path) -> anyhow::Result<DashboardBench> {
+    let quiet = args.json;
+    let (series, rows_seeded) = seed(data_dir, args.days, quiet)?;
     let exe = std::env::current_exe()?;
-    add_user(&exe, &data_dir, USER, "admin", PASSWORD)?;
-    let server = ConsoleServer::start(&exe, &data_dir, &[])?;
+    add_user(&exe, data_dir, USER, "admin", PASSWORD)?;
+    let server = ConsoleServer::start(&exe, data_dir, &[])?;
     let cookie = login_cookie(server.web, USER, PASSWORD)?;
     let ranges = ["1h", "24h", "7d", "30d", "1y"];
     let mut figures = Vec::new();
@@ -348,7 +419,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .find(|f| f.range == r)
             .map_or(f64::NAN, |f| f.page_ms.p99_us / 1e3)
     };
-    let report = ConsoleBench {
+    Ok(DashboardBench {
         days: args.days,
         series,
         rows_seeded,
@@ -360,8 +431,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .fold(0.0, f64::max),
         ranges: figures,
         screenshots,
-    };
-    report::emit(&report, args.json)
+    })
 }
 
 /// Loads each range in Chromium `loads` times (Navigation Timing), and takes the screenshots.

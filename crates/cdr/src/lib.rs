@@ -1,5 +1,6 @@
-//! Call detail records: the rows ([`CdrCall`], [`CdrStream`]), the [`CdrStore`] trait, its
-//! SQLite backend ([`SqliteStore`], the default) and its PostgreSQL backend ([`PgStore`]).
+//! Call detail records: the rows ([`CdrCall`], [`CdrStream`], [`CdrRegistration`]), the
+//! [`CdrStore`] trait, its SQLite backend ([`SqliteStore`], the default) and its PostgreSQL
+//! backend ([`PgStore`]).
 //!
 //! Schema (see [`SCHEMA`]): a `cdr` table with one row per call (who, when, how it ended, worst
 //! MOS, where its packets are archived) and a `cdr_rtp` table with one row per RTP stream, linked by `cdr_id` (NULL for streams
@@ -26,12 +27,37 @@
 //! and result (`fax_pages`, `fax_result`); a `cdr_t38` table has one row per T.38 flow
 //! ([`CdrT38`]).
 //!
+//! Search (the console's calls pages, [`search`]): each call row also has columns the store
+//! computes from the record when it writes it — the `sensor` that saw it, the numbers reversed
+//! (`caller_rev`, `called_rev`: a suffix is a prefix there), the signalling IPs as 16 bytes
+//! (`caller_ip`, `callee_ip`: a CIDR is a byte range), `duration_ms`, the payload names
+//! (`codecs`), the worst stream's loss and jitter (`loss_max_pct`, `jitter_max_ms`) — with an
+//! index for each filter that picks few rows ([`SEARCH_COLUMNS`]; databases from before get
+//! them, filled from their rows, when opened). [`CdrStore::search`] pages newest first by
+//! keyset, choosing between a filter's own index and a walk in time order by counting first;
+//! [`CdrStore::totals`] counts a filter's calls per time bucket; [`CdrStore::call_by_uid`]
+//! reads one call whole. The query strings are parsed by [`search::CallQuery`] and
+//! [`registration::RegistrationQuery`] ([`query`]: the shared syntax).
+//!
+//! Registrations: the REGISTER chains the monitor saw ([`CdrRegistration`], in a record's
+//! `registration`), in table `registration`, searched by [`CdrStore::registrations`].
+//!
+//! Seeding: [`seed`] makes realistic synthetic calls and loads millions of them fast into
+//! either backend (for `tandem bench console` and for checking the plans).
+//!
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
 
 pub mod journal;
 pub mod pg;
+mod plan;
+#[cfg(test)]
+mod plan_check;
+pub mod query;
 mod record;
+pub mod registration;
+pub mod search;
+pub mod seed;
 pub mod writer;
 
 use std::path::Path;
@@ -39,9 +65,15 @@ use std::path::Path;
 pub use journal::{Journal, JournalError};
 pub use pg::PgStore;
 pub use record::CdrRecord;
+pub use registration::CdrRegistration;
 pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, ToSql, params};
+
+use plan::{Arg, Dialect, Exec, Sql, Ty, Val, Walked};
+use query::Cursor;
+use registration::RegistrationQuery;
+use search::{CallPage, CallQuery, CallSummary, CallTotals};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CdrError {
@@ -57,6 +89,9 @@ pub enum CdrError {
         #[source]
         source: postgres::Error,
     },
+    /// A stored row that does not read as the schema says (another program wrote it).
+    #[error("CDR database: {problem}")]
+    Data { problem: String },
 }
 
 /// One call. `serde(default)`: a journal written by an older Tandem, whose calls lack newer
@@ -123,6 +158,10 @@ pub struct CdrCall {
     /// A fax call's result: `completed` or `interrupted`.
     #[serde(default)]
     pub fax_result: Option<String>,
+    /// The sensor that saw the call. [`CdrWriter::submit`] fills it from its configuration
+    /// when empty; the store writes `local` for an empty one.
+    #[serde(default)]
+    pub sensor: String,
 }
 
 /// The columns of `cdr` added after its first release, in order, with their SQLite and
@@ -142,6 +181,21 @@ pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
     ("dtmf", "TEXT", "TEXT"),
     ("fax_pages", "INTEGER", "BIGINT"),
     ("fax_result", "TEXT", "TEXT"),
+];
+
+/// The search columns of `cdr` ([`search`]), with their SQLite and PostgreSQL types. The store
+/// computes them from the record; opening a database that lacks them adds them and fills them
+/// from the rows already stored.
+pub const SEARCH_COLUMNS: [(&str, &str, &str); 9] = [
+    ("sensor", "TEXT", "TEXT"),
+    ("caller_rev", "TEXT", "TEXT"),
+    ("called_rev", "TEXT", "TEXT"),
+    ("caller_ip", "BLOB", "BYTEA"),
+    ("callee_ip", "BLOB", "BYTEA"),
+    ("duration_ms", "INTEGER", "BIGINT"),
+    ("codecs", "TEXT", "TEXT"),
+    ("loss_max_pct", "REAL", "DOUBLE PRECISION"),
+    ("jitter_max_ms", "REAL", "DOUBLE PRECISION"),
 ];
 
 /// The columns of `cdr_t38` added after its first release.
@@ -235,9 +289,28 @@ pub trait CdrStore {
     fn show(&mut self, call_id: &str) -> Result<Option<(CdrCall, Vec<CdrStream>)>, CdrError>;
     /// The T.38 flows of the most recent call with this Call-ID (empty for a voice call).
     fn t38(&mut self, call_id: &str) -> Result<Vec<CdrT38>, CdrError>;
+    /// A page of the calls `q` matches, newest first by (start, id), from `q.after` on (keyset,
+    /// never OFFSET). See [`search`] for the plans.
+    fn search(&mut self, q: &CallQuery) -> Result<CallPage, CdrError>;
+    /// The calls `q` matches over its range (the last 24 hours without one), in total and in
+    /// about 60 round buckets; `q.after` and `q.limit` do not apply.
+    fn totals(&mut self, q: &CallQuery) -> Result<CallTotals, CdrError>;
+    /// One call with its streams and T.38 flows, by its `uid` (or `#<id>` for a row stored
+    /// without one, as [`CallSummary::uid`] names it).
+    #[allow(clippy::type_complexity)]
+    fn call_by_uid(
+        &mut self,
+        uid: &str,
+    ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError>;
+    /// A page of the registrations `q` matches, newest first by (last message, id).
+    fn registrations(
+        &mut self,
+        q: &RegistrationQuery,
+    ) -> Result<registration::RegistrationPage, CdrError>;
 }
 
-/// The SQLite schema.
+/// The SQLite schema: the tables. Their indexes are [`SQLITE_INDEXES`], created once the
+/// columns they cover exist (a database from before the search columns gets those first).
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS cdr (
     id             INTEGER PRIMARY KEY,
@@ -271,13 +344,17 @@ CREATE TABLE IF NOT EXISTS cdr (
     dtmf           TEXT,
     fax_pages      INTEGER,
     fax_result     TEXT,
-    uid            TEXT
+    uid            TEXT,
+    sensor         TEXT,
+    caller_rev     TEXT,
+    called_rev     TEXT,
+    caller_ip      BLOB,
+    callee_ip      BLOB,
+    duration_ms    INTEGER,
+    codecs         TEXT,
+    loss_max_pct   REAL,
+    jitter_max_ms  REAL
 );
-CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
-CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
-CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
-CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_uid ON cdr(uid);
 CREATE TABLE IF NOT EXISTS cdr_rtp (
     id                      INTEGER PRIMARY KEY,
     cdr_id                  INTEGER REFERENCES cdr(id),
@@ -303,9 +380,6 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     rtcp_jitter_ms          REAL,
     uid                     TEXT
 );
-CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
-CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
 CREATE TABLE IF NOT EXISTS cdr_t38 (
     id            INTEGER PRIMARY KEY,
     cdr_id        INTEGER REFERENCES cdr(id),
@@ -324,14 +398,82 @@ CREATE TABLE IF NOT EXISTS cdr_t38 (
     t30           TEXT,
     uid           TEXT
 );
-CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_t38_uid ON cdr_t38(uid);
+CREATE TABLE IF NOT EXISTS registration (
+    id            INTEGER PRIMARY KEY,
+    uid           TEXT,
+    call_id       TEXT    NOT NULL,
+    username      TEXT    NOT NULL,
+    domain        TEXT    NOT NULL,
+    contact       TEXT    NOT NULL,
+    user_agent    TEXT    NOT NULL,
+    src           TEXT    NOT NULL,
+    dst           TEXT    NOT NULL,
+    first_us      INTEGER NOT NULL,
+    last_us       INTEGER NOT NULL,
+    requests      INTEGER NOT NULL,
+    last_code     INTEGER,
+    result        TEXT    NOT NULL,
+    expires_s     INTEGER,
+    sensor        TEXT    NOT NULL,
+    src_ip        BLOB,
+    dst_ip        BLOB
+);
 ";
 
-/// Adds the `uid` column to the tables of a database created before it existed; [`SCHEMA`]
-/// then creates its unique index.
+/// The SQLite indexes, by name: what [`SqliteStore::open`] creates and [`seed`]'s bulk load
+/// drops and builds again. Why each exists: the table in [`search`]'s documentation. Every
+/// SQLite index ends with the rowid (`id`), so `(start_us)` is the keyset's `(start_us, id)`.
+pub const SQLITE_INDEXES: [(&str, &str); 16] = [
+    ("cdr_start", "cdr(start_us)"),
+    ("cdr_call_id", "cdr(call_id)"),
+    ("cdr_uid", "UNIQUE cdr(uid)"),
+    ("cdr_caller_start", "cdr(caller, start_us)"),
+    ("cdr_called_start", "cdr(called, start_us)"),
+    ("cdr_caller_rev_start", "cdr(caller_rev, start_us)"),
+    ("cdr_called_rev_start", "cdr(called_rev, start_us)"),
+    ("cdr_caller_ip_start", "cdr(caller_ip, start_us)"),
+    ("cdr_callee_ip_start", "cdr(callee_ip, start_us)"),
+    ("cdr_rtp_cdr", "cdr_rtp(cdr_id)"),
+    ("cdr_rtp_call_id", "cdr_rtp(call_id)"),
+    ("cdr_rtp_uid", "UNIQUE cdr_rtp(uid)"),
+    ("cdr_t38_cdr", "cdr_t38(cdr_id)"),
+    ("cdr_t38_uid", "UNIQUE cdr_t38(uid)"),
+    ("registration_last", "registration(last_us)"),
+    ("registration_user", "registration(username, last_us)"),
+];
+
+/// The registration table's unique index, created with the others.
+const SQLITE_REG_UID: (&str, &str) = ("registration_uid", "UNIQUE registration(uid)");
+
+/// Indexes of earlier releases that the search indexes replace: `(caller, start_us)` serves
+/// everything `(caller)` did.
+pub const RETIRED_INDEXES: [&str; 2] = ["cdr_caller", "cdr_called"];
+
+/// `CREATE [UNIQUE] INDEX IF NOT EXISTS name ON table(columns)` from an entry of an index list.
+pub(crate) fn create_index_sql(name: &str, def: &str) -> String {
+    let (unique, on) = match def.strip_prefix("UNIQUE ") {
+        Some(on) => ("UNIQUE ", on),
+        None => ("", def),
+    };
+    format!("CREATE {unique}INDEX IF NOT EXISTS {name} ON {on};")
+}
+
+/// Every index SQLite should have, and none of the retired ones.
+fn sqlite_index_sql() -> String {
+    let mut sql: String = RETIRED_INDEXES
+        .iter()
+        .map(|n| format!("DROP INDEX IF EXISTS {n};"))
+        .collect();
+    for (name, def) in SQLITE_INDEXES.iter().chain([&SQLITE_REG_UID]) {
+        sql += &create_index_sql(name, def);
+    }
+    sql
+}
+
+/// Adds the `uid` column to the tables of a database created before it existed; the indexes
+/// then cover it.
 fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
-    for table in ["cdr", "cdr_rtp", "cdr_t38"] {
+    for table in ["cdr", "cdr_rtp", "cdr_t38", "registration"] {
         let (exists, has_uid): (i64, i64) = conn.query_row(
             "SELECT COUNT(*), COALESCE(SUM(name = 'uid'), 0) FROM pragma_table_info(?1)",
             [table],
@@ -344,6 +486,15 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// How long a statement waits for another connection's write lock (the capture's writer and
+/// the console's readers share the file) before it fails.
+pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// SQLite's page cache per connection, in KiB (32 MiB; SQLite's default is 2 MiB): each call
+/// inserted updates the search indexes at scattered places, and a search reads rows scattered
+/// over the file; pages kept here spare a read from the OS each. Taken as it is used.
+pub const SQLITE_CACHE_KIB: i64 = 32 * 1024;
+
 /// CDRs in one SQLite file (WAL journal).
 pub struct SqliteStore {
     path: String,
@@ -351,7 +502,9 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and its schema.
+    /// Opens (creating if needed) the database at `path` and its schema. A database from an
+    /// earlier release gets the columns and indexes it lacks; the search columns are then
+    /// filled from its rows (once: a minute or so per million calls).
     pub fn open(path: &Path) -> Result<SqliteStore, CdrError> {
         let name = path.display().to_string();
         let wrap = |source| CdrError::Sqlite {
@@ -359,14 +512,31 @@ impl SqliteStore {
             source,
         };
         let conn = Connection::open(path).map_err(wrap)?;
+        conn.busy_timeout(std::time::Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))
+            .map_err(wrap)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(wrap)?;
+        conn.pragma_update(None, "cache_size", -SQLITE_CACHE_KIB)
+            .map_err(wrap)?;
         upgrade_sqlite(&conn).map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
-        add_missing_columns(&conn).map_err(wrap)?;
-        Ok(SqliteStore { path: name, conn })
+        let added = add_missing_columns(&conn).map_err(wrap)?;
+        let mut store = SqliteStore { path: name, conn };
+        if added {
+            let n = search::backfill(&mut store)?;
+            tracing::info!(path = %store.path, rows = n, "CDR search columns added and filled");
+        }
+        store
+            .conn
+            .execute_batch(&sqlite_index_sql())
+            .map_err(|e| store.err(e))?;
+        // Statistics for the planner of the queries that do not name their index (list, show);
+        // bounded work, and only where they are missing or stale. A read-only file cannot
+        // take them, which is no reason to fail.
+        let _ = store.conn.execute_batch("PRAGMA optimize=0x10002;");
+        Ok(store)
     }
 
     fn err(&self, source: rusqlite::Error) -> CdrError {
@@ -375,13 +545,20 @@ impl SqliteStore {
             source,
         }
     }
+
+    pub(crate) fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
 }
 
-/// Adds the later columns to `cdr` and `cdr_t38` tables created before they existed.
-fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
-    for (table, columns) in [
-        ("cdr", &LATER_COLUMNS[..]),
-        ("cdr_t38", &T38_LATER_COLUMNS[..]),
+/// Adds the later columns to `cdr` and `cdr_t38` tables created before they existed; true when
+/// search columns were added to a `cdr` table that holds rows (they must be filled).
+fn add_missing_columns(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut fill = false;
+    for (table, columns, search) in [
+        ("cdr", &LATER_COLUMNS[..], false),
+        ("cdr", &SEARCH_COLUMNS[..], true),
+        ("cdr_t38", &T38_LATER_COLUMNS[..], false),
     ] {
         let mut st = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
         let have: Vec<String> = st
@@ -390,10 +567,14 @@ fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
         for (name, ty, _) in columns {
             if !have.iter().any(|h| h == name) {
                 conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} {ty}"))?;
+                fill |= search;
             }
         }
     }
-    Ok(())
+    if fill {
+        fill = conn.query_row("SELECT EXISTS (SELECT 1 FROM cdr)", [], |r| r.get(0))?;
+    }
+    Ok(fill)
 }
 
 /// An optional byte count or offset as SQLite stores it (a signed 64-bit integer).
@@ -437,6 +618,7 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         dtmf: r.get::<_, Option<String>>(o + 27)?.unwrap_or_default(),
         fax_pages: r.get(o + 28)?,
         fax_result: r.get(o + 29)?,
+        sensor: r.get::<_, Option<String>>(o + 30)?.unwrap_or_default(),
     })
 }
 
@@ -460,7 +642,141 @@ pub(crate) fn upsert_set(columns: &str) -> String {
 pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
-     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result";
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, sensor";
+
+/// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
+pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
+    let p = if dollar { '$' } else { '?' };
+    (1..=n)
+        .map(|i| format!("{p}{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The call insert of both backends: every column of the call, its search columns, its uid;
+/// with `upsert`, a call stored before under the same uid is updated in place.
+pub(crate) fn call_insert_sql(dollar: bool, upsert: bool) -> String {
+    let cols = format!("{CALL_COLUMNS}, {}", search::DERIVED_COLUMNS);
+    let n = cols.split(',').count() + 1;
+    let conflict = if upsert {
+        format!(" ON CONFLICT (uid) DO UPDATE SET {}", upsert_set(&cols))
+    } else {
+        String::new()
+    };
+    format!(
+        "INSERT INTO cdr ({cols}, uid) VALUES ({}){conflict} RETURNING id",
+        placeholders(n, dollar)
+    )
+}
+
+impl rusqlite::ToSql for Arg {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Arg::Int(v) => ValueRef::Integer(*v),
+            Arg::Real(v) => ValueRef::Real(*v),
+            Arg::Text(v) => ValueRef::Text(v.as_bytes()),
+            Arg::Blob(v) => ValueRef::Blob(v),
+            Arg::Null(_) => ValueRef::Null,
+        }))
+    }
+}
+
+fn sqlite_val(v: rusqlite::types::ValueRef<'_>) -> Val {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => Val::Null,
+        ValueRef::Integer(i) => Val::Int(i),
+        ValueRef::Real(f) => Val::Real(f),
+        ValueRef::Text(t) => Val::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Val::Blob(b.to_vec()),
+    }
+}
+
+impl Exec for SqliteStore {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError> {
+        let r = (|| {
+            let mut st = self.conn.prepare_cached(&sql.text)?;
+            let n = st.column_count();
+            let mut rows = st.query(rusqlite::params_from_iter(sql.args.iter()))?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(
+                    (0..n)
+                        .map(|i| r.get_ref(i).map(sqlite_val))
+                        .collect::<rusqlite::Result<Vec<_>>>()?,
+                );
+            }
+            Ok(out)
+        })();
+        r.map_err(|e| self.err(e))
+    }
+
+    fn update_derived(&mut self, rows: &[(i64, search::Derived)]) -> Result<(), CdrError> {
+        let r = (|| {
+            let tx = self.conn.transaction()?;
+            {
+                let mut st = tx.prepare_cached(&format!(
+                    "UPDATE cdr SET sensor = ?1, {} WHERE id = ?10",
+                    search::DERIVED_COLUMNS
+                        .split(", ")
+                        .enumerate()
+                        .map(|(i, c)| format!("{c} = ?{}", i + 2))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))?;
+                for (id, d) in rows {
+                    st.execute(params![
+                        d.sensor,
+                        d.caller_rev,
+                        d.called_rev,
+                        d.caller_ip,
+                        d.callee_ip,
+                        d.duration_ms,
+                        d.codecs,
+                        d.loss_max_pct,
+                        d.jitter_max_ms,
+                        id
+                    ])?;
+                }
+            }
+            tx.commit()
+        })();
+        r.map_err(|e| self.err(e))
+    }
+
+    fn walk(&mut self, sql: &Sql, want: usize, budget: usize) -> Result<Walked, CdrError> {
+        let r = (|| {
+            let mut st = self.conn.prepare_cached(&sql.text)?;
+            let mut rows = st.query(rusqlite::params_from_iter(sql.args.iter()))?;
+            let mut w = Walked::default();
+            let mut read = 0;
+            while let Some(r) = rows.next()? {
+                read += 1;
+                let key = Cursor {
+                    time_us: r.get(0)?,
+                    id: r.get(1)?,
+                };
+                if r.get::<_, i64>(2)? != 0 {
+                    w.keys.push(key);
+                    if w.keys.len() >= want {
+                        break;
+                    }
+                }
+                if read >= budget {
+                    w.boundary = Some(key);
+                    break;
+                }
+            }
+            Ok(w)
+        })();
+        r.map_err(|e| self.err(e))
+    }
+}
 
 impl CdrStore for SqliteStore {
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
@@ -469,12 +785,7 @@ impl CdrStore for SqliteStore {
             source: e,
         })?;
         let r = (|| -> rusqlite::Result<()> {
-            let mut ins_call = tx.prepare_cached(&format!(
-                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, \
-                 ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31) \
-                 ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
-                upsert_set(CALL_COLUMNS)
-            ))?;
+            let mut ins_call = tx.prepare_cached(&call_insert_sql(false, true))?;
             let mut del_streams = tx.prepare_cached("DELETE FROM cdr_rtp WHERE cdr_id = ?1")?;
             let mut del_t38 = tx.prepare_cached("DELETE FROM cdr_t38 WHERE cdr_id = ?1")?;
             let mut ins_t38 = tx.prepare_cached(&format!(
@@ -489,75 +800,18 @@ impl CdrStore for SqliteStore {
                  ON CONFLICT (uid) DO UPDATE SET {}",
                 upsert_set(STREAM_COLUMNS)
             ))?;
+            let mut ins_reg = tx.prepare_cached(&registration_insert_sql(false))?;
             for rec in records {
                 let mut cdr_id = None;
                 if let Some(c) = &rec.call {
-                    let id: i64 = ins_call.query_row(
-                        params![
-                            c.call_id,
-                            c.caller,
-                            c.called,
-                            c.caller_addr,
-                            c.callee_addr,
-                            c.start_us,
-                            c.ringing_us,
-                            c.answer_us,
-                            c.end_us,
-                            c.state,
-                            c.last_response,
-                            c.last_reason,
-                            c.hangup_by,
-                            c.q850_cause,
-                            c.sip_messages,
-                            c.reinvites,
-                            c.mos_min,
-                            c.sip_tar,
-                            c.sip_member,
-                            opt_i64(c.sip_offset),
-                            opt_i64(c.sip_len),
-                            c.sip_compression,
-                            c.rtp_tar,
-                            c.rtp_member,
-                            opt_i64(c.rtp_offset),
-                            opt_i64(c.rtp_len),
-                            c.rtp_compression,
-                            c.dtmf,
-                            c.fax_pages,
-                            c.fax_result,
-                            rec.call_uid()
-                        ],
-                        |r| r.get(0),
-                    )?;
+                    let id = sqlite_insert_call(&mut ins_call, c, &rec.streams, rec.call_uid())?;
                     // Stored before (the same call read again): its streams are replaced.
                     del_streams.execute([id])?;
                     del_t38.execute([id])?;
                     cdr_id = Some(id);
                 }
                 for (i, s) in rec.streams.iter().enumerate() {
-                    ins_stream.execute(params![
-                        cdr_id,
-                        s.call_id,
-                        s.src,
-                        s.dst,
-                        s.ssrc,
-                        s.payload,
-                        s.start_us,
-                        s.end_us,
-                        s.packets as i64,
-                        s.lost,
-                        s.duplicates as i64,
-                        s.out_of_order as i64,
-                        s.min_delta_ms,
-                        s.mean_delta_ms,
-                        s.max_delta_ms,
-                        s.mean_jitter_ms,
-                        s.max_jitter_ms,
-                        s.mos,
-                        s.rtcp_reports,
-                        s.rtcp_fraction_lost_pct,
-                        s.rtcp_jitter_ms,
-                        rec.stream_uid(i)
-                    ])?;
+                    sqlite_insert_stream(&mut ins_stream, cdr_id, s, rec.stream_uid(i))?;
                 }
                 for (i, t) in rec.t38.iter().enumerate() {
                     ins_t38.execute(params![
@@ -577,6 +831,9 @@ impl CdrStore for SqliteStore {
                         t.t30,
                         rec.t38_uid(i)
                     ])?;
+                }
+                if let Some(reg) = &rec.registration {
+                    sqlite_insert_registration(&mut ins_reg, rec.call_uid(), reg)?;
                 }
             }
             Ok(())
@@ -716,4 +973,135 @@ impl CdrStore for SqliteStore {
             .map_err(|e| self.err(e))?;
         Ok(Some((call, streams)))
     }
+
+    fn search(&mut self, q: &CallQuery) -> Result<CallPage, CdrError> {
+        search::search(self, q)
+    }
+
+    fn totals(&mut self, q: &CallQuery) -> Result<CallTotals, CdrError> {
+        search::totals(self, q)
+    }
+
+    fn call_by_uid(
+        &mut self,
+        uid: &str,
+    ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
+        search::call_by_uid(self, uid)
+    }
+
+    fn registrations(
+        &mut self,
+        q: &RegistrationQuery,
+    ) -> Result<registration::RegistrationPage, CdrError> {
+        registration::registrations(self, q)
+    }
+}
+
+/// Inserts a call (with `call_insert_sql`) and its search columns; its row id.
+pub(crate) fn sqlite_insert_call(
+    st: &mut rusqlite::CachedStatement<'_>,
+    c: &CdrCall,
+    streams: &[CdrStream],
+    uid: Option<&str>,
+) -> rusqlite::Result<i64> {
+    let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
+    let p: [&dyn ToSql; 40] = [
+        &c.call_id,
+        &c.caller,
+        &c.called,
+        &c.caller_addr,
+        &c.callee_addr,
+        &c.start_us,
+        &c.ringing_us,
+        &c.answer_us,
+        &c.end_us,
+        &c.state,
+        &c.last_response,
+        &c.last_reason,
+        &c.hangup_by,
+        &c.q850_cause,
+        &c.sip_messages,
+        &c.reinvites,
+        &c.mos_min,
+        &c.sip_tar,
+        &c.sip_member,
+        &opt_i64(c.sip_offset),
+        &opt_i64(c.sip_len),
+        &c.sip_compression,
+        &c.rtp_tar,
+        &c.rtp_member,
+        &opt_i64(c.rtp_offset),
+        &opt_i64(c.rtp_len),
+        &c.rtp_compression,
+        &c.dtmf,
+        &c.fax_pages,
+        &c.fax_result,
+        &d.sensor,
+        &d.caller_rev,
+        &d.called_rev,
+        &d.caller_ip,
+        &d.callee_ip,
+        &d.duration_ms,
+        &d.codecs,
+        &d.loss_max_pct,
+        &d.jitter_max_ms,
+        &uid,
+    ];
+    st.query_row(&p[..], |r| r.get(0))
+}
+
+/// Inserts a stream row.
+pub(crate) fn sqlite_insert_stream(
+    st: &mut rusqlite::CachedStatement<'_>,
+    cdr_id: Option<i64>,
+    s: &CdrStream,
+    uid: Option<String>,
+) -> rusqlite::Result<usize> {
+    st.execute(params![
+        cdr_id,
+        s.call_id,
+        s.src,
+        s.dst,
+        s.ssrc,
+        s.payload,
+        s.start_us,
+        s.end_us,
+        s.packets as i64,
+        s.lost,
+        s.duplicates as i64,
+        s.out_of_order as i64,
+        s.min_delta_ms,
+        s.mean_delta_ms,
+        s.max_delta_ms,
+        s.mean_jitter_ms,
+        s.max_jitter_ms,
+        s.mos,
+        s.rtcp_reports,
+        s.rtcp_fraction_lost_pct,
+        s.rtcp_jitter_ms,
+        uid
+    ])
+}
+
+/// The registration upsert of both backends (uid, [`registration::REG_COLUMNS`], `src_ip`,
+/// `dst_ip`).
+pub(crate) fn registration_insert_sql(dollar: bool) -> String {
+    let cols = format!("{}, src_ip, dst_ip", registration::REG_COLUMNS);
+    format!(
+        "INSERT INTO registration (uid, {cols}) VALUES ({}) ON CONFLICT (uid) DO UPDATE SET {}",
+        placeholders(cols.split(',').count() + 1, dollar),
+        upsert_set(&cols)
+    )
+}
+
+pub(crate) fn sqlite_insert_registration(
+    st: &mut rusqlite::CachedStatement<'_>,
+    uid: Option<&str>,
+    r: &CdrRegistration,
+) -> rusqlite::Result<usize> {
+    let uid = uid.map_or(Arg::Null(Ty::Text), |u| Arg::Text(u.to_string()));
+    let args: Vec<Arg> = std::iter::once(uid)
+        .chain(registration::reg_args(r))
+        .collect();
+    st.execute(rusqlite::params_from_iter(args.iter()))
 }

@@ -1,16 +1,22 @@
-//! The PostgreSQL backend: the same tables as SQLite ([`PG_SCHEMA`]), one transaction per
-//! batch, prepared statements. Databases created before the `uid` column get it on connect
-//! ([`PG_UPGRADE`]).
+//! The PostgreSQL backend: the same tables as SQLite ([`PG_SCHEMA`]) and the same search
+//! ([`crate::search`]), one transaction per batch, prepared statements. Databases created
+//! before the `uid` column get it on connect ([`PG_UPGRADE`]), and those from before the
+//! search columns get them, filled from their rows, and their indexes ([`PG_INDEXES`]).
 
-use postgres::types::ToSql;
+use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
 
+use crate::plan::{Arg, Dialect, Exec, Sql, Ty, Val, Walked};
+use crate::query::Cursor;
+use crate::registration::{self, RegistrationPage, RegistrationQuery};
+use crate::search::{self, CallPage, CallQuery, CallSummary, CallTotals};
 use crate::{
     CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38, LATER_COLUMNS,
-    T38_LATER_COLUMNS,
+    SEARCH_COLUMNS, T38_LATER_COLUMNS,
 };
 
-/// The PostgreSQL schema: the SQLite one with PostgreSQL's types.
+/// The PostgreSQL schema, tables only: the SQLite one with PostgreSQL's types. Indexes:
+/// [`PG_INDEXES`].
 pub const PG_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS cdr (
     id             BIGSERIAL PRIMARY KEY,
@@ -44,13 +50,17 @@ CREATE TABLE IF NOT EXISTS cdr (
     dtmf           TEXT,
     fax_pages      BIGINT,
     fax_result     TEXT,
-    uid            TEXT
+    uid            TEXT,
+    sensor         TEXT,
+    caller_rev     TEXT,
+    called_rev     TEXT,
+    caller_ip      BYTEA,
+    callee_ip      BYTEA,
+    duration_ms    BIGINT,
+    codecs         TEXT,
+    loss_max_pct   DOUBLE PRECISION,
+    jitter_max_ms  DOUBLE PRECISION
 );
-CREATE INDEX IF NOT EXISTS cdr_start ON cdr(start_us);
-CREATE INDEX IF NOT EXISTS cdr_call_id ON cdr(call_id);
-CREATE INDEX IF NOT EXISTS cdr_caller ON cdr(caller);
-CREATE INDEX IF NOT EXISTS cdr_called ON cdr(called);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_uid ON cdr(uid);
 CREATE TABLE IF NOT EXISTS cdr_rtp (
     id                      BIGSERIAL PRIMARY KEY,
     cdr_id                  BIGINT REFERENCES cdr(id),
@@ -76,9 +86,6 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     rtcp_jitter_ms          DOUBLE PRECISION,
     uid                     TEXT
 );
-CREATE INDEX IF NOT EXISTS cdr_rtp_cdr ON cdr_rtp(cdr_id);
-CREATE INDEX IF NOT EXISTS cdr_rtp_call_id ON cdr_rtp(call_id);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_rtp_uid ON cdr_rtp(uid);
 CREATE TABLE IF NOT EXISTS cdr_t38 (
     id            BIGSERIAL PRIMARY KEY,
     cdr_id        BIGINT  REFERENCES cdr(id),
@@ -97,15 +104,75 @@ CREATE TABLE IF NOT EXISTS cdr_t38 (
     t30           TEXT,
     uid           TEXT
 );
-CREATE INDEX IF NOT EXISTS cdr_t38_cdr ON cdr_t38(cdr_id);
-CREATE UNIQUE INDEX IF NOT EXISTS cdr_t38_uid ON cdr_t38(uid);
+CREATE TABLE IF NOT EXISTS registration (
+    id            BIGSERIAL PRIMARY KEY,
+    uid           TEXT,
+    call_id       TEXT    NOT NULL,
+    username      TEXT    NOT NULL,
+    domain        TEXT    NOT NULL,
+    contact       TEXT    NOT NULL,
+    user_agent    TEXT    NOT NULL,
+    src           TEXT    NOT NULL,
+    dst           TEXT    NOT NULL,
+    first_us      BIGINT  NOT NULL,
+    last_us       BIGINT  NOT NULL,
+    requests      BIGINT  NOT NULL,
+    last_code     BIGINT,
+    result        TEXT    NOT NULL,
+    expires_s     BIGINT,
+    sensor        TEXT    NOT NULL,
+    src_ip        BYTEA,
+    dst_ip        BYTEA
+);
 ";
+
+/// The PostgreSQL indexes, by name (why each: [`crate::search`]). Text is `COLLATE "C"` so
+/// that a prefix is a byte range whatever the database's collation, and `id` ends each time
+/// index so that equal times come out in keyset order.
+pub const PG_INDEXES: [(&str, &str); 17] = [
+    ("cdr_start_id", "cdr (start_us, id)"),
+    ("cdr_call_id", "cdr (call_id)"),
+    ("cdr_uid", "UNIQUE cdr (uid)"),
+    (
+        "cdr_caller_start",
+        "cdr (caller COLLATE \"C\", start_us, id)",
+    ),
+    (
+        "cdr_called_start",
+        "cdr (called COLLATE \"C\", start_us, id)",
+    ),
+    (
+        "cdr_caller_rev_start",
+        "cdr (caller_rev COLLATE \"C\", start_us, id)",
+    ),
+    (
+        "cdr_called_rev_start",
+        "cdr (called_rev COLLATE \"C\", start_us, id)",
+    ),
+    ("cdr_caller_ip_start", "cdr (caller_ip, start_us, id)"),
+    ("cdr_callee_ip_start", "cdr (callee_ip, start_us, id)"),
+    ("cdr_rtp_cdr", "cdr_rtp (cdr_id)"),
+    ("cdr_rtp_call_id", "cdr_rtp (call_id)"),
+    ("cdr_rtp_uid", "UNIQUE cdr_rtp (uid)"),
+    ("cdr_t38_cdr", "cdr_t38 (cdr_id)"),
+    ("cdr_t38_uid", "UNIQUE cdr_t38 (uid)"),
+    ("registration_last", "registration (last_us, id)"),
+    (
+        "registration_user",
+        "registration (username COLLATE \"C\", last_us, id)",
+    ),
+    ("registration_uid", "UNIQUE registration (uid)"),
+];
+
+/// Indexes of earlier releases that [`PG_INDEXES`] replace.
+pub const PG_RETIRED_INDEXES: [&str; 3] = ["cdr_start", "cdr_caller", "cdr_called"];
 
 /// Run before [`PG_SCHEMA`]: adds the `uid` column to tables created before it existed.
 pub const PG_UPGRADE: &str = "
 ALTER TABLE IF EXISTS cdr ADD COLUMN IF NOT EXISTS uid TEXT;
 ALTER TABLE IF EXISTS cdr_rtp ADD COLUMN IF NOT EXISTS uid TEXT;
 ALTER TABLE IF EXISTS cdr_t38 ADD COLUMN IF NOT EXISTS uid TEXT;
+ALTER TABLE IF EXISTS registration ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
 use crate::CALL_COLUMNS;
@@ -170,12 +237,23 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
             .get::<_, Option<i64>>(o + 28)
             .map(|v| v.clamp(0, i64::from(u32::MAX)) as u32),
         fax_result: r.get(o + 29),
+        sensor: r.get::<_, Option<String>>(o + 30).unwrap_or_default(),
     }
+}
+
+/// The names of the current schema's objects of a kind (`columns of a table`, `indexes`).
+fn names(client: &mut Client, sql: &str, arg: &str) -> Result<Vec<String>, postgres::Error> {
+    Ok(client
+        .query(sql, &[&arg])?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect())
 }
 
 impl PgStore {
     /// Connects with a libpq-style connection string (`host=... port=... user=... dbname=...`)
-    /// and creates the schema if needed.
+    /// and creates the schema if needed. A database from an earlier release gets the columns
+    /// and indexes it lacks (the search columns filled from its rows, once).
     pub fn connect(conninfo: &str) -> Result<PgStore, CdrError> {
         let name = redact(conninfo);
         let wrap = |source| CdrError::Postgres {
@@ -183,19 +261,71 @@ impl PgStore {
             source,
         };
         let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
+        // JIT compiling pays off for long analytic queries, not for these: it would add tens
+        // of milliseconds to a totals query whose estimated cost crosses jit_above_cost.
+        client.batch_execute("SET jit = off").map_err(wrap)?;
         client.batch_execute(PG_UPGRADE).map_err(wrap)?;
         client.batch_execute(PG_SCHEMA).map_err(wrap)?;
-        // Databases created before the later columns existed get them.
-        let upgrade: String = LATER_COLUMNS
-            .iter()
-            .map(|c| ("cdr", c))
-            .chain(T38_LATER_COLUMNS.iter().map(|c| ("cdr_t38", c)))
-            .map(|(table, (col, _, ty))| {
-                format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {ty};")
-            })
-            .collect();
-        client.batch_execute(&upgrade).map_err(wrap)?;
-        Ok(PgStore { name, client })
+        let column_sql = "SELECT column_name::text FROM information_schema.columns \
+                          WHERE table_schema = current_schema() AND table_name = $1";
+        let mut fill = false;
+        for (table, columns, search) in [
+            ("cdr", &LATER_COLUMNS[..], false),
+            ("cdr", &SEARCH_COLUMNS[..], true),
+            ("cdr_t38", &T38_LATER_COLUMNS[..], false),
+        ] {
+            let have = names(&mut client, column_sql, table).map_err(wrap)?;
+            for (col, _, ty) in columns {
+                if !have.iter().any(|h| h == col) {
+                    client
+                        .batch_execute(&format!(
+                            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {ty}"
+                        ))
+                        .map_err(wrap)?;
+                    fill |= search;
+                }
+            }
+        }
+        if fill {
+            fill = client
+                .query_one("SELECT EXISTS (SELECT 1 FROM cdr)", &[])
+                .map_err(wrap)?
+                .get(0);
+        }
+        let mut store = PgStore { name, client };
+        if fill {
+            let n = search::backfill(&mut store)?;
+            tracing::info!(target = %store.name, rows = n, "CDR search columns added and filled");
+        }
+        store.ensure_indexes()?;
+        Ok(store)
+    }
+
+    /// Creates the indexes that are missing and drops the retired ones. Only what is missing
+    /// is touched: `CREATE INDEX IF NOT EXISTS` would take a lock on the table at every connect.
+    fn ensure_indexes(&mut self) -> Result<(), CdrError> {
+        let have = names(
+            &mut self.client,
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema() \
+             AND tablename = ANY(string_to_array($1, ','))",
+            "cdr,cdr_rtp,cdr_t38,registration",
+        )
+        .map_err(|e| self.err(e))?;
+        let mut sql = String::new();
+        for r in PG_RETIRED_INDEXES {
+            if have.iter().any(|h| h == r) {
+                sql += &format!("DROP INDEX IF EXISTS {r};");
+            }
+        }
+        for (n, def) in PG_INDEXES {
+            if !have.iter().any(|h| h == n) {
+                sql += &crate::create_index_sql(n, def);
+            }
+        }
+        if !sql.is_empty() {
+            self.client.batch_execute(&sql).map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     fn err(&self, source: postgres::Error) -> CdrError {
@@ -203,6 +333,141 @@ impl PgStore {
             target: self.name.clone(),
             source,
         }
+    }
+
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// The connection string without its password.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The parameters of a statement as the `postgres` crate takes them.
+pub(crate) fn pg_params(args: &[Arg]) -> Vec<Box<dyn ToSql + Sync>> {
+    args.iter()
+        .map(|a| -> Box<dyn ToSql + Sync> {
+            match a {
+                Arg::Int(v) => Box::new(*v),
+                Arg::Real(v) => Box::new(*v),
+                Arg::Text(v) => Box::new(v.clone()),
+                Arg::Blob(v) => Box::new(v.clone()),
+                Arg::Null(Ty::Int) => Box::new(None::<i64>),
+                Arg::Null(Ty::Real) => Box::new(None::<f64>),
+                Arg::Null(Ty::Text) => Box::new(None::<String>),
+                Arg::Null(Ty::Blob) => Box::new(None::<Vec<u8>>),
+            }
+        })
+        .collect()
+}
+
+/// One column of a row, whatever its type among those our tables use.
+fn pg_val(r: &postgres::Row, i: usize) -> Result<Val, postgres::Error> {
+    let ty = r.columns()[i].type_().clone();
+    Ok(match ty {
+        Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map_or(Val::Null, Val::Int),
+        Type::INT4 => r
+            .try_get::<_, Option<i32>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into())),
+        Type::INT2 => r
+            .try_get::<_, Option<i16>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into())),
+        Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map_or(Val::Null, Val::Real),
+        Type::FLOAT4 => r
+            .try_get::<_, Option<f32>>(i)?
+            .map_or(Val::Null, |v| Val::Real(v.into())),
+        Type::BOOL => r
+            .try_get::<_, Option<bool>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into())),
+        Type::BYTEA => r
+            .try_get::<_, Option<Vec<u8>>>(i)?
+            .map_or(Val::Null, Val::Blob),
+        _ => r
+            .try_get::<_, Option<String>>(i)?
+            .map_or(Val::Null, Val::Text),
+    })
+}
+
+impl Exec for PgStore {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError> {
+        let params = pg_params(&sql.args);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+        let rows = self
+            .client
+            .query(&sql.text, &refs)
+            .map_err(|e| self.err(e))?;
+        rows.iter()
+            .map(|r| (0..r.len()).map(|i| pg_val(r, i)).collect())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))
+    }
+
+    /// One UPDATE joined to the rows as arrays (`unnest`): a round trip per chunk, not per row.
+    fn update_derived(&mut self, rows: &[(i64, search::Derived)]) -> Result<(), CdrError> {
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let col = |f: &dyn Fn(&search::Derived) -> String| -> Vec<String> {
+            rows.iter().map(|r| f(&r.1)).collect()
+        };
+        let sensor = col(&|d| d.sensor.clone());
+        let caller_rev = col(&|d| d.caller_rev.clone());
+        let called_rev = col(&|d| d.called_rev.clone());
+        let caller_ip: Vec<Option<Vec<u8>>> = rows.iter().map(|r| r.1.caller_ip.clone()).collect();
+        let callee_ip: Vec<Option<Vec<u8>>> = rows.iter().map(|r| r.1.callee_ip.clone()).collect();
+        let duration: Vec<Option<i64>> = rows.iter().map(|r| r.1.duration_ms).collect();
+        let codecs: Vec<Option<String>> = rows.iter().map(|r| r.1.codecs.clone()).collect();
+        let loss: Vec<Option<f64>> = rows.iter().map(|r| r.1.loss_max_pct).collect();
+        let jitter: Vec<Option<f64>> = rows.iter().map(|r| r.1.jitter_max_ms).collect();
+        self.client
+            .execute(
+                "UPDATE cdr SET sensor = v.sensor, caller_rev = v.caller_rev, \
+                 called_rev = v.called_rev, caller_ip = v.caller_ip, callee_ip = v.callee_ip, \
+                 duration_ms = v.duration_ms, codecs = v.codecs, loss_max_pct = v.loss_max_pct, \
+                 jitter_max_ms = v.jitter_max_ms \
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], \
+                 $6::bytea[], $7::bigint[], $8::text[], $9::float8[], $10::float8[]) \
+                 AS v(id, sensor, caller_rev, called_rev, caller_ip, callee_ip, duration_ms, \
+                 codecs, loss_max_pct, jitter_max_ms) WHERE cdr.id = v.id",
+                &[
+                    &ids,
+                    &sensor,
+                    &caller_rev,
+                    &called_rev,
+                    &caller_ip,
+                    &callee_ip,
+                    &duration,
+                    &codecs,
+                    &loss,
+                    &jitter,
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The statement (see [`crate::plan::walk_sql`]) stops by itself; its rows are the matches
+    /// and, when the budget ran out, the last row read (`rn` = budget).
+    fn walk(&mut self, sql: &Sql, _want: usize, budget: usize) -> Result<Walked, CdrError> {
+        let mut w = Walked::default();
+        for r in self.rows(sql)? {
+            let mut c = crate::plan::Cols::new(r);
+            let key = Cursor {
+                time_us: c.i64()?,
+                id: c.i64()?,
+            };
+            if c.i64()? == 1 {
+                w.keys.push(key);
+            }
+            if c.i64()? == budget as i64 {
+                w.boundary = Some(key);
+            }
+        }
+        Ok(w)
     }
 }
 
@@ -215,12 +480,7 @@ impl CdrStore for PgStore {
         };
         let mut tx = self.client.transaction().map_err(wrap)?;
         let ins_call = tx
-            .prepare(&format!(
-                "INSERT INTO cdr ({CALL_COLUMNS}, uid) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-                 $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31) \
-                 ON CONFLICT (uid) DO UPDATE SET {} RETURNING id",
-                crate::upsert_set(CALL_COLUMNS)
-            ))
+            .prepare(&crate::call_insert_sql(true, true))
             .map_err(wrap)?;
         let del_streams = tx
             .prepare("DELETE FROM cdr_rtp WHERE cdr_id = $1")
@@ -246,9 +506,13 @@ impl CdrStore for PgStore {
                 crate::upsert_set(crate::STREAM_COLUMNS)
             ))
             .map_err(wrap)?;
+        let ins_reg = tx
+            .prepare(&crate::registration_insert_sql(true))
+            .map_err(wrap)?;
         for rec in records {
             let mut cdr_id: Option<i64> = None;
             if let Some(c) = &rec.call {
+                let d = search::derive(c, rec.streams.iter().map(search::StreamFigures::from));
                 let row = tx
                     .query_one(
                         &ins_call,
@@ -283,6 +547,15 @@ impl CdrStore for PgStore {
                             &c.dtmf,
                             &c.fax_pages.map(i64::from),
                             &c.fax_result,
+                            &d.sensor,
+                            &d.caller_rev,
+                            &d.called_rev,
+                            &d.caller_ip,
+                            &d.callee_ip,
+                            &d.duration_ms,
+                            &d.codecs,
+                            &d.loss_max_pct,
+                            &d.jitter_max_ms,
                             &rec.call_uid(),
                         ],
                     )
@@ -346,6 +619,17 @@ impl CdrStore for PgStore {
                     ],
                 )
                 .map_err(wrap)?;
+            }
+            if let Some(reg) = &rec.registration {
+                let uid = rec
+                    .call_uid()
+                    .map_or(Arg::Null(Ty::Text), |u| Arg::Text(u.to_string()));
+                let args: Vec<Arg> = std::iter::once(uid)
+                    .chain(registration::reg_args(reg))
+                    .collect();
+                let params = pg_params(&args);
+                let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+                tx.execute(&ins_reg, &refs).map_err(wrap)?;
             }
         }
         tx.commit().map_err(wrap)
@@ -467,5 +751,24 @@ impl CdrStore for PgStore {
             })
             .collect();
         Ok(Some((call, streams)))
+    }
+
+    fn search(&mut self, q: &CallQuery) -> Result<CallPage, CdrError> {
+        search::search(self, q)
+    }
+
+    fn totals(&mut self, q: &CallQuery) -> Result<CallTotals, CdrError> {
+        search::totals(self, q)
+    }
+
+    fn call_by_uid(
+        &mut self,
+        uid: &str,
+    ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
+        search::call_by_uid(self, uid)
+    }
+
+    fn registrations(&mut self, q: &RegistrationQuery) -> Result<RegistrationPage, CdrError> {
+        registration::registrations(self, q)
     }
 }

@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 
-use crate::{CdrCall, CdrStream, CdrT38};
+use crate::{CdrCall, CdrRegistration, CdrStream, CdrT38};
 
-/// A call with its RTP streams, or one stream seen without signalling (`call` is `None`).
+/// A call with its RTP streams, one stream seen without signalling (`call` is `None`), or a
+/// REGISTER chain (`registration`).
 ///
 /// `uid` is the record's identity, stable across runs: [`CdrRecord::identity`], from the sensor,
 /// the Call-ID and the start time (for a stream without signalling: its addresses, SSRC and
@@ -24,6 +25,9 @@ pub struct CdrRecord {
     pub streams: Vec<CdrStream>,
     /// The call's T.38 (fax) flows, stored in `cdr_t38` (`{uid}/t38/{i}`).
     pub t38: Vec<CdrT38>,
+    /// A REGISTER chain, stored in table `registration` under `uid`. `serde(default)`: journals
+    /// written before registrations were stored still read.
+    pub registration: Option<CdrRegistration>,
 }
 
 impl CdrRecord {
@@ -33,30 +37,38 @@ impl CdrRecord {
             uid: String::new(),
             call: Some(call),
             streams,
-            t38: Vec::new(),
+            ..CdrRecord::default()
         }
     }
 
     /// A stream without signalling, without a uid yet.
     pub fn lone_stream(stream: CdrStream) -> CdrRecord {
         CdrRecord {
-            uid: String::new(),
-            call: None,
             streams: vec![stream],
-            t38: Vec::new(),
+            ..CdrRecord::default()
+        }
+    }
+
+    /// A REGISTER chain, without a uid yet.
+    pub fn registration(registration: CdrRegistration) -> CdrRecord {
+        CdrRecord {
+            registration: Some(registration),
+            ..CdrRecord::default()
         }
     }
 
     /// The record's stable identity as sensor `sensor` saw it: `sensor|Call-ID|start_us` for a
-    /// call, `sensor|rtp|src|dst|ssrc|start_us` for a stream without signalling. `|` cannot
-    /// occur in a Call-ID's token characters (RFC 3261 `word`), so the parts cannot run together.
+    /// call, `sensor|rtp|src|dst|ssrc|start_us` for a stream without signalling,
+    /// `sensor|reg|Call-ID|first_us` for a REGISTER chain. `|` cannot occur in a Call-ID's
+    /// token characters (RFC 3261 `word`), so the parts cannot run together.
     pub fn identity(&self, sensor: &str) -> String {
-        match (&self.call, self.streams.first()) {
-            (Some(c), _) => format!("{sensor}|{}|{}", c.call_id, c.start_us),
-            (None, Some(s)) => {
+        match (&self.call, &self.registration, self.streams.first()) {
+            (Some(c), _, _) => format!("{sensor}|{}|{}", c.call_id, c.start_us),
+            (None, Some(r), _) => format!("{sensor}|reg|{}|{}", r.call_id, r.first_us),
+            (None, None, Some(s)) => {
                 format!("{sensor}|rtp|{}|{}|{}|{}", s.src, s.dst, s.ssrc, s.start_us)
             }
-            (None, None) => String::new(),
+            (None, None, None) => String::new(),
         }
     }
 

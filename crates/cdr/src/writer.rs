@@ -245,11 +245,23 @@ impl CdrWriter {
     }
 
     /// Hands a record over without waiting for the database. A record without a uid gets its
-    /// identity ([`CdrRecord::identity`] under `sensor`).
+    /// identity ([`CdrRecord::identity`] under `sensor`), and a call or registration without a
+    /// sensor gets `sensor`.
     pub fn submit(&self, mut record: CdrRecord) -> Submitted {
         let s = &self.shared;
         if record.uid.is_empty() {
             record.uid = record.identity(&s.cfg.sensor);
+        }
+        // The sensor that saw it, stored with it (the distributed mode tells sensors apart).
+        if let Some(c) = record.call.as_mut()
+            && c.sensor.is_empty()
+        {
+            c.sensor.clone_from(&s.cfg.sensor);
+        }
+        if let Some(r) = record.registration.as_mut()
+            && r.sensor.is_empty()
+        {
+            r.sensor.clone_from(&s.cfg.sensor);
         }
         {
             let mut q = s.lock_queue();

@@ -28,6 +28,8 @@ fn call(id: &str, start_us: i64, code: u16, mos: Option<f64>) -> CdrCall {
         sip_messages: 5,
         reinvites: 0,
         mos_min: mos,
+        // What the store writes for a call stored without a sensor, and reads back.
+        sensor: "local".into(),
         ..CdrCall::default()
     }
 }

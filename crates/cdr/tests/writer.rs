@@ -32,6 +32,8 @@ fn call(i: u64) -> CdrCall {
         last_reason: "OK".into(),
         sip_messages: 7,
         mos_min: Some(4.2),
+        // The writer's default sensor, which it gives a call without one.
+        sensor: "local".into(),
         ..CdrCall::default()
     }
 }

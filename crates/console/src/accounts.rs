@@ -119,7 +119,29 @@ CREATE TABLE IF NOT EXISTS session (
     user      TEXT NOT NULL REFERENCES user(name) ON DELETE CASCADE,
     expires_s INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS session_expiry ON session(expires_s);";
+CREATE INDEX IF NOT EXISTS session_expiry ON session(expires_s);
+CREATE TABLE IF NOT EXISTS access_log (
+    id     INTEGER PRIMARY KEY,
+    at_s   INTEGER NOT NULL,
+    user   TEXT    NOT NULL,
+    action TEXT    NOT NULL,
+    target TEXT    NOT NULL
+);";
+
+/// Most rows the access log keeps; older ones are dropped as new ones come (the log answers
+/// "who listened to this call", not a full history of years).
+pub const ACCESS_LOG_ROWS_MAX: i64 = 100_000;
+
+/// One listen or download, as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub at_s: i64,
+    pub user: String,
+    /// `listen` or `pcap`.
+    pub action: String,
+    /// What was listened to or downloaded (the call's uid and stream).
+    pub target: String,
+}
 
 /// The console's accounts file.
 pub struct Accounts {
@@ -249,6 +271,44 @@ impl Accounts {
         f(&mut conn).map_err(|source| AccountError::Sqlite {
             path: self.path.display().to_string(),
             source,
+        })
+    }
+
+    /// Records that `user` listened to or downloaded `target`. Written before the data is
+    /// sent, so a download that fails half-way is still logged.
+    pub fn log_access(&self, user: &str, action: &str, target: &str) -> Result<(), AccountError> {
+        let now = now_s();
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO access_log (at_s, user, action, target) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![now, user, action, target],
+            )?;
+            let id = c.last_insert_rowid();
+            if id % 1000 == 0 {
+                c.execute(
+                    "DELETE FROM access_log WHERE id <= ?1",
+                    [id - ACCESS_LOG_ROWS_MAX],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The newest `limit` accesses, newest first.
+    pub fn access_log(&self, limit: usize) -> Result<Vec<Access>, AccountError> {
+        self.with(|c| {
+            let mut st = c.prepare(
+                "SELECT at_s, user, action, target FROM access_log ORDER BY id DESC LIMIT ?1",
+            )?;
+            let rows = st.query_map([limit as i64], |r| {
+                Ok(Access {
+                    at_s: r.get(0)?,
+                    user: r.get(1)?,
+                    action: r.get(2)?,
+                    target: r.get(3)?,
+                })
+            })?;
+            rows.collect()
         })
     }
 
@@ -562,6 +622,23 @@ mod tests {
         let sid = a.new_session("alice", 3600).unwrap();
         a.end_session(&sid).unwrap();
         assert_eq!(a.session_user(&sid).unwrap(), None);
+    }
+
+    #[test]
+    fn every_listen_and_download_is_logged_with_its_user() {
+        let (_d, a) = accounts();
+        a.log_access("alice", "listen", "uid-1/stream/0").unwrap();
+        a.log_access("alice", "pcap", "uid-1").unwrap();
+        let log = a.access_log(10).unwrap();
+        assert_eq!(log.len(), 2);
+        assert_eq!(
+            (log[0].action.as_str(), log[0].target.as_str()),
+            ("pcap", "uid-1")
+        );
+        assert_eq!(
+            (log[1].user.as_str(), log[1].action.as_str()),
+            ("alice", "listen")
+        );
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - [`accounts::Accounts`]: users (Argon2id), sessions and API tokens, in `console.sqlite3`
 //!   beside the store; `tandem user ...` manages them while the server runs.
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
+//! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
+//!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
 //! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
 //!   the stylesheet and the one small script are embedded: nothing is fetched from elsewhere,
 //!   and a page without JavaScript still shows its charts.
@@ -14,6 +16,7 @@
 //! through GET, or keeps a password, a session id or a token in clear.
 
 pub mod accounts;
+pub mod calls;
 pub mod chart;
 pub mod dashboard;
 mod listen;
@@ -48,6 +51,12 @@ pub struct WebConfig {
     pub login_window_s: u32,
     /// Most connections served at once.
     pub connections_max: usize,
+    /// CDR database connections of the calls pages, and queries running at once; a search
+    /// beyond waits for one.
+    pub cdr_readers_max: usize,
+    /// MiB of call pcaps kept for the next request (a call opened, then played, then
+    /// downloaded reads its packets once).
+    pub pcap_cache_mib: usize,
 }
 
 impl Default for WebConfig {
@@ -63,6 +72,8 @@ impl Default for WebConfig {
             login_failures_per_address: 20,
             login_window_s: 900,
             connections_max: 256,
+            cdr_readers_max: calls::CallsConfig::READERS_MAX,
+            pcap_cache_mib: calls::CallsConfig::PCAP_CACHE_BYTES_MAX >> 20,
         }
     }
 }
@@ -98,6 +109,7 @@ pub struct Console {
     tls: Option<tokio_rustls::TlsAcceptor>,
     state: Arc<web::ConsoleState>,
     connections_max: usize,
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The command that creates the first admin for a data directory.
@@ -131,11 +143,12 @@ pub fn check(cfg: &WebConfig) -> Result<(), ConsoleError> {
 
 impl Console {
     /// Opens the accounts in `data_dir` and a reader of the history (when given), checks the
-    /// rules, and binds.
+    /// rules, and binds. With `calls`, the calls pages read that CDR database and archive.
     pub async fn bind(
         cfg: &WebConfig,
         data_dir: &Path,
         history: Option<(&Path, history::HistoryConfig)>,
+        calls: Option<calls::CallsConfig>,
     ) -> Result<Console, ConsoleError> {
         let tls = checked_tls(cfg)?;
         let loopback = cfg.listen.ip().is_loopback();
@@ -164,6 +177,7 @@ impl Console {
                 addr: cfg.listen,
                 source,
             })?;
+        let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let state = Arc::new(web::ConsoleState {
             accounts,
             throttle: throttle::LoginThrottle::new(throttle::ThrottleConfig {
@@ -175,12 +189,15 @@ impl Console {
             session_ttl_s: i64::from(cfg.session_hours.max(1)) * 3600,
             tls: tls.is_some(),
             first_admin_hint: hint,
+            calls: calls.map(|c| Arc::new(calls::Calls::new(c))),
+            stopping: stopping_rx,
         });
         Ok(Console {
             listener,
             tls,
             state,
             connections_max: cfg.connections_max,
+            stopping,
         })
     }
 
@@ -203,6 +220,12 @@ impl Console {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ConsoleError> {
         let app = web::router(self.state);
+        let stopping = self.stopping;
+        // Long-lived answers (the live feed) end first, so the drain does not wait for them.
+        let shutdown = async move {
+            shutdown.await;
+            let _ = stopping.send(true);
+        };
         listen::serve(self.listener, app, self.tls, self.connections_max, shutdown).await
     }
 }

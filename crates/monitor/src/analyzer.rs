@@ -667,10 +667,10 @@ impl CallShard {
         let method = m.method().unwrap_or("");
         if method == "REGISTER" {
             if let Some(r) = self.registrations.get_mut(call_id) {
-                r.last_ns = ts_ns;
-                match m.status() {
-                    Some(code) => r.last_code = code,
-                    None => r.requests += 1,
+                if m.is_request() {
+                    r.on_request(ts_ns, m);
+                } else {
+                    r.on_response(ts_ns, m);
                 }
             } else if m.is_request() {
                 if self.registrations.len() >= self.cfg.max_registrations {
@@ -679,16 +679,7 @@ impl CallShard {
                 }
                 self.registrations.insert(
                     call_id.into(),
-                    Registration {
-                        call_id: call_id.into(),
-                        user: m.to().map(|t| t.user()).unwrap_or("").into(),
-                        src,
-                        dst,
-                        first_ns: ts_ns,
-                        last_ns: ts_ns,
-                        requests: 1,
-                        last_code: 0,
-                    },
+                    Registration::from_request(ts_ns, src, dst, call_id, m),
                 );
             }
             return;
@@ -1923,6 +1914,20 @@ impl Monitor {
     /// come (see [`crate::live_calls`]); empty once [`Monitor::finish`] has closed them.
     pub fn live_calls(&self) -> Arc<LiveCalls> {
         self.live_calls.clone()
+    }
+
+    /// Publishes the calls in progress again without waiting for the next second of capture
+    /// time, which only packets bring: a call that ended while the network went quiet leaves
+    /// the board at once. Live sources call it once a second. Inline mode only (with worker
+    /// threads the workers publish on their own ticks); at most every
+    /// `live_calls_min_wall_ms`, like the ticks' publications.
+    pub fn refresh_live_calls(&mut self) {
+        let now_ns = self.front.last_ns;
+        if let Backend::Inline(s) = &mut self.backend
+            && self.front.first_ns.is_some()
+        {
+            s.publish_calls(now_ns, false);
+        }
     }
 
     /// Counters this monitor publishes as it runs, for other threads to read.

@@ -295,21 +295,168 @@ impl Dialog {
     }
 }
 
+/// Longest Contact URI and User-Agent kept for a registration, in bytes: a registration
+/// lives as long as its chain, and there may be `max_registrations` of them.
+pub const REGISTRATION_TEXT_BYTES_MAX: usize = 256;
+
 /// A REGISTER transaction chain (one Call-ID), with its outcome.
 #[derive(Debug, Clone)]
 pub struct Registration {
     pub call_id: Box<str>,
     /// The To user (the address of record).
     pub user: Box<str>,
+    /// The To URI's host (the registrar's domain), without a port.
+    pub domain: Box<str>,
+    /// The first Contact URI of the last request that had one (`*` to remove every binding),
+    /// at most [`REGISTRATION_TEXT_BYTES_MAX`] bytes.
+    pub contact: Box<str>,
+    /// The User-Agent of the last request that had one, at most
+    /// [`REGISTRATION_TEXT_BYTES_MAX`] bytes.
+    pub user_agent: Box<str>,
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub first_ns: i64,
     pub last_ns: i64,
     pub requests: u32,
     pub last_code: u16,
+    /// The expiry the last 2xx granted: its Contact's `expires` for our binding, else its
+    /// Expires header, else what the request asked for. `None` before a 2xx.
+    pub expires_s: Option<u32>,
+    /// What the last request asked for (its Contact's `expires`, else its Expires header).
+    pub requested_expires_s: Option<u32>,
+}
+
+/// At most `REGISTRATION_TEXT_BYTES_MAX` bytes of `s`, cut at a character boundary.
+fn bounded(s: &str) -> Box<str> {
+    let mut end = s.len().min(REGISTRATION_TEXT_BYTES_MAX);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].into()
+}
+
+/// The host of a SIP URI (`sip:alice@example.com:5060;transport=tcp` → `example.com`,
+/// `sip:[2001:db8::1]:5060` → `[2001:db8::1]`).
+pub fn uri_host(uri: &str) -> &str {
+    let rest = uri.split_once(':').map_or(uri, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let end = rest.find([';', '?', '>']).unwrap_or(rest.len());
+    let host = &rest[..end];
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    host.split(':').next().unwrap_or(host)
+}
+
+/// A Contact value split into its URI and its header parameters: `"A" <sip:a@b;x>;expires=60`
+/// gives `sip:a@b;x` and `expires=60`. The `<` and `>` that enclose the URI are found outside
+/// quotes and taken as the first pair (a `+sip.instance="<urn:...>"` parameter holds more).
+fn contact_parts(value: &str) -> (&str, &str) {
+    let value = value.trim();
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in value.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '<' if !quoted => {
+                let rest = &value[i + 1..];
+                return match rest.find('>') {
+                    Some(j) => (&rest[..j], rest[j + 1..].trim_start_matches(';')),
+                    None => (rest, ""),
+                };
+            }
+            _ => {}
+        }
+    }
+    // Without angle brackets every parameter is the header's (RFC 3261 20.10).
+    value.split_once(';').unwrap_or((value, ""))
+}
+
+/// The `expires` parameter of a Contact value.
+fn contact_expires(value: &str) -> Option<u32> {
+    sip::split_outside(contact_parts(value).1, b';').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("expires")
+            .then(|| v.trim().trim_matches('"').parse().ok())?
+    })
+}
+
+/// The URI without its parameters, for matching a binding in a 2xx to the one registered.
+fn uri_base(uri: &str) -> &str {
+    uri.split(';').next().unwrap_or(uri).trim()
 }
 
 impl Registration {
+    /// A chain started by request `m`.
+    pub fn from_request(
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        call_id: &str,
+        m: &Message<'_>,
+    ) -> Registration {
+        let to = m.to();
+        let mut r = Registration {
+            call_id: call_id.into(),
+            user: to.map(|t| t.user()).unwrap_or("").into(),
+            domain: bounded(to.map(|t| uri_host(t.uri)).unwrap_or("")),
+            contact: "".into(),
+            user_agent: "".into(),
+            src,
+            dst,
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            requests: 0,
+            last_code: 0,
+            expires_s: None,
+            requested_expires_s: None,
+        };
+        r.on_request(ts_ns, m);
+        r
+    }
+
+    /// A request of the chain (the first, or a retry with credentials, or a refresh).
+    pub fn on_request(&mut self, ts_ns: i64, m: &Message<'_>) {
+        self.last_ns = ts_ns;
+        self.requests = self.requests.saturating_add(1);
+        let contact = m.header_values("contact").next();
+        if let Some(c) = contact {
+            let uri = contact_parts(c).0;
+            if *self.contact != *bounded(uri) {
+                self.contact = bounded(uri);
+            }
+        }
+        if let Some(ua) = m.header("user-agent")
+            && *self.user_agent != *bounded(ua)
+        {
+            self.user_agent = bounded(ua);
+        }
+        self.requested_expires_s = contact
+            .and_then(contact_expires)
+            .or_else(|| m.header("expires").and_then(|v| v.trim().parse().ok()));
+    }
+
+    /// A response of the chain: its code, and on a 2xx the expiry granted.
+    pub fn on_response(&mut self, ts_ns: i64, m: &Message<'_>) {
+        self.last_ns = ts_ns;
+        let Some(code) = m.status() else { return };
+        self.last_code = code;
+        if !(200..300).contains(&code) {
+            return;
+        }
+        let ours = uri_base(&self.contact);
+        let granted = m
+            .header_values("contact")
+            .find(|c| uri_base(contact_parts(c).0).eq_ignore_ascii_case(ours))
+            .and_then(contact_expires);
+        self.expires_s = granted
+            .or_else(|| m.header("expires").and_then(|v| v.trim().parse().ok()))
+            .or(self.requested_expires_s);
+    }
+
     pub fn outcome(&self) -> &'static str {
         match self.last_code {
             0 => "no-response",
@@ -317,5 +464,94 @@ impl Registration {
             401 | 407 => "challenged",
             _ => "failed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(text: &str) -> Vec<u8> {
+        text.replace('\n', "\r\n").into_bytes()
+    }
+
+    fn register(cseq: u32, extra: &str) -> Vec<u8> {
+        msg(&format!(
+            "REGISTER sip:pbx.example.com SIP/2.0\n\
+             Via: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bK{cseq}\n\
+             From: <sip:1001@pbx.example.com>;tag=a\n\
+             To: \"Desk\" <sip:1001@pbx.example.com:5060>\n\
+             Call-ID: reg-1@10.0.0.5\n\
+             CSeq: {cseq} REGISTER\n\
+             Contact: <sip:1001@10.0.0.5:5060;transport=udp>;expires=3600;+sip.instance=\"<urn:uuid:1>\"\n\
+             User-Agent: Yealink SIP-T46U 108.86.0.20\n\
+             {extra}Content-Length: 0\n\n"
+        ))
+    }
+
+    fn response(code: u16, extra: &str) -> Vec<u8> {
+        msg(&format!(
+            "SIP/2.0 {code} X\n\
+             Via: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bK1\n\
+             From: <sip:1001@pbx.example.com>;tag=a\n\
+             To: <sip:1001@pbx.example.com>;tag=b\n\
+             Call-ID: reg-1@10.0.0.5\n\
+             CSeq: 1 REGISTER\n\
+             {extra}Content-Length: 0\n\n"
+        ))
+    }
+
+    fn chain(responses: &[Vec<u8>]) -> Registration {
+        let a = "10.0.0.5:5060".parse().unwrap();
+        let b = "10.0.0.1:5060".parse().unwrap();
+        let first = register(1, "");
+        let mut r =
+            Registration::from_request(1, a, b, "reg-1@10.0.0.5", &Message::parse(&first).unwrap());
+        for (i, bytes) in responses.iter().enumerate() {
+            r.on_response(10 + i as i64, &Message::parse(bytes).unwrap());
+        }
+        r
+    }
+
+    #[test]
+    fn a_registration_keeps_contact_agent_domain_and_the_expiry_granted() {
+        let two_bindings = response(
+            200,
+            "Contact: <sip:1001@10.0.0.9:5060>;expires=60\n\
+             Contact: <sip:1001@10.0.0.5:5060;transport=UDP>;expires=1800\n\
+             Expires: 999\n",
+        );
+        let r = chain(&[response(401, ""), two_bindings]);
+        assert_eq!(&*r.domain, "pbx.example.com");
+        assert_eq!(&*r.contact, "sip:1001@10.0.0.5:5060;transport=udp");
+        assert_eq!(&*r.user_agent, "Yealink SIP-T46U 108.86.0.20");
+        assert_eq!((r.last_code, r.outcome()), (200, "registered"));
+        assert_eq!(r.expires_s, Some(1800), "our binding's expires param");
+        let r = chain(&[response(200, "Expires: 600\n")]);
+        assert_eq!(r.expires_s, Some(600), "the 2xx's Expires header");
+        let r = chain(&[response(200, "")]);
+        assert_eq!(r.expires_s, Some(3600), "what the request asked for");
+        let r = chain(&[response(403, "Expires: 600\n")]);
+        assert_eq!((r.expires_s, r.outcome()), (None, "failed"));
+    }
+
+    #[test]
+    fn registration_text_is_bounded_at_a_character_boundary() {
+        let long = format!("{}é", "a".repeat(REGISTRATION_TEXT_BYTES_MAX - 1));
+        let b = bounded(&long);
+        assert_eq!(b.len(), REGISTRATION_TEXT_BYTES_MAX - 1);
+        assert_eq!(
+            uri_host("sip:[2001:db8::1]:5060;transport=tcp"),
+            "[2001:db8::1]"
+        );
+        assert_eq!(uri_host("sips:bob@example.com"), "example.com");
+        assert_eq!(uri_host("sip:example.com:5061"), "example.com");
+        assert_eq!(contact_expires("sip:a@b;expires=30"), Some(30));
+        assert_eq!(contact_expires("<sip:a@b;expires=30>"), None);
+        assert_eq!(
+            contact_parts("\"x<y\" <sip:a@b>;+sip.instance=\"<urn:1>\";expires=5"),
+            ("sip:a@b", "+sip.instance=\"<urn:1>\";expires=5")
+        );
+        assert_eq!(contact_parts("*"), ("*", ""));
     }
 }

@@ -350,6 +350,7 @@ pub(crate) fn monitor(
     })?;
     let config = ArchiveConfig {
         store: settings.store,
+        max_call_bytes: settings.max_call_bytes,
         ..ArchiveConfig::new(dir)
     };
     let retention = Retention {

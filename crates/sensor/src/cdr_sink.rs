@@ -1,4 +1,4 @@
-//! The CDR sink: closed calls and streams become [`CdrRecord`]s handed to a
+//! The CDR sink: closed calls, streams and registrations become [`CdrRecord`]s handed to a
 //! [`CdrWriter`], which stores them in SQLite or PostgreSQL on its own thread, so that capture
 //! never waits for the database; what the database cannot take goes to the journal (see
 //! `cdr::writer`).
@@ -13,7 +13,7 @@ use monitor::Analysis;
 
 use crate::SensorError;
 use crate::config::CdrConfig;
-use crate::records::{cdr_call, cdr_stream, create_parent};
+use crate::records::{cdr_call, cdr_registration, cdr_stream, create_parent};
 
 /// The journal's default place: beside the SQLite file, one per kind of database, so that one
 /// database's records are never replayed into the other.
@@ -63,8 +63,8 @@ impl CdrSink {
         Ok(CdrSink { writer })
     }
 
-    /// Hands over the closed calls (each with its streams) and the streams without a call.
-    /// With an archive, each call's row says where its packets are.
+    /// Hands over the closed calls (each with its streams), the streams without a call and
+    /// the closed REGISTER chains. With an archive, each call's row says where its packets are.
     pub fn submit(&self, a: &Analysis, archive: Option<&crate::archive_tap::CaptureArchive>) {
         for c in &a.calls {
             let streams = c.streams.iter().map(cdr_stream).collect();
@@ -78,6 +78,10 @@ impl CdrSink {
         }
         for s in &a.streams {
             self.writer.submit(CdrRecord::lone_stream(cdr_stream(s)));
+        }
+        for r in &a.registrations {
+            self.writer
+                .submit(CdrRecord::registration(cdr_registration(r)));
         }
     }
 

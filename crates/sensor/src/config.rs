@@ -137,6 +137,10 @@ pub struct ArchiveSettings {
     pub max_age_sec: Option<u64>,
     /// Delete the oldest minute directories while the archive holds more than this.
     pub max_total_bytes: Option<u64>,
+    /// Most bytes of one call's SIP, and of its RTP, kept in memory until it ends and
+    /// archived; later packets are dropped and counted in the call's record
+    /// (`archive::DEFAULT_MAX_CALL_BYTES` unless set).
+    pub max_call_bytes: usize,
 }
 
 /// The status line and the capture's own metrics endpoint.

@@ -44,8 +44,10 @@ impl Feed<'_> {
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
         self.monitor.packet(ts_ns, link_type, data);
     }
-    /// Hands the records the monitor has closed to the sinks.
+    /// Hands the records the monitor has closed to the sinks, and publishes its calls in
+    /// progress again (a call that ended in a quiet moment leaves the live page).
     pub fn flush_finished(&mut self) -> Result<(), SensorError> {
+        self.monitor.refresh_live_calls();
         let part = self.monitor.take_finished();
         self.sinks.flush(part, false)
     }

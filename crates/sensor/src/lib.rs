@@ -43,6 +43,7 @@ pub mod replay;
 pub mod status;
 pub mod table;
 
+pub use archive::DEFAULT_MAX_CALL_BYTES as ARCHIVE_CALL_MAX_BYTES;
 pub use archive_tap::{ArchiveGauges, ArchiveStatus, compression_name};
 pub use cdr_sink::default_journal;
 pub use config::{

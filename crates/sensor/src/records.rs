@@ -1,8 +1,10 @@
-//! A closed call and its streams as CDR rows, and the CDR database they go to.
+//! A closed call and its streams, and a closed REGISTER chain, as CDR rows; and the CDR database
+//! they go to.
 
 use std::path::Path;
 
-use cdr::{CdrCall, CdrStore, CdrStream, SqliteStore};
+use cdr::{CdrCall, CdrRegistration, CdrStore, CdrStream, SqliteStore};
+use monitor::dialog::Registration;
 use monitor::{CallRecord, StreamRecord};
 
 use crate::SensorError;
@@ -70,6 +72,27 @@ pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
         rtcp_reports: st.rtcp.map(|r| r.reports).unwrap_or(0),
         rtcp_fraction_lost_pct: st.rtcp.map(|r| r.fraction_lost_pct),
         rtcp_jitter_ms: st.rtcp.map(|r| r.jitter_ms),
+    }
+}
+
+/// The row of a REGISTER chain.
+pub fn cdr_registration(r: &Registration) -> CdrRegistration {
+    CdrRegistration {
+        call_id: r.call_id.to_string(),
+        user: r.user.to_string(),
+        domain: r.domain.to_string(),
+        contact: r.contact.to_string(),
+        user_agent: r.user_agent.to_string(),
+        src: r.src.to_string(),
+        dst: r.dst.to_string(),
+        first_us: us(r.first_ns),
+        last_us: us(r.last_ns),
+        requests: r.requests,
+        last_code: (r.last_code != 0).then_some(r.last_code),
+        result: r.outcome().to_string(),
+        expires_s: r.expires_s,
+        // The writer fills in its sensor.
+        sensor: String::new(),
     }
 }
 

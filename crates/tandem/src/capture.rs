@@ -133,6 +133,11 @@ pub struct ArchiveArgs {
     /// Delete the oldest minute directories while the archive holds more than this many bytes.
     #[arg(long, value_name = "BYTES", requires = "archive")]
     pub archive_max_total_bytes: Option<u64>,
+    /// Most MiB of one call's SIP, and of its RTP, held until the call ends and archived; later
+    /// packets are dropped and counted. The default keeps an hour and a half of a G.711 call
+    /// with --archive-store full, five hours with headers.
+    #[arg(long, value_name = "MIB", default_value_t = sensor::ARCHIVE_CALL_MAX_BYTES >> 20, requires = "archive")]
+    pub archive_call_max_mib: usize,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -204,6 +209,7 @@ impl Args {
             store: self.archive.archive_store.into(),
             max_age_sec: self.archive.archive_max_age_sec,
             max_total_bytes: self.archive.archive_max_total_bytes,
+            max_call_bytes: self.archive.archive_call_max_mib.saturating_mul(1 << 20),
         });
         config.status = StatusConfig {
             interval_s: self.status.status_interval_s,

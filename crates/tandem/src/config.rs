@@ -173,6 +173,8 @@ pub struct CaptureConfig {
     pub archive_dir: String,
     /// What the archive keeps: sip, headers (SIP and RTP headers) or full.
     pub archive_store: String,
+    /// MiB of one call's SIP, and of its RTP, held until it ends and archived.
+    pub archive_call_max_mib: usize,
     /// Seconds between status lines in the log (0: none).
     pub status_interval_s: u64,
     /// The capture's Prometheus metrics on their own address. Empty: off.
@@ -193,6 +195,7 @@ impl Default for CaptureConfig {
             cdr_postgres: String::new(),
             archive_dir: String::new(),
             archive_store: "headers".into(),
+            archive_call_max_mib: sensor::ARCHIVE_CALL_MAX_BYTES >> 20,
             status_interval_s: 10,
             metrics_listen: String::new(),
         }
@@ -237,6 +240,7 @@ impl CaptureConfig {
         if !self.archive_dir.is_empty() {
             opt("archive", &self.archive_dir);
             opt("archive-store", &self.archive_store);
+            opt("archive-call-max-mib", &self.archive_call_max_mib);
         }
         opt("status-interval-s", &self.status_interval_s);
         if !self.metrics_listen.is_empty() {

@@ -56,6 +56,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(d) = args.data_dir {
         config.kv.data_dir = d;
     }
+    // The CDR database lives in the data directory unless the configuration names one, so
+    // that the console of a `serve --data-dir DIR` finds the calls a capture stored there.
+    if config.capture.cdr_db == crate::config::CaptureConfig::default().cdr_db {
+        config.capture.cdr_db = config.kv.data_dir.join("cdr.sqlite3");
+    }
     if let Some(a) = args.sip_listen {
         let r = config.registrar.get_or_insert_with(Default::default);
         r.enabled = true;
@@ -196,6 +201,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             &config.web,
             &config.kv.data_dir,
             history.as_ref().map(|(p, c)| (p.as_path(), c.clone())),
+            Some(calls_config(
+                &config,
+                capture.as_ref().map(|c| c.live_calls()),
+            )),
         )
         .await?;
         info!(console = %console.url(), "web console on {}", console.url());
@@ -251,6 +260,31 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where the console reads calls: the capture's CDR database (PostgreSQL when configured,
+/// else its SQLite file, which `tandem capture` runs may have filled without a `[capture]`).
+/// With a running capture, its calls in progress feed the live page.
+fn calls_config(
+    config: &Config,
+    live: Option<Arc<sensor::LiveCalls>>,
+) -> console::calls::CallsConfig {
+    let capture = &config.capture;
+    let source = if capture.cdr_postgres.is_empty() {
+        console::calls::CdrSource::Sqlite(capture.cdr_db.clone())
+    } else {
+        console::calls::CdrSource::Postgres(capture.cdr_postgres.clone())
+    };
+    let mut cfg = console::calls::CallsConfig::new(source);
+    cfg.readers_max = config.web.cdr_readers_max.max(1);
+    cfg.pcap_cache_bytes_max = config.web.pcap_cache_mib.saturating_mul(1 << 20);
+    cfg.live = live.map(|board| {
+        let feed: console::calls::LiveFeed = Arc::new(move || {
+            serde_json::to_value(board.snapshot()).unwrap_or(serde_json::Value::Null)
+        });
+        feed
+    });
+    cfg
 }
 
 /// Opens the registrar on the store and binds its sockets (before anything is served, so a

@@ -1,163 +1,39 @@
-//! A throwaway PostgreSQL server for tests: Debian's package, initdb + pg_ctl in a temporary
-//! directory, trust authentication on 127.0.0.1, stopped (and its directory removed) on drop.
+//! The tests' PostgreSQL: a throwaway server (`pg_scratch`), or a skip with the reason when
+//! PostgreSQL is not installed.
 
 #![allow(dead_code)] // Each test file uses its own part of this module.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+/// A server for one test, stopped and removed on drop.
+pub struct PgServer(pg_scratch::PgServer);
 
-pub fn pg_bin_dir() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|p| p.join("initdb").exists())
-        .collect();
-    dirs.sort();
-    dirs.pop()
-}
-
-/// A PostgreSQL server in a temporary directory, stopped on drop. As root it runs as the
-/// `postgres` user (PostgreSQL refuses to run as root).
-pub struct PgServer {
-    bin: PathBuf,
-    data: PathBuf,
-    as_user: Option<&'static str>,
-    pub port: u16,
-    dir: tempfile::TempDir,
-}
-
-pub fn run(as_user: Option<&str>, program: &Path, args: &[&str]) -> std::process::Output {
-    let mut cmd = match as_user {
-        Some(u) => {
-            let mut c = Command::new("runuser");
-            c.args(["-u", u, "--"]).arg(program);
-            c
-        }
-        None => Command::new(program),
-    };
-    let out = cmd.args(args).output().expect("run a PostgreSQL tool");
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed: {}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+impl std::ops::Deref for PgServer {
+    type Target = pg_scratch::PgServer;
+    fn deref(&self) -> &pg_scratch::PgServer {
+        &self.0
+    }
 }
 
 impl PgServer {
-    /// Creates and starts a server, or prints why not and returns `None` when PostgreSQL is not
-    /// installed.
+    /// Creates and starts a server, or says why not (a skip) and returns `None` when
+    /// PostgreSQL is not installed. Any other failure to start fails the test.
     pub fn start() -> Option<PgServer> {
-        let Some(bin) = pg_bin_dir() else {
-            test_env::skip("PostgreSQL is not installed (CI installs Debian's postgresql)");
-            return None;
-        };
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        let as_user = root.then_some("postgres");
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        if let Some(u) = as_user {
-            let ok = Command::new("chown")
-                .args([u])
-                .arg(dir.path())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "chown {} to {u}", dir.path().display());
+        match pg_scratch::PgServer::start(&pg_scratch::Options::default()) {
+            Ok(s) => Some(PgServer(s)),
+            Err(pg_scratch::PgError::NotInstalled) => {
+                test_env::skip("PostgreSQL is not installed (CI installs Debian's postgresql)");
+                None
+            }
+            Err(e) => panic!("starting a throwaway PostgreSQL: {e}"),
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let data_s = data.to_str().unwrap().to_string();
-        run(
-            as_user,
-            &bin.join("initdb"),
-            &["-D", &data_s, "-A", "trust", "-U", "tandem", "--no-sync"],
-        );
-        let server = PgServer {
-            bin,
-            data,
-            as_user,
-            port,
-            dir,
-        };
-        server.start_again();
-        Some(server)
     }
 
-    /// A libpq connection string for the `postgres` database.
-    pub fn conninfo(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=tandem dbname=postgres connect_timeout=5",
-            self.port
-        )
-    }
-
-    /// Starts the (stopped) server on its data directory and waits until it accepts connections.
+    /// Starts the stopped server again.
     pub fn start_again(&self) {
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("server.log");
-        run(
-            self.as_user,
-            &self.bin.join("pg_ctl"),
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-o",
-                &opts,
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
+        self.0.start_again().expect("pg_ctl start");
     }
 
-    /// `pg_ctl stop -m fast`: sessions are disconnected, as a database restart does to clients.
+    /// `pg_ctl stop -m fast`, as a database restart does to its clients.
     pub fn stop_fast(&self) {
-        run(
-            self.as_user,
-            &self.bin.join("pg_ctl"),
-            &[
-                "-D",
-                self.data.to_str().unwrap(),
-                "-m",
-                "fast",
-                "-w",
-                "stop",
-            ],
-        );
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            run(
-                self.as_user,
-                &self.bin.join("pg_ctl"),
-                &[
-                    "-D",
-                    self.data.to_str().unwrap(),
-                    "-m",
-                    "immediate",
-                    "-w",
-                    "stop",
-                ],
-            )
-        });
+        self.0.stop_fast().expect("pg_ctl stop -m fast");
     }
 }

@@ -17,7 +17,7 @@ const API_POINTS_MAX: usize = 2_000;
 const QUANTILES_MAX: usize = 16;
 
 /// An answer other than the data: its status and what to say.
-struct ApiError(StatusCode, String);
+pub(super) struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -25,7 +25,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn api_error(status: StatusCode, msg: impl Into<String>) -> ApiError {
+pub(super) fn api_error(status: StatusCode, msg: impl Into<String>) -> ApiError {
     ApiError(status, msg.into())
 }
 

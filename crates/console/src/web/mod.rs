@@ -4,6 +4,8 @@
 //! API call gets 401, never data. Nothing changes state through GET.
 
 mod api;
+mod calls_api;
+mod calls_page;
 mod login;
 mod page;
 
@@ -35,6 +37,10 @@ pub struct ConsoleState {
     pub tls: bool,
     /// The command that creates the first admin, shown while there is no user.
     pub first_admin_hint: String,
+    /// The calls (`None`: no CDR database configured; the calls pages say so).
+    pub calls: Option<Arc<crate::calls::Calls>>,
+    /// Turns true when the console stops: long-lived answers (the live feed) end then.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 pub(crate) type Shared = Arc<ConsoleState>;
@@ -51,6 +57,17 @@ pub fn router(state: Shared) -> Router {
         .route("/api/series-names", get(api::api_series_names))
         .route("/api/quantiles", get(api::api_quantiles))
         .route("/api/whoami", get(api::api_whoami))
+        .route("/api/calls", get(calls_api::api_calls))
+        .route("/api/calls/totals", get(calls_api::api_totals))
+        .route("/api/calls/{uid}", get(calls_api::api_call))
+        .route("/api/calls/{uid}/pcap", get(calls_api::api_pcap))
+        .route("/api/calls/{uid}/audio/{file}", get(calls_api::api_audio))
+        .route("/api/registrations", get(calls_api::api_registrations))
+        .route("/api/live", get(calls_api::api_live))
+        .route("/calls", get(calls_page::calls_page))
+        .route("/calls/{uid}", get(calls_page::call_page))
+        .route("/live", get(calls_page::live_page))
+        .route("/registrations", get(calls_page::registrations_page))
         .route("/logout", post(login::logout))
         .fallback(not_found)
         .route_layer(middleware::from_fn_with_state(state.clone(), require_user));
@@ -58,6 +75,7 @@ pub fn router(state: Shared) -> Router {
         .route("/login", get(login::login_page).post(login::login))
         .route("/assets/console.css", get(css))
         .route("/assets/console.js", get(js))
+        .route("/assets/calls.js", get(calls_js))
         .merge(private)
         .layer(middleware::from_fn(security_headers))
         .with_state(state)
@@ -185,6 +203,17 @@ async fn js() -> Response {
             (header::CACHE_CONTROL, "max-age=3600"),
         ],
         include_str!("../../assets/console.js"),
+    )
+        .into_response()
+}
+
+async fn calls_js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        include_str!("../../assets/calls.js"),
     )
         .into_response()
 }

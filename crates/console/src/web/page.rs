@@ -41,6 +41,7 @@ struct PanelView {
 #[derive(Template)]
 #[template(path = "dashboard.html")]
 struct DashboardPage {
+    page: &'static str,
     user: String,
     admin: bool,
     ranges: Vec<LinkView>,
@@ -168,6 +169,7 @@ pub(super) async fn dashboard_page(
     html(
         StatusCode::OK,
         DashboardPage {
+            page: "dashboard",
             user: user.name,
             admin: user.role == Role::Admin,
             ranges,

@@ -1,0 +1,531 @@
+// Tandem console: the calls, call, live and registrations pages. Each page is a shell that
+// reads the same JSON API scripts use (/api/calls, /api/calls/{uid}, /api/live,
+// /api/registrations). Times travel in UTC (µs since the epoch, or RFC 3339) and are shown in
+// the browser's time zone, which every page names.
+//
+// Everything a capture put in a packet (numbers, user agents, whole SIP messages) is text that
+// a stranger chose: it only ever reaches the page through textContent, never as markup.
+"use strict";
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const tz = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+
+  // "UTC+01:00" for the browser's offset at time `d`.
+  function offsetName(d) {
+    const m = -d.getTimezoneOffset();
+    const sign = m < 0 ? "-" : "+";
+    const a = Math.abs(m);
+    return `UTC${sign}${pad(Math.floor(a / 60))}:${pad(a % 60)}`;
+  }
+  const zoneLabel = () => `${tz} (${offsetName(new Date())})`;
+
+  function localText(us, withMs) {
+    if (us === null || us === undefined) return "";
+    const d = new Date(us / 1000);
+    const s = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return withMs ? `${s}.${pad(d.getMilliseconds(), 3)}` : s;
+  }
+  const inputValue = (d) =>
+    `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+
+  // A <time> element: the local text, with the UTC instant in its datetime attribute.
+  function timeEl(us, withMs) {
+    const t = document.createElement("time");
+    if (us === null || us === undefined) return t;
+    t.dateTime = new Date(us / 1000).toISOString();
+    t.dataset.us = String(us);
+    t.textContent = localText(us, withMs);
+    t.title = `${t.dateTime} (UTC)`;
+    return t;
+  }
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "class") e.className = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v);
+      else e[k] = v;
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  function svgEl(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  const num = (v, digits) => (v === null || v === undefined || Number.isNaN(v) ? "" : Number(Number(v).toFixed(digits)).toString());
+  const duration = (s) => {
+    if (s === null || s === undefined) return "";
+    s = Math.round(s);
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    return h ? `${h}:${pad(m)}:${pad(r)}` : `${m}:${pad(r)}`;
+  };
+
+  async function api(path) {
+    const r = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (r.status === 401) {
+      location.href = `/login?next=${encodeURIComponent(location.pathname + location.search)}`;
+      throw new Error("signed out");
+    }
+    const body = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+    if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+    return body;
+  }
+
+  function nameZones() {
+    document.querySelectorAll(".tz").forEach((e) => (e.textContent = zoneLabel()));
+  }
+
+  // ---- Search forms (calls and registrations) --------------------------------------------
+
+  // The range of the page: `from`/`to` from the URL (RFC 3339 or epoch seconds), else the last
+  // `defaultSpan` seconds.
+  function pageRange(params, defaultSpan) {
+    const parse = (v) => {
+      if (!v) return null;
+      if (/^\d+$/.test(v)) return Number(v) * 1000;
+      const t = Date.parse(v);
+      return Number.isFinite(t) ? t : null;
+    };
+    const to = parse(params.get("to")) ?? Date.now();
+    const from = parse(params.get("from")) ?? to - defaultSpan * 1000;
+    return { from, to };
+  }
+
+  function searchForm(defaultSpan) {
+    const form = document.getElementById("search");
+    const params = new URLSearchParams(location.search);
+    const range = pageRange(params, defaultSpan);
+    const fromLocal = document.getElementById("from-local");
+    const toLocal = document.getElementById("to-local");
+    fromLocal.value = inputValue(new Date(range.from));
+    toLocal.value = inputValue(new Date(range.to));
+    for (const [k, v] of params) {
+      const input = form.elements.namedItem(k);
+      if (input && !["from", "to"].includes(k)) input.value = v;
+    }
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const f = new Date(fromLocal.value).getTime();
+      const t = new Date(toLocal.value).getTime();
+      const q = new URLSearchParams();
+      if (Number.isFinite(f)) q.set("from", new Date(f).toISOString());
+      if (Number.isFinite(t)) q.set("to", new Date(t).toISOString());
+      for (const input of form.elements) {
+        if (input.name && !["from", "to"].includes(input.name) && input.value.trim() !== "") q.set(input.name, input.value.trim());
+      }
+      location.search = q.toString();
+    });
+    document.querySelectorAll("#quick a[data-span]").forEach((a) =>
+      a.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        const now = Date.now();
+        fromLocal.value = inputValue(new Date(now - Number(a.dataset.span) * 1000));
+        toLocal.value = inputValue(new Date(now));
+        form.requestSubmit();
+      })
+    );
+    // The API's query: the form's filters and the range in UTC.
+    const q = new URLSearchParams();
+    for (const [k, v] of params) if (!["from", "to", "after"].includes(k) && v !== "") q.set(k, v);
+    q.set("from", new Date(range.from).toISOString());
+    q.set("to", new Date(range.to).toISOString());
+    return { q, range };
+  }
+
+  // "No calls from … to … (zone)": an empty answer names the range it searched.
+  function nothingFound(what, range) {
+    return `No ${what} from ${localText(range.from * 1000)} to ${localText(range.to * 1000)} (${zoneLabel()}); that is ${new Date(range.from).toISOString()} to ${new Date(range.to).toISOString()} in UTC.`;
+  }
+
+  // Pages newest first through the API's keyset cursor.
+  function pager(url, q, tbody, row, status, what, range) {
+    const more = document.getElementById("more");
+    let shown = 0;
+    async function load(after) {
+      const query = new URLSearchParams(q);
+      if (after) query.set("after", after);
+      status.textContent = "Searching…";
+      const t0 = performance.now();
+      try {
+        const body = await api(`${url}?${query}`);
+        const rows = body.calls || body.registrations || body.rows || [];
+        rows.forEach((r) => tbody.append(row(r)));
+        shown += rows.length;
+        const ms = Math.round(performance.now() - t0);
+        // A rare filter over a long range: the server reads a bounded number of rows a page and
+        // says where it stopped (the cursor's time); the person decides to search further back.
+        const stoppedAt = body.scanned_to_us ?? (body.next ? Number(String(body.next).split(".")[0]) : null);
+        const partial = body.next && rows.length === 0;
+        if (partial) {
+          status.textContent = `${shown} ${what} found so far; searched back to ${localText(stoppedAt)} (${zoneLabel()}). "Older" searches further.`;
+        } else {
+          status.textContent = shown === 0 ? nothingFound(what, range) : `${shown} ${what} shown, newest first (${ms} ms).`;
+        }
+        status.classList.toggle("empty", shown === 0 && !partial);
+        more.hidden = !body.next;
+        more.onclick = () => load(body.next);
+      } catch (e) {
+        status.textContent = `Search failed: ${e.message}`;
+        status.classList.add("error");
+      }
+    }
+    load(null);
+  }
+
+  // ---- Calls page ----------------------------------------------------------------------
+
+  function resultText(c) {
+    const code = c.last_response ? `${c.last_response}` : "";
+    return code ? `${c.state} (${code})` : c.state || "";
+  }
+
+  function callRow(c) {
+    const tr = el("tr", { "data-uid": c.uid });
+    const link = el("a", { href: `/calls/${encodeURIComponent(c.uid)}` }, timeEl(c.start_us));
+    tr.append(
+      el("td", {}, link),
+      el("td", { class: "caller" }, c.caller),
+      el("td", { class: "called" }, c.called),
+      el("td", { class: "n" }, duration(c.duration_s)),
+      el("td", {}, resultText(c)),
+      el("td", {}, c.codec || ""),
+      el("td", { class: `n ${c.mos_min !== null && c.mos_min < 3.1 ? "bad" : ""}` }, num(c.mos_min, 2)),
+      el("td", { class: "n" }, num(c.loss_pct_max, 2)),
+      el("td", { class: "n" }, num(c.jitter_max_ms, 2)),
+      el("td", {}, c.hangup_by || ""),
+      el("td", {}, c.sensor || "")
+    );
+    return tr;
+  }
+
+  // The header's small chart: calls per bucket as bars, average MOS as a line (1 to 5).
+  function totalsChart(box, t, range) {
+    const W = 900, H = 120, L = 40, R = 40, T = 8, B = 20;
+    const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart mini", role: "img", "aria-label": "calls and MOS over the range" });
+    const buckets = t.buckets || [];
+    const maxCalls = Math.max(1, ...buckets.map((b) => b.calls));
+    // `range` in ms since the epoch, bucket starts in µs.
+    const span = Math.max(1, range.to - range.from);
+    const x = (us) => L + ((us / 1000 - range.from) / span) * (W - L - R);
+    const bw = buckets.length > 1 ? Math.max(1, x(buckets[1].start_us) - x(buckets[0].start_us) - 1) : W - L - R;
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "grid" }));
+    svg.append(svgEl("text", { x: L - 4, y: T + 8, class: "tick-y" }, String(maxCalls)));
+    svg.append(svgEl("text", { x: L - 4, y: H - B, class: "tick-y" }, "0"));
+    svg.append(svgEl("text", { x: W - R + 4, y: T + 8 }, "MOS 5"));
+    svg.append(svgEl("text", { x: W - R + 4, y: H - B }, "1"));
+    const bars = svgEl("g", { class: "c0" });
+    let line = "";
+    for (const b of buckets) {
+      const h = (b.calls / maxCalls) * (H - T - B);
+      bars.append(svgEl("rect", { x: x(b.start_us), y: H - B - h, width: bw, height: h, class: "bar" }));
+      if (b.mos_avg !== null && b.mos_avg !== undefined) {
+        const y = H - B - ((b.mos_avg - 1) / 4) * (H - T - B);
+        line += `${line ? "L" : "M"}${(x(b.start_us) + bw / 2).toFixed(1)},${y.toFixed(1)}`;
+      }
+    }
+    svg.append(bars);
+    if (line) svg.append(svgEl("path", { d: line, class: "line c1" }));
+    for (const [i, at] of [range.from * 1000, ((range.from + range.to) / 2) * 1000, range.to * 1000].entries()) {
+      const anchor = ["start", "middle", "end"][i];
+      svg.append(svgEl("text", { x: x(at), y: H - 4, "text-anchor": anchor }, localText(at).slice(5, 16)));
+    }
+    box.replaceChildren(svg, el("p", { class: "legend-line" }, el("span", { class: "swatch c0" }), " calls  ", el("span", { class: "swatch c1" }), " average MOS"));
+  }
+
+  async function callsPage() {
+    const { q, range } = searchForm(86400);
+    pager("/api/calls", q, document.querySelector("#calls tbody"), callRow, document.getElementById("status"), "calls", range);
+    const totals = document.getElementById("totals");
+    try {
+      const t = await api(`/api/calls/totals?${q}`);
+      const share = t.calls ? `${((100 * t.answered) / t.calls).toFixed(1)} % answered` : "";
+      totals.replaceChildren(
+        el("b", { id: "total-calls" }, `${t.calls.toLocaleString()} calls`),
+        share ? ` · ${share}` : "",
+        t.mos_avg !== null && t.mos_avg !== undefined ? ` · average MOS ${num(t.mos_avg, 2)}` : "",
+        t.mos_min !== null && t.mos_min !== undefined ? ` · worst MOS ${num(t.mos_min, 2)}` : "",
+        t.note ? ` · ${t.note}` : ""
+      );
+      totalsChart(document.getElementById("totals-chart"), t, range);
+    } catch (e) {
+      totals.textContent = `Totals failed: ${e.message}`;
+    }
+  }
+
+  // ---- Call page: fields, ladder, streams, charts, audio ---------------------------------
+
+  function fields(c) {
+    const dl = document.getElementById("call-fields");
+    const add = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+    add("Call-ID", c.call_id);
+    add("Caller", `${c.caller} (${c.caller_addr})`);
+    add("Called", `${c.called} (${c.callee_addr})`);
+    add("Started", timeEl(c.start_us, true));
+    if (c.answer_us) add("Answered", timeEl(c.answer_us, true));
+    if (c.end_us) add("Ended", timeEl(c.end_us, true));
+    add("Result", `${resultText(c)}${c.last_reason ? ` ${c.last_reason}` : ""}`);
+    if (c.hangup_by) add("Hung up by", c.hangup_by);
+    if (c.q850_cause) add("Q.850 cause", String(c.q850_cause));
+    if (c.dtmf) add("Digits", c.dtmf);
+    if (c.fax_result) add("Fax", `${c.fax_result}, ${c.fax_pages ?? 0} pages`);
+    add("Sensor", c.sensor || "local");
+  }
+
+  // One column per address: SIP hosts as ip:port; an RTP endpoint goes to the first column of
+  // its IP, or gets a column of its own.
+  function ladderColumns(view) {
+    const cols = [...view.hosts];
+    const ipOf = (a) => (a.startsWith("[") ? a.slice(1, a.indexOf("]")) : a.slice(0, a.lastIndexOf(":")));
+    const col = (addr) => {
+      let i = cols.indexOf(addr);
+      if (i < 0) i = cols.findIndex((h) => ipOf(h) === ipOf(addr));
+      if (i < 0) {
+        cols.push(addr);
+        i = cols.length - 1;
+      }
+      return i;
+    };
+    return { cols, col };
+  }
+
+  function drawLadder(view) {
+    const box = document.getElementById("ladder");
+    const note = document.getElementById("ladder-note");
+    const msgBox = document.getElementById("message");
+    if (!view.ladder || view.ladder.length === 0) {
+      note.textContent = view.note || "No SIP packets archived for this call.";
+      return;
+    }
+    const { cols, col } = ladderColumns(view);
+    // Rows in time order: each SIP message, and each RTP stream at its first packet.
+    const rows = view.ladder.map((m, i) => ({ kind: "sip", t: m.ts_us, m, i }));
+    (view.streams || []).forEach((s, i) => rows.push({ kind: "rtp", t: s.figures.start_us, s, i }));
+    rows.sort((a, b) => a.t - b.t || (a.kind === "sip" ? -1 : 1));
+    cols.forEach((c) => col(c));
+    (view.streams || []).forEach((s) => { col(s.figures.src); col(s.figures.dst); });
+    const colW = 210, left = 150, top = 44, rowH = 30;
+    const W = left + colW * cols.length, H = top + rowH * rows.length + 20;
+    const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "ladder-svg", role: "img", "aria-label": "SIP ladder" });
+    const defs = svgEl("defs");
+    const marker = svgEl("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+    marker.append(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow-head" }));
+    // The RTP spans are thick: their head is sized in the drawing's units, not the stroke's.
+    const rtpMarker = svgEl("marker", { id: "arrow-rtp", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 10, markerHeight: 10, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" });
+    rtpMarker.append(svgEl("path", { d: "M0,0 L10,5 L0,10 z", class: "rtp-head" }));
+    defs.append(marker, rtpMarker);
+    svg.append(defs);
+    const cx = (i) => left + colW * i + colW / 2;
+    cols.forEach((c, i) => {
+      svg.append(svgEl("text", { x: cx(i), y: 16, class: "host", "text-anchor": "middle" }, c));
+      svg.append(svgEl("line", { x1: cx(i), x2: cx(i), y1: 26, y2: H - 8, class: "lifeline" }));
+    });
+    rows.forEach((row, r) => {
+      const y = top + r * rowH + rowH / 2;
+      if (row.kind === "sip") {
+        const m = row.m;
+        const a = cx(col(m.src)), b = cx(col(m.dst));
+        const g = svgEl("g", { class: `msg${m.code ? " response" : " request"}${m.code >= 400 ? " failure" : ""}`, "data-index": row.i, "data-label": m.label, "data-sdp": m.sdp ? "1" : "0", tabindex: 0 });
+        g.append(svgEl("title", {}, `${m.label} ${m.src} → ${m.dst} (${m.transport})`));
+        g.append(svgEl("text", { x: 4, y: y - 2, class: "when" }, localText(m.ts_us, true).slice(11)));
+        g.append(svgEl("text", { x: 4, y: y + 10, class: "delta" }, r === 0 ? "" : `+${(m.delta_us / 1000).toFixed(1)} ms`));
+        const x1 = a === b ? a : a, x2 = a === b ? a + 40 : b;
+        g.append(svgEl("line", { x1, x2, y1: y, y2: y, class: "arrow", "marker-end": "url(#arrow)" }));
+        g.append(svgEl("rect", { x: Math.min(x1, x2), y: y - 12, width: Math.max(Math.abs(x2 - x1), 40), height: 16, class: "hit" }));
+        const label = svgEl("text", { x: (x1 + x2) / 2, y: y - 4, "text-anchor": "middle", class: "label" }, m.label);
+        g.append(label);
+        if (m.sdp) {
+          const sx = x1 + (x2 > x1 ? 10 : -10);
+          g.append(svgEl("circle", { cx: sx, cy: y, r: 4, class: "sdp-marker" }));
+          const media = (m.sdp.media || []).map((s) => `${s.kind || ""} ${s.addr || ""} ${(s.codecs || []).join(" ")}`.trim()).join("; ");
+          g.append(svgEl("text", { x: (x1 + x2) / 2, y: y + 11, "text-anchor": "middle", class: "sdp-text" }, `SDP ${media}`));
+        }
+        g.addEventListener("click", () => showMessage(m, g));
+        g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showMessage(m, g); });
+        svg.append(g);
+      } else {
+        const s = row.s.figures;
+        const a = cx(col(s.src)), b = cx(col(s.dst));
+        const g = svgEl("g", { class: "rtp", "data-stream": row.i });
+        g.append(svgEl("text", { x: 4, y: y + 4, class: "when" }, localText(s.start_us, true).slice(11)));
+        g.append(svgEl("line", { x1: a, x2: b, y1: y, y2: y, class: "rtp-span", "marker-end": "url(#arrow-rtp)" }));
+        const loss = s.packets + Math.max(0, s.lost) > 0 ? (100 * Math.max(0, s.lost)) / (s.packets + Math.max(0, s.lost)) : 0;
+        g.append(svgEl("text", { x: (a + b) / 2, y: y - 6, "text-anchor": "middle", class: "label rtp-label" },
+          `RTP ${s.payload} ${s.packets} pkts, loss ${loss.toFixed(1)} %, MOS ${num(s.mos, 2) || "–"}`));
+        const rtcp = row.s.rtcp || [];
+        if (rtcp.length) {
+          const last = rtcp[rtcp.length - 1];
+          g.append(svgEl("text", { x: (a + b) / 2, y: y + 11, "text-anchor": "middle", class: "rtcp-text" },
+            `RTCP ×${rtcp.length}: loss ${num(last.fraction_lost_pct, 1)} %, jitter ${num(last.jitter_ms, 1)} ms`));
+          rtcp.forEach((p, k) => g.append(svgEl("circle", { cx: a + ((b - a) * (k + 1)) / (rtcp.length + 1), cy: y, r: 2.5, class: "rtcp-dot" })));
+        }
+        svg.append(g);
+      }
+    });
+    box.replaceChildren(svg);
+    note.textContent = `${view.ladder.length} SIP messages between ${cols.length} addresses; click a message to read it. Times in ${zoneLabel()}.`;
+    function showMessage(m, g) {
+      svg.querySelectorAll("g.msg.selected").forEach((x) => x.classList.remove("selected"));
+      g.classList.add("selected");
+      msgBox.hidden = false;
+      msgBox.textContent = `${localText(m.ts_us, true)}  ${m.src} → ${m.dst} (${m.transport})\n\n${m.text}`;
+    }
+  }
+
+  function streamsTable(view, uid, admin) {
+    const tbody = document.querySelector("#streams tbody");
+    (view.streams || []).forEach((sv, i) => {
+      const s = sv.figures;
+      let listen;
+      if (!sv.audio) listen = el("span", { class: "muted" }, sv.audio_note || "not decodable here");
+      else if (!admin) listen = el("span", { class: "muted" }, "admins only");
+      else listen = el("audio", { controls: true, preload: "none", src: `/api/calls/${encodeURIComponent(uid)}/audio/${i}.wav`, "data-stream": i });
+      tbody.append(el("tr", { "data-stream": i },
+        el("td", {}, String(i)), el("td", { class: "src" }, s.src), el("td", { class: "dst" }, s.dst),
+        el("td", { class: "ssrc" }, `0x${(s.ssrc >>> 0).toString(16).toUpperCase().padStart(8, "0")}`),
+        el("td", { class: "payload" }, s.payload),
+        el("td", { class: "listen" }, listen),
+        el("td", { class: "n packets" }, String(s.packets)), el("td", { class: "n lost" }, String(s.lost)),
+        el("td", { class: "n duplicates" }, String(s.duplicates)), el("td", { class: "n out_of_order" }, String(s.out_of_order)),
+        el("td", { class: "n max_delta_ms" }, num(s.max_delta_ms, 3)),
+        el("td", { class: "n mean_jitter_ms" }, num(s.mean_jitter_ms, 3)), el("td", { class: "n max_jitter_ms" }, num(s.max_jitter_ms, 3)),
+        el("td", { class: "n mos" }, num(s.mos, 2)),
+        el("td", { class: "n rtcp_reports" }, String(s.rtcp_reports)),
+        el("td", { class: "n rtcp_loss" }, num(s.rtcp_fraction_lost_pct, 3)), el("td", { class: "n rtcp_jitter" }, num(s.rtcp_jitter_ms, 3))));
+    });
+    const mixed = document.getElementById("mixed");
+    if ((view.streams || []).some((s) => s.audio)) {
+      mixed.replaceChildren(admin
+        ? el("p", {}, "Both directions mixed: ", el("audio", { controls: true, preload: "none", src: `/api/calls/${encodeURIComponent(uid)}/audio/mixed.wav`, id: "mixed-audio" }))
+        : el("p", { class: "muted" }, "Listening to calls needs the admin role."));
+    }
+  }
+
+  // A small line chart of one figure of one stream over the call's seconds.
+  function lineChart(title, unit, points, yMin) {
+    const W = 420, H = 140, L = 44, R = 10, T = 10, B = 22;
+    const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart small", role: "img", "aria-label": title });
+    const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]).filter((v) => v !== null && v !== undefined);
+    if (ys.length === 0) {
+      svg.append(svgEl("text", { x: W / 2, y: H / 2, class: "empty" }, "no data"));
+      return el("figure", { class: "chart-box" }, el("figcaption", {}, title), svg);
+    }
+    const x0 = Math.min(...xs), x1 = Math.max(x0 + 1, ...xs);
+    const lo = yMin ?? Math.min(0, ...ys), hi = Math.max(lo + 1e-9, ...ys);
+    const top = hi === lo ? lo + 1 : hi + (hi - lo) * 0.05;
+    const X = (v) => L + ((v - x0) / (x1 - x0)) * (W - L - R);
+    const Y = (v) => H - B - ((v - lo) / (top - lo)) * (H - T - B);
+    for (const v of [lo, (lo + top) / 2, top]) {
+      svg.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }));
+      svg.append(svgEl("text", { x: L - 4, y: Y(v) + 3, class: "tick-y" }, num(v, 2)));
+    }
+    for (const v of [x0, (x0 + x1) / 2, x1]) svg.append(svgEl("text", { x: X(v), y: H - 6, class: "tick-x" }, `${Math.round(v)} s`));
+    let d = "";
+    points.forEach(([x, y]) => {
+      if (y === null || y === undefined) return;
+      d += `${d ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`;
+    });
+    svg.append(svgEl("path", { d, class: "line" }));
+    return el("figure", { class: "chart-box", "data-figure": title }, el("figcaption", {}, `${title} (${unit})`), svg);
+  }
+
+  function streamCharts(view) {
+    const box = document.getElementById("stream-charts");
+    (view.streams || []).forEach((sv, i) => {
+      const s = sv.figures;
+      const iv = sv.intervals || [];
+      const fig = el("section", { class: `stream-charts c${i % 8}`, "data-stream": i },
+        el("h3", {}, `Stream ${i}: ${s.src} → ${s.dst} ${s.payload}`));
+      const grid = el("div", { class: "charts" });
+      grid.append(
+        lineChart("Jitter", "ms", iv.map((p) => [p.t_s, p.jitter_ms]), 0),
+        lineChart("Lost packets", "per s", iv.map((p) => [p.t_s, p.lost]), 0),
+        lineChart("MOS", "1-5", iv.map((p) => [p.t_s, p.mos]), 1),
+        lineChart("Packets", "per s", iv.map((p) => [p.t_s, p.packets]), 0)
+      );
+      fig.append(grid);
+      box.append(fig);
+    });
+    if (!(view.streams || []).length) box.append(el("p", { class: "muted" }, "No RTP streams in this call's packets."));
+  }
+
+  async function callPage() {
+    const page = document.getElementById("call-page");
+    const uid = page.dataset.uid;
+    const admin = page.dataset.admin === "true";
+    try {
+      const view = await api(`/api/calls/${encodeURIComponent(uid)}`);
+      const c = view.call;
+      document.getElementById("call-title").textContent = `Call ${c.caller} → ${c.called}`;
+      document.title = `${c.caller} → ${c.called} · Tandem`;
+      fields(c);
+      const actions = document.getElementById("call-actions");
+      if (admin && view.archived) actions.append(el("a", { href: `/api/calls/${encodeURIComponent(uid)}/pcap`, id: "pcap", download: `${c.call_id}.pcap` }, "Download pcap"));
+      else if (view.archived) actions.append(el("span", { class: "muted" }, "Downloading packets needs the admin role."));
+      else actions.append(el("span", { class: "muted" }, view.note || "This call's packets were not archived."));
+      drawLadder(view);
+      streamsTable(view, uid, admin);
+      streamCharts(view);
+      page.dataset.ready = "1";
+    } catch (e) {
+      page.prepend(el("p", { class: "error", id: "call-error" }, `This call cannot be shown: ${e.message}`));
+      page.dataset.ready = "error";
+    }
+  }
+
+  // ---- Live page: server-sent events, no polling ------------------------------------------
+
+  function livePage() {
+    const tbody = document.querySelector("#live tbody");
+    const status = document.getElementById("live-status");
+    let last = null;
+    const render = () => {
+      if (!last) return;
+      const now = Date.now() * 1000;
+      tbody.replaceChildren(...last.calls.map((c) => {
+        const streams = (c.streams || []).map((s) => `${s.payload || "?"} ${num(s.loss_pct, 1)} %, ${num(s.jitter_ms, 1)} ms`).join(" · ");
+        return el("tr", { "data-call-id": c.call_id },
+          el("td", {}, timeEl(c.start_us)), el("td", { class: "caller" }, c.caller), el("td", { class: "called" }, c.called),
+          el("td", { class: "state" }, c.state), el("td", { class: "n" }, duration((now - c.start_us) / 1e6)), el("td", {}, streams));
+      }));
+      const more = last.left_out ? `, ${last.left_out} more not shown` : "";
+      status.textContent = `${last.calls.length} calls in progress${more}; updated ${localText(last.taken_at_us)} (${zoneLabel()}).`;
+    };
+    const source = new EventSource("/api/live");
+    source.addEventListener("calls", (ev) => { last = JSON.parse(ev.data); render(); });
+    source.addEventListener("unavailable", (ev) => { status.textContent = JSON.parse(ev.data).error; });
+    source.onerror = () => { status.textContent = "Connection lost; reconnecting…"; };
+    setInterval(render, 1000);
+  }
+
+  // ---- Registrations page ----------------------------------------------------------------
+
+  function registrationRow(r) {
+    return el("tr", { "data-user": r.user },
+      el("td", {}, timeEl(r.last_us)), el("td", { class: "user" }, r.user), el("td", { class: "contact" }, r.contact || ""),
+      el("td", { class: "ua" }, r.user_agent || ""), el("td", { class: "result" }, `${r.result}${r.last_code ? ` (${r.last_code})` : ""}`),
+      el("td", { class: "n" }, r.expires_s === null || r.expires_s === undefined ? "" : String(r.expires_s)),
+      el("td", { class: "n" }, String(r.requests)), el("td", {}, r.src), el("td", {}, r.dst));
+  }
+
+  function registrationsPage() {
+    const { q, range } = searchForm(86400);
+    pager("/api/registrations", q, document.querySelector("#registrations tbody"), registrationRow, document.getElementById("status"), "registrations", range);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    nameZones();
+    if (document.getElementById("calls-filter")) callsPage();
+    else if (document.getElementById("call-page")) callPage();
+    else if (document.getElementById("live-page")) livePage();
+    else if (document.getElementById("registrations-page")) registrationsPage();
+  });
+})();

@@ -1,0 +1,384 @@
+//! The calls API: search, totals, one call whole (its CDR, its ladder, its streams with their
+//! figures over time), its pcap and its audio, the registrations, and the live feed.
+//!
+//! - `GET /api/calls?…` → `{"calls": [...], "next": cursor}`, newest first, keyset-paged; the
+//!   filters are `cdr::search::CallQuery`'s.
+//! - `GET /api/calls/totals?…` → the filter's totals and buckets for the header chart.
+//! - `GET /api/calls/{uid}` → `{"call", "archived", "note", "hosts", "ladder", "streams", "t38"}`.
+//! - `GET /api/calls/{uid}/pcap`, `GET /api/calls/{uid}/audio/{stream}.wav` (or `mixed.wav`):
+//!   admins only, and each is written to the access log with its user before a byte is sent.
+//! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor}`.
+//! - `GET /api/live` → server-sent events: `calls` once a second while something changes (and at
+//!   least every 15 s), `unavailable` when no capture runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use cdr::search::CallQuery;
+
+use super::Shared;
+use super::api::{ApiError, api_error};
+use crate::accounts::{Role, User};
+use crate::calls::{Calls, CallsError};
+
+/// How often the live feed is read.
+const LIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// A live feed that has not changed is sent again this often (the page shows it is alive).
+const LIVE_RESEND: Duration = Duration::from_secs(15);
+
+fn calls_of(state: &Shared) -> Result<Arc<Calls>, ApiError> {
+    state.calls.clone().ok_or_else(|| {
+        api_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no CDR database is configured: start serve with [capture] (cdr_sqlite or cdr_postgres)",
+        )
+    })
+}
+
+impl From<CallsError> for ApiError {
+    fn from(e: CallsError) -> ApiError {
+        api_error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    }
+}
+
+fn query(raw: Option<String>) -> Result<CallQuery, ApiError> {
+    CallQuery::from_query(raw.as_deref().unwrap_or(""))
+        .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+pub(super) async fn api_calls(
+    State(state): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let (calls, q) = (calls_of(&state)?, query(raw)?);
+    let page = calls.read(move |s| s.search(&q)).await?;
+    Ok(axum::Json(page).into_response())
+}
+
+pub(super) async fn api_totals(
+    State(state): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let (calls, q) = (calls_of(&state)?, query(raw)?);
+    let totals = calls.read(move |s| s.totals(&q)).await?;
+    Ok(axum::Json(totals).into_response())
+}
+
+/// A call's row, or 404 naming the uid.
+async fn call_row(
+    calls: &Arc<Calls>,
+    uid: &str,
+) -> Result<
+    (
+        cdr::search::CallSummary,
+        Vec<cdr::CdrStream>,
+        Vec<cdr::CdrT38>,
+    ),
+    ApiError,
+> {
+    let key = uid.to_owned();
+    calls
+        .read(move |s| s.call_by_uid(&key))
+        .await?
+        .ok_or_else(|| api_error(StatusCode::NOT_FOUND, format!("no call with uid {uid:?}")))
+}
+
+fn archived(c: &cdr::CdrCall) -> bool {
+    c.sip_tar.is_some() || c.rtp_tar.is_some()
+}
+
+pub(super) async fn api_call(
+    State(state): State<Shared>,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let (summary, streams, t38) = call_row(&calls, &uid).await?;
+    let call = summary.call.clone();
+    if !archived(&call) {
+        let streams: Vec<_> = streams
+            .into_iter()
+            .map(|figures| {
+                serde_json::json!({"figures": figures, "intervals": [], "rtcp": [], "audio": null,
+                    "audio_note": "not archived"})
+            })
+            .collect();
+        return Ok(axum::Json(serde_json::json!({
+            "call": summary,
+            "archived": false,
+            "note": "This call's packets were not archived: no ladder, charts or audio; the streams are the CDR's.",
+            "hosts": [],
+            "ladder": [],
+            "streams": streams,
+            "t38": t38,
+        }))
+        .into_response());
+    }
+    let pcap = calls.pcap(&uid, call).await?;
+    let view =
+        tokio::task::spawn_blocking(move || callview::analyze(&pcap, &callview::Limits::default()))
+            .await
+            .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+            .map_err(|e| api_error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    let note = view
+        .read_error
+        .as_ref()
+        .map(|e| format!("The archived packets end early ({e}): what was read is shown."))
+        .unwrap_or_default();
+    Ok(axum::Json(serde_json::json!({
+        "call": summary,
+        "archived": true,
+        "note": note,
+        "hosts": view.hosts,
+        "ladder": view.ladder,
+        "ladder_left_out": view.ladder_left_out,
+        "streams": merge_streams(streams, view.streams),
+        "t38": t38,
+    }))
+    .into_response())
+}
+
+/// The call's streams for the page: the view's, in its order (a stream's place is the number
+/// its audio is asked for by), each showing the CDR's figures when the CDR has that stream,
+/// then the CDR's streams the archive does not hold. The CDR row is the record of the call;
+/// the view adds what only the packets tell (seconds, RTCP reports, audio).
+fn merge_streams(
+    mut rows: Vec<cdr::CdrStream>,
+    view: Vec<callview::StreamView>,
+) -> Vec<serde_json::Value> {
+    let mut out = Vec::with_capacity(view.len() + rows.len());
+    for v in view {
+        let at = rows
+            .iter()
+            .position(|r| r.src == v.key.src && r.dst == v.key.dst && r.ssrc == v.key.ssrc);
+        let mut json = serde_json::to_value(&v).unwrap_or(serde_json::Value::Null);
+        if let (Some(i), Some(o)) = (at, json.as_object_mut()) {
+            let row = rows.remove(i);
+            o.insert(
+                "figures".into(),
+                serde_json::to_value(row).unwrap_or(serde_json::Value::Null),
+            );
+        }
+        out.push(json);
+    }
+    out.extend(rows.into_iter().map(|figures| {
+        serde_json::json!({"figures": figures, "intervals": [], "rtcp": [], "audio": null,
+            "audio_note": "this stream's packets are not in the archive"})
+    }));
+    out
+}
+
+/// Listening and downloading are an admin's right, and each is logged with the user first.
+async fn admit(state: &Shared, user: &User, action: &str, target: String) -> Result<(), ApiError> {
+    if user.role != Role::Admin {
+        return Err(api_error(
+            StatusCode::FORBIDDEN,
+            format!("{action} needs the admin role; {} is a viewer", user.name),
+        ));
+    }
+    tracing::info!(user = %user.name, action, target = %target, "call data sent");
+    let (state, name, action) = (state.clone(), user.name.clone(), action.to_owned());
+    tokio::task::spawn_blocking(move || state.accounts.log_access(&name, &action, &target))
+        .await
+        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| {
+            // Nothing is sent that the log could not record.
+            api_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the access log: {e}"),
+            )
+        })
+}
+
+/// A Call-ID as a file name: token characters kept, the rest `_`.
+fn file_name(call_id: &str) -> String {
+    let s: String = call_id
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() { "call".into() } else { s }
+}
+
+pub(super) async fn api_pcap(
+    State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let (summary, _, _) = call_row(&calls, &uid).await?;
+    if !archived(&summary.call) {
+        return Err(api_error(
+            StatusCode::NOT_FOUND,
+            format!("call {uid:?}: its packets were not archived"),
+        ));
+    }
+    admit(&state, &user, "pcap", uid.clone()).await?;
+    let name = file_name(&summary.call.call_id);
+    let pcap = calls.pcap(&uid, summary.call).await?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "application/vnd.tcpdump.pcap".to_owned(),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}.pcap\""),
+            ),
+        ],
+        pcap.as_ref().clone(),
+    )
+        .into_response())
+}
+
+pub(super) async fn api_audio(
+    State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((uid, file)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let which = match file.strip_suffix(".wav") {
+        Some("mixed") => callview::AudioSelect::Mixed,
+        Some(n) => match n.parse::<usize>() {
+            Ok(i) => callview::AudioSelect::Stream(i),
+            Err(_) => return Err(bad_audio(&file)),
+        },
+        None => return Err(bad_audio(&file)),
+    };
+    let calls = calls_of(&state)?;
+    let (summary, _, _) = call_row(&calls, &uid).await?;
+    if !archived(&summary.call) {
+        return Err(api_error(
+            StatusCode::NOT_FOUND,
+            format!("call {uid:?}: its packets were not archived, so there is nothing to play"),
+        ));
+    }
+    admit(&state, &user, "listen", format!("{uid} {file}")).await?;
+    let pcap = calls.pcap(&uid, summary.call).await?;
+    let wav = tokio::task::spawn_blocking(move || {
+        callview::wav(&pcap, which, &callview::Limits::default())
+    })
+    .await
+    .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| api_error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
+}
+
+fn bad_audio(file: &str) -> ApiError {
+    api_error(
+        StatusCode::NOT_FOUND,
+        format!("no audio {file:?}: ask for STREAM.wav (a stream's number) or mixed.wav"),
+    )
+}
+
+pub(super) async fn api_registrations(
+    State(state): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let q = cdr::registration::RegistrationQuery::from_query(raw.as_deref().unwrap_or(""))
+        .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let page = calls.read(move |s| s.registrations(&q)).await?;
+    Ok(axum::Json(page).into_response())
+}
+
+pub(super) async fn api_live(State(state): State<Shared>) -> Response {
+    let feed = state.calls.as_ref().and_then(|c| c.live().cloned());
+    let stopping = state.stopping.clone();
+    // One event per change (at most one a second), or a resend after LIVE_RESEND; the stream
+    // ends when the console stops, so a page's open connection never holds up the shutdown.
+    let stream = futures_util::stream::unfold(
+        LiveState {
+            feed,
+            stopping,
+            last: None,
+            last_sent: tokio::time::Instant::now(),
+            first: true,
+        },
+        |mut st| async move {
+            if !st.first && !st.pause().await {
+                return None;
+            }
+            let Some(f) = st.feed.clone() else {
+                if !st.first {
+                    let _ = st.stopping.wait_for(|s| *s).await;
+                    return None;
+                }
+                st.first = false;
+                let e = Event::default().event("unavailable").data(
+                    serde_json::json!({"error": "no capture runs in this serve: configure [capture] to see calls in progress"})
+                        .to_string(),
+                );
+                return Some((Ok::<_, std::convert::Infallible>(e), st));
+            };
+            loop {
+                let snapshot = f();
+                let mut body = snapshot.clone();
+                // The snapshot's time changes at every read: what changed is the rest.
+                if let Some(o) = body.as_object_mut() {
+                    o.remove("taken_at_us");
+                }
+                let changed = st.last.as_ref() != Some(&body);
+                if st.first || changed || st.last_sent.elapsed() >= LIVE_RESEND {
+                    let e = Event::default().event("calls").data(snapshot.to_string());
+                    st.first = false;
+                    st.last = Some(body);
+                    st.last_sent = tokio::time::Instant::now();
+                    return Some((Ok(e), st));
+                }
+                if !st.pause().await {
+                    return None;
+                }
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(LIVE_RESEND))
+        .into_response()
+}
+
+/// Where one page's live feed is.
+struct LiveState {
+    feed: Option<crate::calls::LiveFeed>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    /// The last snapshot sent, without its time.
+    last: Option<serde_json::Value>,
+    last_sent: tokio::time::Instant,
+    first: bool,
+}
+
+impl LiveState {
+    /// Waits one interval; false when the console is stopping.
+    async fn pause(&mut self) -> bool {
+        let stopped = tokio::select! {
+            _ = tokio::time::sleep(LIVE_INTERVAL) => false,
+            _ = self.stopping.wait_for(|s| *s) => true,
+        };
+        !stopped && !*self.stopping.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_id_becomes_a_safe_file_name() {
+        assert_eq!(
+            file_name("a84b4c76e66710@pc33.example.com"),
+            "a84b4c76e66710_pc33.example.com"
+        );
+        assert_eq!(file_name("../../etc/passwd"), ".._.._etc_passwd");
+        assert_eq!(file_name("\"; rm"), "___rm");
+        assert_eq!(file_name(""), "call");
+    }
+}

@@ -1,0 +1,91 @@
+//! The calls, call, live and registrations pages: shells that name the user and read the
+//! calls API (`calls_api.rs`) from `assets/calls.js`.
+
+use super::html;
+use crate::accounts::{Role, User};
+use askama::Template;
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::response::Response;
+
+#[derive(Template)]
+#[template(path = "calls.html")]
+struct CallsPage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+}
+
+#[derive(Template)]
+#[template(path = "call.html")]
+struct CallPage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+    uid: String,
+}
+
+#[derive(Template)]
+#[template(path = "live.html")]
+struct LivePage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+}
+
+#[derive(Template)]
+#[template(path = "registrations.html")]
+struct RegistrationsPage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+}
+
+fn admin(u: &User) -> bool {
+    u.role == Role::Admin
+}
+
+pub(super) async fn calls_page(axum::Extension(u): axum::Extension<User>) -> Response {
+    let admin = admin(&u);
+    let page = CallsPage {
+        page: "calls",
+        user: u.name,
+        admin,
+    };
+    html(StatusCode::OK, page)
+}
+
+pub(super) async fn call_page(
+    axum::Extension(u): axum::Extension<User>,
+    Path(uid): Path<String>,
+) -> Response {
+    let admin = admin(&u);
+    // The uid goes into an attribute: askama escapes it.
+    let page = CallPage {
+        page: "calls",
+        user: u.name,
+        admin,
+        uid,
+    };
+    html(StatusCode::OK, page)
+}
+
+pub(super) async fn live_page(axum::Extension(u): axum::Extension<User>) -> Response {
+    let admin = admin(&u);
+    let page = LivePage {
+        page: "live",
+        user: u.name,
+        admin,
+    };
+    html(StatusCode::OK, page)
+}
+
+pub(super) async fn registrations_page(axum::Extension(u): axum::Extension<User>) -> Response {
+    let admin = admin(&u);
+    let page = RegistrationsPage {
+        page: "registrations",
+        user: u.name,
+        admin,
+    };
+    html(StatusCode::OK, page)
+}
