@@ -51,6 +51,10 @@ pub struct Args {
     /// Synthetic CDRs (each with two RTP streams) seeded into each CDR backend.
     #[arg(long, default_value_t = 10_000_000)]
     pub cdrs: u64,
+    /// Times the calls pages' searches are measured (each --reads requests); the median run is
+    /// reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
     /// Days the seeded CDRs span, up to now.
     #[arg(long, default_value_t = 30)]
     pub cdr_days: i64,
@@ -351,6 +355,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 cdrs: args.cdrs,
                 cdr_days: args.cdr_days,
                 reads: args.reads,
+                runs: args.runs,
                 backends: args.backends.clone(),
                 screenshots: args.screenshots.clone(),
                 quiet: args.json,

@@ -44,6 +44,8 @@ pub struct CallsArgs {
     pub cdrs: u64,
     pub cdr_days: i64,
     pub reads: usize,
+    /// Times every search is measured (`reads` requests each); the median run is reported.
+    pub runs: usize,
     pub backends: Vec<String>,
     pub screenshots: Option<PathBuf>,
     pub quiet: bool,
@@ -59,6 +61,9 @@ pub struct SearchFigures {
     /// The header's totals of the same filter.
     pub totals_ms: Percentiles,
     pub totals_note: Option<String>,
+    /// Each run's p99, for the spread.
+    pub search_p99_ms_runs: Vec<f64>,
+    pub totals_p99_ms_runs: Vec<f64>,
 }
 
 #[derive(Serialize, Default, Clone)]
@@ -88,6 +93,7 @@ pub struct CallsBench {
     pub cdrs: u64,
     pub cdr_days: i64,
     pub reads: usize,
+    pub runs: usize,
     pub backends: Vec<BackendFigures>,
     pub screenshots: Vec<String>,
 }
@@ -96,8 +102,8 @@ impl CallsBench {
     pub fn print_table(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "Calls pages on {} CDRs over {} days; {} reads per search over loopback HTTP",
-            self.cdrs, self.cdr_days, self.reads
+            "Calls pages on {} CDRs over {} days; {} reads per search over loopback HTTP, median of {} runs",
+            self.cdrs, self.cdr_days, self.reads, self.runs
         )?;
         for b in &self.backends {
             writeln!(
@@ -421,33 +427,54 @@ fn measure_backend(
     let list = searches(now, &sample);
     let bar = report::progress_bar(
         args.quiet,
-        (list.len() * 2 * (args.reads + 1)) as u64,
+        (args.runs * list.len() * 2 * (args.reads + 1)) as u64,
         &format!("{{bar:30}} {{pos}}/{{len}} searches on {}", db.name()),
     )?;
+    // Each run times every search in turn; a search's figures are those of its median run
+    // (by p99), with every run's p99 beside them.
+    let mut runs: Vec<Vec<(Percentiles, Percentiles)>> = vec![Vec::new(); list.len()];
+    let mut firsts: Vec<(usize, Option<String>)> = vec![(0, None); list.len()];
+    for _ in 0..args.runs {
+        for (i, (_, query)) in list.iter().enumerate() {
+            let (server_ms, body) =
+                timed(&server, &cookie, &format!("/api/calls?{query}"), args.reads)?;
+            bar.inc(args.reads as u64 + 1);
+            let page: serde_json::Value = serde_json::from_str(&body)?;
+            let (totals_ms, totals) = timed(
+                &server,
+                &cookie,
+                &format!("/api/calls/totals?{query}"),
+                args.reads,
+            )?;
+            bar.inc(args.reads as u64 + 1);
+            let totals: serde_json::Value = serde_json::from_str(&totals)?;
+            firsts[i] = (
+                page["calls"].as_array().map_or(0, Vec::len),
+                totals["note"].as_str().map(str::to_owned),
+            );
+            runs[i].push((server_ms, totals_ms));
+        }
+    }
+    bar.finish_and_clear();
     let mut figures = Vec::new();
-    for (name, query) in list {
-        let (server_ms, body) =
-            timed(&server, &cookie, &format!("/api/calls?{query}"), args.reads)?;
-        bar.inc(args.reads as u64 + 1);
-        let page: serde_json::Value = serde_json::from_str(&body)?;
-        let (totals_ms, totals) = timed(
-            &server,
-            &cookie,
-            &format!("/api/calls/totals?{query}"),
-            args.reads,
-        )?;
-        bar.inc(args.reads as u64 + 1);
-        let totals: serde_json::Value = serde_json::from_str(&totals)?;
+    for (((name, query), mut r), (rows, note)) in list.into_iter().zip(runs).zip(firsts) {
+        let search_p99_ms_runs: Vec<f64> = r.iter().map(|(s, _)| s.p99_us / 1e3).collect();
+        let totals_p99_ms_runs: Vec<f64> = r.iter().map(|(_, t)| t.p99_us / 1e3).collect();
+        r.sort_by(|a, b| a.0.p99_us.total_cmp(&b.0.p99_us));
+        let server_ms = r[r.len() / 2].0;
+        r.sort_by(|a, b| a.1.p99_us.total_cmp(&b.1.p99_us));
+        let totals_ms = r[r.len() / 2].1;
         figures.push(SearchFigures {
             name: name.to_owned(),
             query,
-            rows: page["calls"].as_array().map_or(0, Vec::len),
+            rows,
             server_ms,
             totals_ms,
-            totals_note: totals["note"].as_str().map(str::to_owned),
+            totals_note: note,
+            search_p99_ms_runs,
+            totals_p99_ms_runs,
         });
     }
-    bar.finish_and_clear();
 
     // The hour: found by its Call-ID, opened cold, then warm.
     let found = get_json(
@@ -497,6 +524,7 @@ fn measure_backend(
 /// Runs the calls half; `work` holds the databases and archives.
 pub fn run(args: &CallsArgs, work: &Path) -> anyhow::Result<CallsBench> {
     anyhow::ensure!(args.cdrs >= 1000, "--cdrs: at least 1000");
+    anyhow::ensure!(args.runs >= 1, "--runs: at least 1");
     anyhow::ensure!(
         args.cdr_days >= 7,
         "--cdr-days: at least 7 (the searches span up to 30)"
@@ -506,6 +534,7 @@ pub fn run(args: &CallsArgs, work: &Path) -> anyhow::Result<CallsBench> {
         cdrs: args.cdrs,
         cdr_days: args.cdr_days,
         reads: args.reads,
+        runs: args.runs,
         ..CallsBench::default()
     };
     for backend in &args.backends {

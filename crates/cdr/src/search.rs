@@ -96,7 +96,7 @@ pub const SCAN_ROWS_MAX: usize = 50_000;
 pub const CHECK_BATCH_MIN: usize = 200;
 pub const CHECK_BATCH_MAX: usize = 5_000;
 /// Rows the totals read at most when no index narrows the filter: the newest of the range.
-pub const TOTALS_ROWS_MAX: usize = 200_000;
+pub const TOTALS_ROWS_MAX: usize = 100_000;
 /// Rows the totals read at most along a single number's index: its rows are scattered over
 /// the table (one read each, not a page of neighbours), so fewer fit the same time.
 pub const TOTALS_NUMBER_ROWS_MAX: usize = 50_000;
@@ -1048,7 +1048,7 @@ pub(crate) fn totals(x: &mut dyn Exec, q: &CallQuery) -> Result<CallTotals, CdrE
     t.buckets = buckets;
     if matches!(plan, Plan::Walk(_)) && read >= cap as u64 {
         t.note = Some(format!(
-            "over the newest {} of more calls: those since {}; earlier ones are not counted",
+            "counted over the newest {} calls of the range, those since {}; the range holds more, and earlier ones are not counted",
             grouped(cap as u64),
             query::time_text(earliest)
         ));

@@ -409,9 +409,20 @@
     }
   }
 
+  // The top of an axis from `lo` that holds `hi`: lo plus 1, 2, 2.5 or 5 times a power of ten,
+  // so that the three ticks read as round numbers.
+  function niceCeil(lo, hi) {
+    const span = hi - lo;
+    if (!(span > 0)) return lo + 1;
+    const p = Math.pow(10, Math.floor(Math.log10(span)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= span) return lo + m * p;
+    return lo + 10 * p;
+  }
+
   // A small line chart of one figure of one stream over the call's seconds.
-  function lineChart(title, unit, points, yMin) {
-    const W = 420, H = 140, L = 44, R = 10, T = 10, B = 22;
+  // `yMin`, `yMax`: a fixed axis (MOS is 1 to 5), else from 0 or the data to a round top.
+  function lineChart(title, unit, points, yMin, yMax) {
+    const W = 320, H = 130, L = 40, R = 8, T = 8, B = 20;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart small", role: "img", "aria-label": title });
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]).filter((v) => v !== null && v !== undefined);
     if (ys.length === 0) {
@@ -420,14 +431,15 @@
     }
     const x0 = Math.min(...xs), x1 = Math.max(x0 + 1, ...xs);
     const lo = yMin ?? Math.min(0, ...ys), hi = Math.max(lo + 1e-9, ...ys);
-    const top = hi === lo ? lo + 1 : hi + (hi - lo) * 0.05;
+    const top = yMax ?? niceCeil(lo, hi);
     const X = (v) => L + ((v - x0) / (x1 - x0)) * (W - L - R);
     const Y = (v) => H - B - ((v - lo) / (top - lo)) * (H - T - B);
     for (const v of [lo, (lo + top) / 2, top]) {
       svg.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }));
       svg.append(svgEl("text", { x: L - 4, y: Y(v) + 3, class: "tick-y" }, num(v, 2)));
     }
-    for (const v of [x0, (x0 + x1) / 2, x1]) svg.append(svgEl("text", { x: X(v), y: H - 6, class: "tick-x" }, `${Math.round(v)} s`));
+    [x0, (x0 + x1) / 2, x1].forEach((v, i) =>
+      svg.append(svgEl("text", { x: X(v), y: H - 6, class: "tick-x", "text-anchor": ["start", "middle", "end"][i] }, `${Math.round(v)} s`)));
     let d = "";
     points.forEach(([x, y]) => {
       if (y === null || y === undefined) return;
@@ -448,7 +460,7 @@
       grid.append(
         lineChart("Jitter", "ms", iv.map((p) => [p.t_s, p.jitter_ms]), 0),
         lineChart("Lost packets", "per s", iv.map((p) => [p.t_s, p.lost]), 0),
-        lineChart("MOS", "1-5", iv.map((p) => [p.t_s, p.mos]), 1),
+        lineChart("MOS", "1-5", iv.map((p) => [p.t_s, p.mos]), 1, 5),
         lineChart("Packets", "per s", iv.map((p) => [p.t_s, p.packets]), 0)
       );
       fig.append(grid);
