@@ -264,6 +264,11 @@ impl PgStore {
         // JIT compiling pays off for long analytic queries, not for these: it would add tens
         // of milliseconds to a totals query whose estimated cost crosses jit_above_cost.
         client.batch_execute("SET jit = off").map_err(wrap)?;
+        // The schema's IF [NOT] EXISTS steps answer NOTICEs ("relation ... does not exist,
+        // skipping") that would reach the log as if something were wrong.
+        client
+            .batch_execute("SET client_min_messages = warning")
+            .map_err(wrap)?;
         client.batch_execute(PG_UPGRADE).map_err(wrap)?;
         client.batch_execute(PG_SCHEMA).map_err(wrap)?;
         let column_sql = "SELECT column_name::text FROM information_schema.columns \

@@ -162,9 +162,8 @@ impl Calls {
         let this = self.clone();
         let uid = uid.to_owned();
         tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            sensor::call_pcap::write_call_pcap(&call, &mut out)
-                .map_err(|e| CallsError::Pcap(e.to_string()))?;
+            let out =
+                sensor::call_pcap::call_pcap(&call).map_err(|e| CallsError::Pcap(e.to_string()))?;
             let out = Arc::new(out);
             this.pcaps
                 .lock()
