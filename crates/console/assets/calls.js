@@ -422,7 +422,7 @@
   // A small line chart of one figure of one stream over the call's seconds.
   // `yMin`, `yMax`: a fixed axis (MOS is 1 to 5), else from 0 or the data to a round top.
   function lineChart(title, unit, points, yMin, yMax) {
-    const W = 320, H = 130, L = 40, R = 8, T = 8, B = 20;
+    const W = 320, H = 130, L = 40, R = 16, T = 8, B = 20;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart small", role: "img", "aria-label": title });
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]).filter((v) => v !== null && v !== undefined);
     if (ys.length === 0) {
@@ -439,7 +439,7 @@
       svg.append(svgEl("text", { x: L - 4, y: Y(v) + 3, class: "tick-y" }, num(v, 2)));
     }
     [x0, (x0 + x1) / 2, x1].forEach((v, i) =>
-      svg.append(svgEl("text", { x: X(v), y: H - 6, class: "tick-x", "text-anchor": ["start", "middle", "end"][i] }, `${Math.round(v)} s`)));
+      svg.append(svgEl("text", { x: X(v), y: H - 6, class: ["tick-x first", "tick-x", "tick-x last"][i] }, `${Math.round(v)} s`)));
     let d = "";
     points.forEach(([x, y]) => {
       if (y === null || y === undefined) return;
