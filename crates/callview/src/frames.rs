@@ -189,6 +189,7 @@ pub(crate) enum Seen<'a> {
     },
     Rtcp {
         src: SocketAddr,
+        dst: SocketAddr,
         datagram: &'a [u8],
     },
 }
@@ -271,6 +272,7 @@ fn udp(src: SocketAddr, dst: SocketAddr, payload: &[u8], f: &mut impl FnMut(Seen
     } else if looks_like_rtcp(payload) {
         f(Seen::Rtcp {
             src,
+            dst,
             datagram: payload,
         });
     }

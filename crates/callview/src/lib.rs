@@ -312,8 +312,8 @@ impl Pass {
                     };
                     trackers.rtp(monitor, frame.ts_ns, key, &header, frame.is_cut());
                 }
-                Seen::Rtcp { src, datagram, .. } => {
-                    trackers.rtcp(monitor, frame.ts_ns, src, datagram);
+                Seen::Rtcp { src, dst, datagram } => {
+                    trackers.rtcp(monitor, frame.ts_ns, src, dst, datagram);
                 }
             });
         })?;

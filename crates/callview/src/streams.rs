@@ -387,19 +387,28 @@ impl Trackers {
         t.audio.packet(h, cut);
     }
 
-    /// An RTCP packet: each SR/RR report block goes to the stream its SSRC names.
+    /// An RTCP packet: each SR/RR report block goes to the stream the monitor gives it: the
+    /// one on the packet's path, else the latest of its SSRC
+    /// (`monitor::rtp::rtcp_reported_streams`).
     pub(crate) fn rtcp(
         &mut self,
         monitor: &Monitor,
         ts_ns: i64,
         from: SocketAddr,
+        to: SocketAddr,
         datagram: &[u8],
     ) {
         let mut blocks = std::mem::take(&mut self.blocks);
         blocks.clear();
         rtcp_report_blocks(datagram, &mut blocks);
         for b in &blocks {
-            let Some(&i) = self.by_ssrc.get(&b.ssrc) else {
+            let on_path = monitor::rtp::rtcp_reported_streams(from, to, b.ssrc)
+                .iter()
+                .find_map(|k| {
+                    let &i = self.by_key.get(k)?;
+                    monitor.open_stream(k).is_some().then_some(i)
+                });
+            let Some(i) = on_path.or_else(|| self.by_ssrc.get(&b.ssrc).copied()) else {
                 self.rtcp_unmatched += 1;
                 continue;
             };

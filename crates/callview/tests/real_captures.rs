@@ -153,12 +153,14 @@ fn real_calls_archived_and_read_back() {
                     };
                     assert_eq!(j[key].as_f64(), Some(common::round3(ours)), "{what}: {key}");
                 }
-                // RTCP: the monitor gives a report block to the latest stream of its SSRC. In
-                // rtp_rtcp_sip_ipv4_udp.pcap a relay (200.57.7.196) forwards two calls' audio
-                // with the same SSRCs, so in the whole capture the blocks about 0xD2BD4E3E
-                // went to the other call's stream of that SSRC (created later), while in this
-                // call's own pcap that stream is the only one: the call's pcap gives the
-                // reports to the stream they are about. Elsewhere they agree.
+                // RTCP: the monitor gives a report block to the stream on the RTCP packet's
+                // path (`monitor::rtp::rtcp_reported_streams`), else to the latest stream of its
+                // SSRC. In rtp_rtcp_sip_ipv4_udp.pcap a relay (200.57.7.196) forwards two calls'
+                // audio with the same SSRCs, and 200.57.7.204's reports name SSRC 0xD2BD4E3E,
+                // which flows on neither of their paths (the stream .196 sends it is
+                // 0x58F33DEA): they fall back to the SSRC, whose latest stream is another one in
+                // the whole capture than in the call's own pcap. Every report on its path
+                // agrees; tshark cannot tell either (it matches by SSRC too).
                 let reports = j["rtcp"]["reports"].as_u64().unwrap_or(0);
                 let shared_ssrc = name == "rtp_rtcp_sip_ipv4_udp.pcap" && s.key.ssrc == 0xD2BD_4E3E;
                 if !shared_ssrc {

@@ -477,8 +477,11 @@ pub(crate) enum Event {
         bytes: [u8; 4],
     },
     Rtcp {
-        /// The flow of the reported stream (from the RTCP receiver back to the RTP sender).
         blocks: Vec<ReportBlock>,
+        /// The RTCP packet's addresses: the reported stream flows from its receiver back to
+        /// its sender, on the RTP ports (one below, or the same with rtcp-mux).
+        src: SocketAddr,
+        dst: SocketAddr,
     },
     Udptl {
         ts_ns: i64,
@@ -615,8 +618,8 @@ impl CallShard {
                     );
                 }
             }
-            Event::Rtcp { blocks } => {
-                if let Some(c) = self.on_rtcp(&blocks) {
+            Event::Rtcp { blocks, src, dst } => {
+                if let Some(c) = self.on_rtcp(&blocks, src, dst) {
                     self.report(&c, TapKind::Rtcp, cur);
                 }
             }
@@ -801,12 +804,23 @@ impl CallShard {
     }
 
     /// Adds RTCP report blocks to their streams; returns the call of the first stream that has
-    /// one, for the tap.
-    fn on_rtcp(&mut self, blocks: &[ReportBlock]) -> Option<Arc<str>> {
+    /// one, for the tap. Each block goes to the stream on the packet's path
+    /// ([`crate::rtp::rtcp_reported_streams`]), else to the latest stream of its SSRC.
+    fn on_rtcp(
+        &mut self,
+        blocks: &[ReportBlock],
+        src: SocketAddr,
+        dst: SocketAddr,
+    ) -> Option<Arc<str>> {
         let mut call = None;
         for b in blocks {
-            if let Some(key) = self.by_ssrc.get(&b.ssrc)
-                && let Some(s) = self.streams.get_mut(&PackedKey::stream(key))
+            let on_path = crate::rtp::rtcp_reported_streams(src, dst, b.ssrc)
+                .iter()
+                .map(PackedKey::stream)
+                .find(|k| self.streams.contains_key(k));
+            let key = on_path.or_else(|| self.by_ssrc.get(&b.ssrc).map(PackedKey::stream));
+            if let Some(key) = key
+                && let Some(s) = self.streams.get_mut(&key)
             {
                 s.stream.add_rtcp(b);
                 if call.is_none() && self.tap.is_some() {
@@ -1253,6 +1267,8 @@ impl Front {
                             shard,
                             Event::Rtcp {
                                 blocks: blocks.clone(),
+                                src,
+                                dst,
                             },
                         );
                     }

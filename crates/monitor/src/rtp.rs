@@ -454,6 +454,27 @@ pub struct StreamKey {
     pub ssrc: u32,
 }
 
+/// The streams a report block about `ssrc` in an RTCP packet from `src` to `dst` may report
+/// on, in the order to try them: the stream flowing back along the packet's path on the RTP
+/// ports one below (RFC 3550's convention), then on the same ports (rtcp-mux, RFC 5761). An
+/// SSRC alone is not unique (a relay may reuse one in two calls); only when neither stream
+/// exists (RTCP on ports an `a=rtcp` line moved) should the SSRC alone decide.
+pub fn rtcp_reported_streams(src: SocketAddr, dst: SocketAddr, ssrc: u32) -> [StreamKey; 2] {
+    let below = |a: SocketAddr| SocketAddr::new(a.ip(), a.port().wrapping_sub(1));
+    [
+        StreamKey {
+            src: below(dst),
+            dst: below(src),
+            ssrc,
+        },
+        StreamKey {
+            src: dst,
+            dst: src,
+            ssrc,
+        },
+    ]
+}
+
 /// The kind of media an SDP `m=` line announced for a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Media {
