@@ -23,6 +23,7 @@ mod capture_live;
 mod console;
 mod console_calls;
 pub mod floor;
+pub mod hep_load;
 pub mod hep_replay;
 pub mod kv;
 mod registrar;

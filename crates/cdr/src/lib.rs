@@ -42,6 +42,12 @@
 //! Registrations: the REGISTER chains the monitor saw ([`CdrRegistration`], in a record's
 //! `registration`), in table `registration`, searched by [`CdrStore::registrations`].
 //!
+//! PostgreSQL ([`pg`]): the same tables, plain or partitioned by day for the collector
+//! ([`PgLayout`], [`pg_partition`]: retention drops whole days, a late record gets its day),
+//! kept by versioned migrations applied at connect ([`migrate`]), written a batch at a time
+//! with set-based statements that keep every record once; [`pg_bench`] measures that ingest
+//! against a plain `COPY` of the same rows.
+//!
 //! Seeding: [`seed`] makes realistic synthetic calls and loads millions of them fast into
 //! either backend (for `tandem bench console` and for checking the plans).
 //!
@@ -49,7 +55,11 @@
 //! records into rows.
 
 pub mod journal;
+pub mod migrate;
 pub mod pg;
+pub mod pg_bench;
+mod pg_insert;
+pub mod pg_partition;
 mod plan;
 #[cfg(test)]
 mod plan_check;
@@ -63,7 +73,8 @@ pub mod writer;
 use std::path::Path;
 
 pub use journal::{Journal, JournalError};
-pub use pg::PgStore;
+pub use pg::{PgLayout, PgOptions, PgStore};
+pub use pg_partition::Day;
 pub use record::CdrRecord;
 pub use registration::CdrRegistration;
 pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};
@@ -92,6 +103,26 @@ pub enum CdrError {
     /// A stored row that does not read as the schema says (another program wrote it).
     #[error("CDR database: {problem}")]
     Data { problem: String },
+    /// A store that is not a database here: a sensor's link to its collector
+    /// (`sensor::uplink`), which failed or refused the records.
+    #[error("collector {target}: {problem}")]
+    Remote { target: String, problem: String },
+    /// A schema migration failed; its transaction was rolled back ([`migrate`]).
+    #[error(
+        "CDR database {target}: schema migration {version} ({name}) failed and was rolled back, \
+         the database is as it was before it; fix the cause and connect again"
+    )]
+    Migration {
+        target: String,
+        version: i64,
+        name: String,
+        #[source]
+        source: Box<CdrError>,
+    },
+    /// The schema is not one this operation can use: the tables' layout ([`PgLayout`]), or a
+    /// schema version from a newer release.
+    #[error("CDR database {target}: {problem}")]
+    Schema { target: String, problem: String },
 }
 
 /// One call. `serde(default)`: a journal written by an older Tandem, whose calls lack newer

@@ -1,25 +1,43 @@
-//! The PostgreSQL backend: the same tables as SQLite ([`PG_SCHEMA`]) and the same search
-//! ([`crate::search`]), one transaction per batch, prepared statements. Databases created
-//! before the `uid` column get it on connect ([`PG_UPGRADE`]), and those from before the
-//! search columns get them, filled from their rows, and their indexes ([`PG_INDEXES`]).
+//! The PostgreSQL backend: the same tables as SQLite and the same search ([`crate::search`]),
+//! in one of two layouts ([`PgLayout`]):
+//!
+//! - **plain** ([`PG_SCHEMA`], [`PG_INDEXES`]): one table each, as SQLite has them; what a
+//!   single Tandem creates by default.
+//! - **partitioned** ([`crate::pg_partition`]): each table partitioned by day on its call's
+//!   start, retention by dropping whole days ([`PgStore::drop_days_before`],
+//!   [`PgOptions::retention_days`]); what the collector uses.
+//!
+//! A database keeps the layout it was created with: [`PgStore::connect`] adopts it, so a
+//! reader (the console) needs no option. The schema is versioned: connecting applies the
+//! migrations it lacks ([`crate::migrate`]), which also upgrade a database of an earlier
+//! release in place.
+//!
+//! Writes ([`CdrStore::insert_records`]) go a batch at a time, one transaction per batch, as
+//! a few set-based statements over arrays (`unnest`), whatever the batch's size
+//! (`pg_insert.rs`); in the partitioned layout the days a batch needs are created first
+//! (a late record for an old day gets its day), and once per UTC day the store creates the
+//! days ahead and applies the retention ([`PgStore::maintain`]).
+
+use std::collections::BTreeSet;
 
 use postgres::types::{ToSql, Type};
-use postgres::{Client, NoTls};
+use postgres::{Client, GenericClient, NoTls};
 
+use crate::pg_insert::{self, Mode, Outcome, Statements};
+use crate::pg_partition::{
+    self, Day, DroppedDays, PARTITION_DAYS_AHEAD, RETENTION_DAYS_PER_CALL_MAX,
+};
 use crate::plan::{Arg, Dialect, Exec, Sql, Ty, Val, Walked};
 use crate::query::Cursor;
 use crate::registration::{self, RegistrationPage, RegistrationQuery};
 use crate::search::{self, CallPage, CallQuery, CallSummary, CallTotals};
-use crate::{
-    CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38, LATER_COLUMNS,
-    SEARCH_COLUMNS, T38_LATER_COLUMNS,
-};
+use crate::{CALL_COLUMNS, CdrCall, CdrError, CdrFilter, CdrRecord, CdrStore, CdrStream, CdrT38};
 
-/// The PostgreSQL schema, tables only: the SQLite one with PostgreSQL's types. Indexes:
-/// [`PG_INDEXES`].
-pub const PG_SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS cdr (
-    id             BIGSERIAL PRIMARY KEY,
+/// The columns of `cdr` after its id, shared by both layouts' schemas (the partitioned one in
+/// `pg_partition.rs` adds its key after them).
+macro_rules! pg_cdr_columns {
+    () => {
+        "
     call_id        TEXT    NOT NULL,
     caller         TEXT    NOT NULL,
     called         TEXT    NOT NULL,
@@ -59,12 +77,15 @@ CREATE TABLE IF NOT EXISTS cdr (
     duration_ms    BIGINT,
     codecs         TEXT,
     loss_max_pct   DOUBLE PRECISION,
-    jitter_max_ms  DOUBLE PRECISION
-);
-CREATE TABLE IF NOT EXISTS cdr_rtp (
-    id                      BIGSERIAL PRIMARY KEY,
-    cdr_id                  BIGINT REFERENCES cdr(id),
-    call_id                 TEXT,
+    jitter_max_ms  DOUBLE PRECISION"
+    };
+}
+pub(crate) use pg_cdr_columns;
+
+/// The columns of `cdr_rtp` from `src` on, shared by both layouts' schemas.
+macro_rules! pg_rtp_columns {
+    () => {
+        "
     src                     TEXT    NOT NULL,
     dst                     TEXT    NOT NULL,
     ssrc                    BIGINT  NOT NULL,
@@ -84,7 +105,26 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     rtcp_reports            BIGINT  NOT NULL,
     rtcp_fraction_lost_pct  DOUBLE PRECISION,
     rtcp_jitter_ms          DOUBLE PRECISION,
-    uid                     TEXT
+    uid                     TEXT"
+    };
+}
+pub(crate) use pg_rtp_columns;
+
+/// The PostgreSQL schema, tables only: the SQLite one with PostgreSQL's types. Indexes:
+/// [`PG_INDEXES`].
+pub const PG_SCHEMA: &str = concat!(
+    "
+CREATE TABLE IF NOT EXISTS cdr (
+    id             BIGSERIAL PRIMARY KEY,",
+    pg_cdr_columns!(),
+    "
+);
+CREATE TABLE IF NOT EXISTS cdr_rtp (
+    id                      BIGSERIAL PRIMARY KEY,
+    cdr_id                  BIGINT REFERENCES cdr(id),
+    call_id                 TEXT,",
+    pg_rtp_columns!(),
+    "
 );
 CREATE TABLE IF NOT EXISTS cdr_t38 (
     id            BIGSERIAL PRIMARY KEY,
@@ -124,7 +164,8 @@ CREATE TABLE IF NOT EXISTS registration (
     src_ip        BYTEA,
     dst_ip        BYTEA
 );
-";
+"
+);
 
 /// The PostgreSQL indexes, by name (why each: [`crate::search`]). Text is `COLLATE "C"` so
 /// that a prefix is a byte range whatever the database's collation, and `id` ends each time
@@ -175,10 +216,61 @@ ALTER TABLE IF EXISTS cdr_t38 ADD COLUMN IF NOT EXISTS uid TEXT;
 ALTER TABLE IF EXISTS registration ADD COLUMN IF NOT EXISTS uid TEXT;
 ";
 
-use crate::CALL_COLUMNS;
+/// How the CDR tables are laid out in PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PgLayout {
+    /// One table each ([`PG_SCHEMA`]).
+    Plain,
+    /// Each table partitioned by UTC day ([`crate::pg_partition`]).
+    Partitioned,
+}
+
+/// How [`PgStore::connect_with`] sets up and keeps the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgOptions {
+    /// The layout a database without CDR tables gets (default plain). A database keeps the
+    /// layout it has, with one refusal: asking for partitions of a plain database that holds
+    /// rows fails and names the explicit step ([`crate::migrate::partition_existing`]).
+    pub layout: PgLayout,
+    /// Partitioned: days created ahead, after today ([`PARTITION_DAYS_AHEAD`]).
+    pub days_ahead: u32,
+    /// Partitioned: whole UTC days kept before today; older days are dropped at connect and
+    /// at each maintenance, at most [`RETENTION_DAYS_PER_CALL_MAX`] at a time. `None` (the
+    /// default) keeps every day.
+    pub retention_days: Option<u32>,
+}
+
+impl Default for PgOptions {
+    fn default() -> PgOptions {
+        PgOptions {
+            layout: PgLayout::Plain,
+            days_ahead: PARTITION_DAYS_AHEAD,
+            retention_days: None,
+        }
+    }
+}
+
+impl PgOptions {
+    /// The collector's: day partitions, every day kept.
+    pub fn partitioned() -> PgOptions {
+        PgOptions {
+            layout: PgLayout::Partitioned,
+            ..PgOptions::default()
+        }
+    }
+}
+
+/// What one [`PgStore::maintain`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Maintained {
+    /// Days whose partitions were created.
+    pub created: Vec<Day>,
+    /// Days dropped by the retention.
+    pub dropped: DroppedDays,
+}
 
 /// A byte count or offset as PostgreSQL stores it (BIGINT).
-fn opt_i64(v: Option<u64>) -> Option<i64> {
+pub(crate) fn opt_i64(v: Option<u64>) -> Option<i64> {
     v.map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
@@ -187,9 +279,27 @@ pub struct PgStore {
     /// The connection string without its password, for errors.
     name: String,
     client: Client,
+    layout: PgLayout,
+    options: PgOptions,
+    /// Partitioned: the days known to have their four partitions.
+    days: BTreeSet<Day>,
+    /// The UTC day of the last maintenance that finished.
+    maintained: Option<Day>,
+    /// The insert's statements, prepared at the first insert.
+    statements: Option<Statements>,
+    /// Batches still to write as upserts: records stored before came lately (see
+    /// `pg_insert`); [`UPSERT_BATCHES_AFTER_CONFLICT`] after the last one met.
+    upserting: u32,
 }
 
-fn redact(conninfo: &str) -> String {
+/// Batches written as upserts after one met a record stored before, before trying plain
+/// inserts again (a replay repeats many batches; a lone stream or a registration stored
+/// again is not counted when the upsert meets it, so the count does not stop at the first
+/// batch that updated no call).
+pub const UPSERT_BATCHES_AFTER_CONFLICT: u32 = 16;
+
+/// The connection string without its password.
+pub(crate) fn redact(conninfo: &str) -> String {
     conninfo
         .split_whitespace()
         .map(|kv| {
@@ -201,6 +311,14 @@ fn redact(conninfo: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A PostgreSQL error of the database `target`.
+pub(crate) fn pg_error(target: &str, source: postgres::Error) -> CdrError {
+    CdrError::Postgres {
+        target: target.to_string(),
+        source,
+    }
 }
 
 fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
@@ -241,25 +359,34 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
     }
 }
 
-/// The names of the current schema's objects of a kind (`columns of a table`, `indexes`).
-fn names(client: &mut Client, sql: &str, arg: &str) -> Result<Vec<String>, postgres::Error> {
-    Ok(client
-        .query(sql, &[&arg])?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect())
+/// The condition that picks one call's stream or T.38 rows: `cdr_id = $1`, and in the
+/// partitioned layout `call_start_us = $2` too, which reads one partition; with its
+/// parameters.
+fn of_call<'a>(
+    layout: PgLayout,
+    id: &'a i64,
+    start_us: &'a i64,
+) -> (&'static str, Vec<&'a (dyn ToSql + Sync)>) {
+    match layout {
+        PgLayout::Plain => ("cdr_id = $1", vec![id]),
+        PgLayout::Partitioned => ("cdr_id = $1 AND call_start_us = $2", vec![id, start_us]),
+    }
 }
 
 impl PgStore {
     /// Connects with a libpq-style connection string (`host=... port=... user=... dbname=...`)
-    /// and creates the schema if needed. A database from an earlier release gets the columns
-    /// and indexes it lacks (the search columns filled from its rows, once).
+    /// and applies the schema migrations the database lacks ([`crate::migrate`]): a new
+    /// database gets the plain tables, an existing one keeps its layout (a database from an
+    /// earlier release is upgraded in place, its search columns filled from its rows, once).
     pub fn connect(conninfo: &str) -> Result<PgStore, CdrError> {
+        PgStore::connect_with(conninfo, &PgOptions::default())
+    }
+
+    /// [`PgStore::connect`] with options: the layout of a new database, and for the
+    /// partitioned layout the days created ahead and the retention, which are applied now.
+    pub fn connect_with(conninfo: &str, options: &PgOptions) -> Result<PgStore, CdrError> {
         let name = redact(conninfo);
-        let wrap = |source| CdrError::Postgres {
-            target: name.clone(),
-            source,
-        };
+        let wrap = |source| pg_error(&name, source);
         let mut client = Client::connect(conninfo, NoTls).map_err(wrap)?;
         // JIT compiling pays off for long analytic queries, not for these: it would add tens
         // of milliseconds to a totals query whose estimated cost crosses jit_above_cost.
@@ -269,75 +396,168 @@ impl PgStore {
         client
             .batch_execute("SET client_min_messages = warning")
             .map_err(wrap)?;
-        client.batch_execute(PG_UPGRADE).map_err(wrap)?;
-        client.batch_execute(PG_SCHEMA).map_err(wrap)?;
-        let column_sql = "SELECT column_name::text FROM information_schema.columns \
-                          WHERE table_schema = current_schema() AND table_name = $1";
-        let mut fill = false;
-        for (table, columns, search) in [
-            ("cdr", &LATER_COLUMNS[..], false),
-            ("cdr", &SEARCH_COLUMNS[..], true),
-            ("cdr_t38", &T38_LATER_COLUMNS[..], false),
-        ] {
-            let have = names(&mut client, column_sql, table).map_err(wrap)?;
-            for (col, _, ty) in columns {
-                if !have.iter().any(|h| h == col) {
-                    client
-                        .batch_execute(&format!(
-                            "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {col} {ty}"
-                        ))
-                        .map_err(wrap)?;
-                    fill |= search;
-                }
+        let applied = crate::migrate::apply(
+            &mut client,
+            &name,
+            options.layout,
+            crate::migrate::MIGRATIONS,
+        )?;
+        let mut store = PgStore {
+            name,
+            client,
+            layout: applied.layout,
+            options: options.clone(),
+            days: BTreeSet::new(),
+            maintained: None,
+            statements: None,
+            upserting: 0,
+        };
+        if store.layout == PgLayout::Partitioned {
+            store.reload_days()?;
+            // Not a reason to refuse the connection: a reader may lack the right to create
+            // tables, a drop may not get its locks; inserts create the days they need, and the
+            // first insert of the day tries the maintenance again.
+            let today = Day::today();
+            match store.maintain(today) {
+                Ok(m) if !m.dropped.more => store.maintained = Some(today),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "CDR partition maintenance failed at connect"),
             }
         }
-        if fill {
-            fill = client
-                .query_one("SELECT EXISTS (SELECT 1 FROM cdr)", &[])
-                .map_err(wrap)?
-                .get(0);
-        }
-        let mut store = PgStore { name, client };
-        if fill {
-            let n = search::backfill(&mut store)?;
-            tracing::info!(target = %store.name, rows = n, "CDR search columns added and filled");
-        }
-        store.ensure_indexes()?;
         Ok(store)
     }
 
-    /// Creates the indexes that are missing and drops the retired ones. Only what is missing
-    /// is touched: `CREATE INDEX IF NOT EXISTS` would take a lock on the table at every connect.
-    fn ensure_indexes(&mut self) -> Result<(), CdrError> {
-        let have = names(
-            &mut self.client,
-            "SELECT indexname::text FROM pg_indexes WHERE schemaname = current_schema() \
-             AND tablename = ANY(string_to_array($1, ','))",
-            "cdr,cdr_rtp,cdr_t38,registration",
-        )
-        .map_err(|e| self.err(e))?;
-        let mut sql = String::new();
-        for r in PG_RETIRED_INDEXES {
-            if have.iter().any(|h| h == r) {
-                sql += &format!("DROP INDEX IF EXISTS {r};");
+    /// The layout of this database's tables.
+    pub fn layout(&self) -> PgLayout {
+        self.layout
+    }
+
+    fn partitioned_only(&self, what: &str) -> Result<(), CdrError> {
+        match self.layout {
+            PgLayout::Partitioned => Ok(()),
+            PgLayout::Plain => Err(CdrError::Schema {
+                target: self.name.clone(),
+                problem: format!(
+                    "{what} needs tables partitioned by day, and these are plain; connect with \
+                     the partitioned layout (PgOptions::partitioned) to a new database, or move \
+                     this one with cdr::migrate::partition_existing"
+                ),
+            }),
+        }
+    }
+
+    fn reload_days(&mut self) -> Result<(), CdrError> {
+        self.days = pg_partition::complete_days(&mut self.client).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The days with partitions, oldest first (partitioned layout; empty for plain tables).
+    pub fn partition_days(&mut self) -> Result<Vec<Day>, CdrError> {
+        if self.layout == PgLayout::Plain {
+            return Ok(Vec::new());
+        }
+        self.reload_days()?;
+        Ok(self.days.iter().copied().collect())
+    }
+
+    /// Creates the partitions of `days` that are missing, in one transaction; the days that
+    /// lacked any. Inserting creates the days its records need by itself; this is for days
+    /// ahead.
+    pub fn create_days(
+        &mut self,
+        days: impl IntoIterator<Item = Day>,
+    ) -> Result<Vec<Day>, CdrError> {
+        self.partitioned_only("creating day partitions")?;
+        let days: BTreeSet<Day> = days.into_iter().collect();
+        let wrap = |source| pg_error(&self.name, source);
+        let mut tx = self.client.transaction().map_err(wrap)?;
+        let created = pg_partition::create_days_in(&mut tx, &days).map_err(wrap)?;
+        tx.commit().map_err(wrap)?;
+        self.days.extend(days);
+        Ok(created)
+    }
+
+    /// Retention: detaches and drops the partitions of every table for the days before `day`,
+    /// oldest first, at most [`RETENTION_DAYS_PER_CALL_MAX`] days in this call (one
+    /// transaction; `more` says whether older days are left for the next call). Rows are never
+    /// deleted one by one. Waits at most [`pg_partition::RETENTION_LOCK_TIMEOUT_MS`] for the
+    /// tables' locks, and on failure drops nothing.
+    pub fn drop_days_before(&mut self, day: Day) -> Result<DroppedDays, CdrError> {
+        self.partitioned_only("dropping days")?;
+        let name = self.name.clone();
+        let wrap = |source| pg_error(&name, source);
+        let mut tx = self.client.transaction().map_err(wrap)?;
+        let dropped =
+            pg_partition::drop_days_in(&mut tx, day, RETENTION_DAYS_PER_CALL_MAX).map_err(wrap)?;
+        tx.commit().map_err(wrap)?;
+        for d in &dropped.days {
+            self.days.remove(d);
+        }
+        if !dropped.days.is_empty() {
+            tracing::info!(target = %self.name, days = ?dropped.days.iter().map(Day::to_string).collect::<Vec<_>>(), more = dropped.more, "CDR days dropped by retention");
+        }
+        Ok(dropped)
+    }
+
+    /// The daily upkeep of the partitioned layout, as of `today`: creates today and the
+    /// [`PgOptions::days_ahead`] days after it, and with [`PgOptions::retention_days`] drops
+    /// the days before `today - retention_days` (at most [`RETENTION_DAYS_PER_CALL_MAX`]). The
+    /// store runs it at connect and at its first insert of each UTC day; a collector may call
+    /// it on a timer as well. Nothing to do for plain tables.
+    pub fn maintain(&mut self, today: Day) -> Result<Maintained, CdrError> {
+        let mut out = Maintained::default();
+        if self.layout == PgLayout::Plain {
+            return Ok(out);
+        }
+        let ahead: Vec<Day> = (0..=i64::from(self.options.days_ahead))
+            .map(|n| today.plus(n))
+            .filter(|d| !self.days.contains(d))
+            .collect();
+        if !ahead.is_empty() {
+            out.created = self.create_days(ahead)?;
+        }
+        if let Some(keep) = self.options.retention_days {
+            out.dropped = self.drop_days_before(today.plus(-i64::from(keep)))?;
+        }
+        Ok(out)
+    }
+
+    /// Partitioned: the once-a-day maintenance, then the partitions of every day `records`
+    /// need. A maintenance that fails (its drop could not get the tables' locks) is logged and
+    /// tried again at the next batch; the insert goes on.
+    fn prepare_days(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
+        let today = Day::today();
+        if self.maintained != Some(today) {
+            match self.maintain(today) {
+                // Retention days left over: the next batch drops the next ones.
+                Ok(m) if m.dropped.more => {}
+                Ok(_) => self.maintained = Some(today),
+                Err(e) => {
+                    tracing::warn!(error = %e, "CDR partition maintenance failed; it is tried again with the next batch")
+                }
             }
         }
-        for (n, def) in PG_INDEXES {
-            if !have.iter().any(|h| h == n) {
-                sql += &crate::create_index_sql(n, def);
-            }
+        let mut need = BTreeSet::new();
+        for r in records {
+            pg_partition::record_days(r, &mut need);
         }
-        if !sql.is_empty() {
-            self.client.batch_execute(&sql).map_err(|e| self.err(e))?;
+        need.retain(|d| !self.days.contains(d));
+        if !need.is_empty() {
+            let created = self.create_days(need)?;
+            let late: Vec<String> = created
+                .iter()
+                .filter(|d| **d < today)
+                .map(Day::to_string)
+                .collect();
+            if !late.is_empty() {
+                tracing::info!(target = %self.name, days = ?late, "CDR partitions created for late records");
+            }
         }
         Ok(())
     }
 
     fn err(&self, source: postgres::Error) -> CdrError {
-        CdrError::Postgres {
-            target: self.name.clone(),
-            source,
-        }
+        pg_error(&self.name, source)
     }
 
     pub(crate) fn client(&mut self) -> &mut Client {
@@ -347,6 +567,49 @@ impl PgStore {
     /// The connection string without its password.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// One batch through the prepared statements, in one transaction: as new records, or as
+    /// an upsert while records stored before come (a batch of new records that meets one is
+    /// rolled back and written again as an upsert; after [`UPSERT_BATCHES_AFTER_CONFLICT`]
+    /// upserts that updated no call, batches go as new records again).
+    fn insert_batch(&mut self, records: &[CdrRecord]) -> Result<(), postgres::Error> {
+        if self.upserting == 0 {
+            match self.insert_mode(Mode::New, records) {
+                Err(e) if pg_insert::stored_before(&e) => {}
+                r => return r.map(|_| ()),
+            }
+            self.upserting = UPSERT_BATCHES_AFTER_CONFLICT;
+        }
+        let out = self.insert_mode(Mode::Upsert, records)?;
+        self.upserting = match out.updated {
+            0 => self.upserting - 1,
+            _ => UPSERT_BATCHES_AFTER_CONFLICT,
+        };
+        Ok(())
+    }
+
+    fn insert_mode(
+        &mut self,
+        mode: Mode,
+        records: &[CdrRecord],
+    ) -> Result<Outcome, postgres::Error> {
+        if self.statements.is_none() {
+            self.statements = Some(Statements::prepare(&mut self.client, self.layout)?);
+        }
+        let PgStore {
+            client,
+            statements: Some(st),
+            layout,
+            ..
+        } = self
+        else {
+            unreachable!("prepared above")
+        };
+        let mut tx = client.transaction()?;
+        let out = pg_insert::insert(&mut tx, st, *layout, mode, records)?;
+        tx.commit()?;
+        Ok(out)
     }
 }
 
@@ -395,22 +658,44 @@ fn pg_val(r: &postgres::Row, i: usize) -> Result<Val, postgres::Error> {
     })
 }
 
-impl Exec for PgStore {
+/// The search's statements on a connection or a transaction ([`Exec`]).
+pub(crate) struct PgExec<'a, C: GenericClient> {
+    client: &'a mut C,
+    target: &'a str,
+    layout: PgLayout,
+}
+
+impl<'a, C: GenericClient> PgExec<'a, C> {
+    pub(crate) fn new(client: &'a mut C, target: &'a str, layout: PgLayout) -> PgExec<'a, C> {
+        PgExec {
+            client,
+            target,
+            layout,
+        }
+    }
+}
+
+impl<C: GenericClient> Exec for PgExec<'_, C> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
+    }
+
+    fn partitioned(&self) -> bool {
+        self.layout == PgLayout::Partitioned
     }
 
     fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError> {
         let params = pg_params(&sql.args);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+        let target = self.target;
         let rows = self
             .client
             .query(&sql.text, &refs)
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| pg_error(target, e))?;
         rows.iter()
             .map(|r| (0..r.len()).map(|i| pg_val(r, i)).collect())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))
+            .map_err(|e| pg_error(target, e))
     }
 
     /// One UPDATE joined to the rows as arrays (`unnest`): a round trip per chunk, not per row.
@@ -428,6 +713,7 @@ impl Exec for PgStore {
         let codecs: Vec<Option<String>> = rows.iter().map(|r| r.1.codecs.clone()).collect();
         let loss: Vec<Option<f64>> = rows.iter().map(|r| r.1.loss_max_pct).collect();
         let jitter: Vec<Option<f64>> = rows.iter().map(|r| r.1.jitter_max_ms).collect();
+        let target = self.target;
         self.client
             .execute(
                 "UPDATE cdr SET sensor = v.sensor, caller_rev = v.caller_rev, \
@@ -452,7 +738,7 @@ impl Exec for PgStore {
                 ],
             )
             .map(|_| ())
-            .map_err(|e| self.err(e))
+            .map_err(|e| pg_error(target, e))
     }
 
     /// The statement (see [`crate::plan::walk_sql`]) stops by itself; its rows are the matches
@@ -476,183 +762,75 @@ impl Exec for PgStore {
     }
 }
 
+impl Exec for PgStore {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn partitioned(&self) -> bool {
+        self.layout == PgLayout::Partitioned
+    }
+
+    fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError> {
+        PgExec::new(&mut self.client, &self.name, self.layout).rows(sql)
+    }
+
+    fn update_derived(&mut self, rows: &[(i64, search::Derived)]) -> Result<(), CdrError> {
+        PgExec::new(&mut self.client, &self.name, self.layout).update_derived(rows)
+    }
+
+    fn walk(&mut self, sql: &Sql, want: usize, budget: usize) -> Result<Walked, CdrError> {
+        PgExec::new(&mut self.client, &self.name, self.layout).walk(sql, want, budget)
+    }
+}
+
+/// Whether an insert failed for want of a partition (one dropped by another connection since
+/// this one listed them): PostgreSQL's `no partition of relation ... found for row`.
+fn no_partition(e: &postgres::Error) -> bool {
+    e.code() == Some(&postgres::error::SqlState::CHECK_VIOLATION)
+        && e.as_db_error()
+            .is_some_and(|d| d.message().starts_with("no partition of relation"))
+}
+
 impl CdrStore for PgStore {
+    /// The batch in one transaction ([`crate::pg_insert`]); in the partitioned layout the days
+    /// it needs are created first, and a batch refused for want of a partition (another
+    /// connection dropped a day this one knew) is tried once more with the days listed again.
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
-        let name = self.name.clone();
-        let wrap = |source| CdrError::Postgres {
-            target: name.clone(),
-            source,
-        };
-        let mut tx = self.client.transaction().map_err(wrap)?;
-        let ins_call = tx
-            .prepare(&crate::call_insert_sql(true, true))
-            .map_err(wrap)?;
-        let del_streams = tx
-            .prepare("DELETE FROM cdr_rtp WHERE cdr_id = $1")
-            .map_err(wrap)?;
-        let del_t38 = tx
-            .prepare("DELETE FROM cdr_t38 WHERE cdr_id = $1")
-            .map_err(wrap)?;
-        let ins_t38 = tx
-            .prepare(&format!(
-                "INSERT INTO cdr_t38 (cdr_id, {}, uid) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-                 ON CONFLICT (uid) DO UPDATE SET cdr_id = excluded.cdr_id, {}",
-                crate::T38_COLUMNS,
-                crate::upsert_set(crate::T38_COLUMNS)
-            ))
-            .map_err(wrap)?;
-        let ins_stream = tx
-            .prepare(&format!(
-                "INSERT INTO cdr_rtp ({}, uid) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
-                 ON CONFLICT (uid) DO UPDATE SET {}",
-                crate::STREAM_COLUMNS,
-                crate::upsert_set(crate::STREAM_COLUMNS)
-            ))
-            .map_err(wrap)?;
-        let ins_reg = tx
-            .prepare(&crate::registration_insert_sql(true))
-            .map_err(wrap)?;
-        for rec in records {
-            let mut cdr_id: Option<i64> = None;
-            if let Some(c) = &rec.call {
-                let d = search::derive(c, rec.streams.iter().map(search::StreamFigures::from));
-                let row = tx
-                    .query_one(
-                        &ins_call,
-                        &[
-                            &c.call_id,
-                            &c.caller,
-                            &c.called,
-                            &c.caller_addr,
-                            &c.callee_addr,
-                            &c.start_us,
-                            &c.ringing_us,
-                            &c.answer_us,
-                            &c.end_us,
-                            &c.state,
-                            &c.last_response.map(i32::from),
-                            &c.last_reason,
-                            &c.hangup_by,
-                            &c.q850_cause.map(i32::from),
-                            &(c.sip_messages as i64),
-                            &(c.reinvites as i64),
-                            &c.mos_min,
-                            &c.sip_tar,
-                            &c.sip_member,
-                            &opt_i64(c.sip_offset),
-                            &opt_i64(c.sip_len),
-                            &c.sip_compression,
-                            &c.rtp_tar,
-                            &c.rtp_member,
-                            &opt_i64(c.rtp_offset),
-                            &opt_i64(c.rtp_len),
-                            &c.rtp_compression,
-                            &c.dtmf,
-                            &c.fax_pages.map(i64::from),
-                            &c.fax_result,
-                            &d.sensor,
-                            &d.caller_rev,
-                            &d.called_rev,
-                            &d.caller_ip,
-                            &d.callee_ip,
-                            &d.duration_ms,
-                            &d.codecs,
-                            &d.loss_max_pct,
-                            &d.jitter_max_ms,
-                            &rec.call_uid(),
-                        ],
-                    )
-                    .map_err(wrap)?;
-                let id: i64 = row.get(0);
-                // Stored before (the same call read again): its streams are replaced.
-                tx.execute(&del_streams, &[&id]).map_err(wrap)?;
-                tx.execute(&del_t38, &[&id]).map_err(wrap)?;
-                cdr_id = Some(id);
-            }
-            for (i, s) in rec.streams.iter().enumerate() {
-                tx.execute(
-                    &ins_stream,
-                    &[
-                        &cdr_id,
-                        &s.call_id,
-                        &s.src,
-                        &s.dst,
-                        &(s.ssrc as i64),
-                        &s.payload,
-                        &s.start_us,
-                        &s.end_us,
-                        &(s.packets as i64),
-                        &s.lost,
-                        &(s.duplicates as i64),
-                        &(s.out_of_order as i64),
-                        &s.min_delta_ms,
-                        &s.mean_delta_ms,
-                        &s.max_delta_ms,
-                        &s.mean_jitter_ms,
-                        &s.max_jitter_ms,
-                        &s.mos,
-                        &(s.rtcp_reports as i64),
-                        &s.rtcp_fraction_lost_pct,
-                        &s.rtcp_jitter_ms,
-                        &rec.stream_uid(i),
-                    ],
-                )
-                .map_err(wrap)?;
-            }
-            for (i, t) in rec.t38.iter().enumerate() {
-                let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                tx.execute(
-                    &ins_t38,
-                    &[
-                        &cdr_id,
-                        &t.src,
-                        &t.dst,
-                        &t.start_us,
-                        &t.end_us,
-                        &n(t.packets),
-                        &n(t.bytes),
-                        &n(t.lost),
-                        &n(t.duplicates),
-                        &n(t.out_of_order),
-                        &t.types,
-                        &n(t.redundant),
-                        &n(t.fec),
-                        &t.t30,
-                        &rec.t38_uid(i),
-                    ],
-                )
-                .map_err(wrap)?;
-            }
-            if let Some(reg) = &rec.registration {
-                let uid = rec
-                    .call_uid()
-                    .map_or(Arg::Null(Ty::Text), |u| Arg::Text(u.to_string()));
-                let args: Vec<Arg> = std::iter::once(uid)
-                    .chain(registration::reg_args(reg))
-                    .collect();
-                let params = pg_params(&args);
-                let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-                tx.execute(&ins_reg, &refs).map_err(wrap)?;
-            }
+        if records.is_empty() {
+            return Ok(());
         }
-        tx.commit().map_err(wrap)
+        if self.layout == PgLayout::Partitioned {
+            self.prepare_days(records)?;
+        }
+        match self.insert_batch(records) {
+            Err(e) if self.layout == PgLayout::Partitioned && no_partition(&e) => {
+                self.reload_days()?;
+                self.prepare_days(records)?;
+                self.insert_batch(records).map_err(|e| self.err(e))
+            }
+            r => r.map_err(|e| self.err(e)),
+        }
     }
 
     fn t38(&mut self, call_id: &str) -> Result<Vec<CdrT38>, CdrError> {
+        let call = self
+            .client
+            .query_opt(
+                "SELECT id, start_us FROM cdr WHERE call_id = $1 ORDER BY id DESC LIMIT 1",
+                &[&call_id],
+            )
+            .map_err(|e| self.err(e))?;
+        let Some(call) = call else {
+            return Ok(Vec::new());
+        };
+        let (id, start): (i64, i64) = (call.get(0), call.get(1));
+        let (cond, params) = of_call(self.layout, &id, &start);
         let sql = format!(
-            "SELECT {} FROM cdr_t38 WHERE cdr_id = \
-             (SELECT id FROM cdr WHERE call_id = $1 ORDER BY id DESC LIMIT 1) ORDER BY start_us, id",
+            "SELECT {} FROM cdr_t38 WHERE {cond} ORDER BY start_us, id",
             crate::T38_COLUMNS
         );
-        let rows = self
-            .client
-            .query(&sql, &[&call_id])
-            .map_err(|source| CdrError::Postgres {
-                target: self.name.clone(),
-                source,
-            })?;
+        let rows = self.client.query(&sql, &params).map_err(|e| self.err(e))?;
         let n = |v: i64| v.max(0) as u64;
         Ok(rows
             .iter()
@@ -721,13 +899,17 @@ impl CdrStore for PgStore {
         let Some(row) = row else { return Ok(None) };
         let id: i64 = row.get(0);
         let call = call_from_row(&row, 1);
+        let (cond, params) = of_call(self.layout, &id, &call.start_us);
         let rows = self
             .client
             .query(
-                "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates, out_of_order, \
-                 min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, \
-                 rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE cdr_id = $1 ORDER BY id",
-                &[&id],
+                &format!(
+                    "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
+                     duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, \
+                     mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, rtcp_fraction_lost_pct, \
+                     rtcp_jitter_ms FROM cdr_rtp WHERE {cond} ORDER BY id"
+                ),
+                &params,
             )
             .map_err(|e| self.err(e))?;
         let streams = rows

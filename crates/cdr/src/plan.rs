@@ -203,6 +203,11 @@ pub(crate) struct Walked {
 /// What a backend runs for the search.
 pub(crate) trait Exec {
     fn dialect(&self) -> Dialect;
+    /// The tables are PostgreSQL's day-partitioned layout ([`crate::pg_partition`]): a call's
+    /// streams are found with its start too (`call_start_us`), so that one partition is read.
+    fn partitioned(&self) -> bool {
+        false
+    }
     /// All rows of a statement.
     fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError>;
     /// Runs a walk built by [`walk_sql`]: keys of matching rows until `want` of them, or until
@@ -394,6 +399,9 @@ pub(crate) struct Table {
     pub time: &'static str,
     /// The index on (time[, id]): SQLite's rowid is the last column of every index.
     pub time_index: &'static str,
+    /// The time column is the table's partition key in PostgreSQL's partitioned layout: rows
+    /// looked up by id are looked up with their time as well, which reads only their days.
+    pub keyed_by_time: bool,
 }
 
 /// Which rows a search may see at all: a time range and the keyset cursor.
@@ -593,9 +601,10 @@ pub(crate) fn matching_ids(
     }
     let mut s = Sql::new(x.dialect());
     let ids: Vec<String> = keys.iter().map(|k| s.int(k.id)).collect();
+    let times = time_list(t, keys, &mut s);
     let r = rest(preds, None, &mut s);
     s.text = format!(
-        "SELECT id FROM {} WHERE id IN ({}) AND {r}",
+        "SELECT id FROM {} WHERE id IN ({}){times} AND {r}",
         t.name,
         ids.join(", ")
     );
@@ -603,6 +612,20 @@ pub(crate) fn matching_ids(
         .into_iter()
         .map(|row| Cols::new(row).i64())
         .collect()
+}
+
+/// ` AND {time} IN (...)`, the distinct times of `keys`, for a PostgreSQL table whose time is
+/// its partition key ([`Table::keyed_by_time`]): a lookup by id then reads the keys' days only.
+/// Empty otherwise.
+pub(crate) fn time_list(t: &Table, keys: &[Cursor], s: &mut Sql) -> String {
+    if !(s.pg() && t.keyed_by_time) || keys.is_empty() {
+        return String::new();
+    }
+    let mut times: Vec<i64> = keys.iter().map(|k| k.time_us).collect();
+    times.sort_unstable();
+    times.dedup();
+    let list: Vec<String> = times.into_iter().map(|v| s.int(v)).collect();
+    format!(" AND {} IN ({})", t.time, list.join(", "))
 }
 
 /// A walk: rows newest first from the time index (or the driving predicate's index for its one

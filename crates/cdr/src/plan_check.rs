@@ -18,14 +18,17 @@ use crate::search::{self, CallQuery};
 use crate::{CdrError, CdrStore, PgStore, SqliteStore};
 
 /// Records the statements a search runs, for EXPLAIN.
-struct Recorder<'a> {
-    inner: &'a mut dyn Exec,
-    log: Vec<Sql>,
+pub(crate) struct Recorder<'a> {
+    pub inner: &'a mut dyn Exec,
+    pub log: Vec<Sql>,
 }
 
 impl Exec for Recorder<'_> {
     fn dialect(&self) -> Dialect {
         self.inner.dialect()
+    }
+    fn partitioned(&self) -> bool {
+        self.inner.partitioned()
     }
     fn rows(&mut self, sql: &Sql) -> Result<Vec<Vec<Val>>, CdrError> {
         self.log.push(sql.clone());
@@ -40,7 +43,7 @@ impl Exec for Recorder<'_> {
     }
 }
 
-fn explain(x: &mut dyn Exec, sql: &Sql) -> String {
+pub(crate) fn explain(x: &mut dyn Exec, sql: &Sql) -> String {
     let mut e = sql.clone();
     e.text = match x.dialect() {
         Dialect::Sqlite => format!("EXPLAIN QUERY PLAN {}", sql.text),

@@ -206,6 +206,8 @@ pub(crate) const REG_TABLE: Table = Table {
     name: "registration",
     time: "last_us",
     time_index: "registration_last",
+    // Partitioned by the first message (`first_us`, in its uid), not by the last.
+    keyed_by_time: false,
 };
 
 /// The columns of a registration row after `uid`, in [`CdrRegistration`]'s order (`username`:

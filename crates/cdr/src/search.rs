@@ -546,6 +546,7 @@ pub(crate) const CDR_TABLE: Table = Table {
     name: "cdr",
     time: "start_us",
     time_index: "cdr_start",
+    keyed_by_time: true,
 };
 
 /// The predicates of a number filter on `column` (with its index), its suffixes on the
@@ -840,15 +841,16 @@ fn summary_from(row: Vec<crate::plan::Val>) -> Result<CallSummary, CdrError> {
     })
 }
 
-/// The summaries of rows `ids`, newest first.
-fn summaries(x: &mut dyn Exec, ids: &[i64]) -> Result<Vec<CallSummary>, CdrError> {
-    if ids.is_empty() {
+/// The summaries of the rows of `keys`, newest first.
+fn summaries(x: &mut dyn Exec, keys: &[Cursor]) -> Result<Vec<CallSummary>, CdrError> {
+    if keys.is_empty() {
         return Ok(Vec::new());
     }
     let mut s = plan::Sql::new(x.dialect());
-    let list: Vec<String> = ids.iter().map(|&i| s.int(i)).collect();
+    let list: Vec<String> = keys.iter().map(|k| s.int(k.id)).collect();
+    let times = plan::time_list(&CDR_TABLE, keys, &mut s);
     s.text = format!(
-        "SELECT {} FROM cdr WHERE id IN ({})",
+        "SELECT {} FROM cdr WHERE id IN ({}){times}",
         summary_columns(),
         list.join(", ")
     );
@@ -875,9 +877,8 @@ pub(crate) fn search(x: &mut dyn Exec, q: &CallQuery) -> Result<CallPage, CdrErr
     let preds = call_preds(q);
     let walked = page_keys(x, &CDR_TABLE, &scope_of(q), &preds, limit + 1)?;
     let (keys, next, cut) = paginate(walked, limit);
-    let ids: Vec<i64> = keys.iter().map(|k| k.id).collect();
     Ok(CallPage {
-        calls: summaries(x, &ids)?,
+        calls: summaries(x, &keys)?,
         scanned_to_us: if cut { next.map(|c| c.time_us) } else { None },
         next: next.map(|c| c.to_text()),
     })
@@ -1063,28 +1064,51 @@ pub(crate) fn call_by_uid(
     x: &mut dyn Exec,
     uid: &str,
 ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
-    let mut s = plan::Sql::new(x.dialect());
     let cols = summary_columns();
-    s.text = match uid.strip_prefix('#').and_then(|i| i.parse::<i64>().ok()) {
-        Some(id) => {
-            let (a, b) = (s.int(id), s.arg(Arg::Text(uid.to_string())));
-            format!("SELECT {cols} FROM cdr WHERE (id = {a} AND uid IS NULL) OR uid = {b}")
-        }
-        None => {
-            let a = s.arg(Arg::Text(uid.to_string()));
-            format!("SELECT {cols} FROM cdr WHERE uid = {a}")
-        }
-    };
-    let Some(row) = x.rows(&s)?.into_iter().next() else {
+    let mut found = None;
+    // Partitioned: a uid made by `CdrRecord::identity` ends with the call's start, the
+    // partition key; looked up with it, the row is read from its own day only.
+    let start = uid.rsplit('|').next().and_then(|t| t.parse::<i64>().ok());
+    if let Some(start) = start.filter(|_| x.partitioned() && !uid.starts_with('#')) {
+        let mut s = plan::Sql::new(x.dialect());
+        let (a, b) = (s.arg(Arg::Text(uid.to_string())), s.int(start));
+        s.text = format!("SELECT {cols} FROM cdr WHERE uid = {a} AND start_us = {b}");
+        found = x.rows(&s)?.into_iter().next();
+    }
+    if found.is_none() {
+        let mut s = plan::Sql::new(x.dialect());
+        s.text = match uid.strip_prefix('#').and_then(|i| i.parse::<i64>().ok()) {
+            Some(id) => {
+                let (a, b) = (s.int(id), s.arg(Arg::Text(uid.to_string())));
+                format!("SELECT {cols} FROM cdr WHERE (id = {a} AND uid IS NULL) OR uid = {b}")
+            }
+            None => {
+                let a = s.arg(Arg::Text(uid.to_string()));
+                format!("SELECT {cols} FROM cdr WHERE uid = {a}")
+            }
+        };
+        found = x.rows(&s)?.into_iter().next();
+    }
+    let Some(row) = found else {
         return Ok(None);
     };
     let summary = summary_from(row)?;
+    // The call's streams and flows: by its row, and in the partitioned layout its start.
+    let of_call = |s: &mut plan::Sql, partitioned: bool| {
+        let id = s.int(summary.id);
+        if partitioned {
+            let start = s.int(summary.call.start_us);
+            format!("cdr_id = {id} AND call_start_us = {start}")
+        } else {
+            format!("cdr_id = {id}")
+        }
+    };
     let mut s = plan::Sql::new(x.dialect());
-    let id = s.int(summary.id);
+    let cond = of_call(&mut s, x.partitioned());
     s.text = format!(
         "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates, \
          out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-         mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE cdr_id = {id} \
+         mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE {cond} \
          ORDER BY id"
     );
     let streams = x
@@ -1117,9 +1141,9 @@ pub(crate) fn call_by_uid(
         })
         .collect::<Result<Vec<_>, CdrError>>()?;
     let mut s = plan::Sql::new(x.dialect());
-    let id = s.int(summary.id);
+    let cond = of_call(&mut s, x.partitioned());
     s.text = format!(
-        "SELECT {} FROM cdr_t38 WHERE cdr_id = {id} ORDER BY start_us, id",
+        "SELECT {} FROM cdr_t38 WHERE {cond} ORDER BY start_us, id",
         crate::T38_COLUMNS
     );
     let t38 = x

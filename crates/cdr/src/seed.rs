@@ -18,7 +18,8 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::pg::{PG_INDEXES, PgStore};
+use crate::pg::{PG_INDEXES, PgLayout, PgStore};
+use crate::pg_partition::{self, Day, PG_PARTITIONED_INDEXES, PG_PARTITIONED_REG_UID};
 use crate::registration::{CdrRegistration, REG_COLUMNS};
 use crate::search::{self, DERIVED_COLUMNS, StreamFigures};
 use crate::{
@@ -552,7 +553,7 @@ pub fn bulk_load_sqlite(
 }
 
 /// Rows in PostgreSQL's `COPY ... FROM STDIN` text format.
-struct CopyText {
+pub(crate) struct CopyText {
     buf: Vec<u8>,
     fresh: bool,
 }
@@ -650,25 +651,48 @@ fn u(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The COPY rows of a chunk of records, the calls numbered from `next_id`.
-struct Chunk {
-    cdr: CopyText,
-    rtp: CopyText,
-    t38: CopyText,
-    reg: CopyText,
+/// The COPY rows of a chunk of records, the calls numbered from `next_id`: the columns of
+/// [`copy_statements`], with `call_start_us` in the stream tables when `partitioned`.
+pub(crate) struct Chunk {
+    pub cdr: CopyText,
+    pub rtp: CopyText,
+    pub t38: CopyText,
+    pub reg: CopyText,
+    partitioned: bool,
+}
+
+/// The `COPY ... FROM STDIN` statements of [`Chunk`]'s four tables, in its order.
+pub(crate) fn copy_statements(layout: PgLayout) -> [String; 4] {
+    let start = match layout {
+        PgLayout::Plain => "",
+        PgLayout::Partitioned => "call_start_us, ",
+    };
+    let streams = STREAM_COLUMNS.replacen("cdr_id, ", "", 1);
+    [
+        format!("COPY cdr (id, {CALL_COLUMNS}, {DERIVED_COLUMNS}, uid) FROM STDIN"),
+        format!("COPY cdr_rtp (cdr_id, {start}{streams}, uid) FROM STDIN"),
+        format!("COPY cdr_t38 (cdr_id, {start}{T38_COLUMNS}, uid) FROM STDIN"),
+        format!("COPY registration (uid, {REG_COLUMNS}, src_ip, dst_ip) FROM STDIN"),
+    ]
 }
 
 impl Chunk {
-    fn new() -> Chunk {
+    pub(crate) fn new(layout: PgLayout) -> Chunk {
         Chunk {
             cdr: CopyText::new(),
             rtp: CopyText::new(),
             t38: CopyText::new(),
             reg: CopyText::new(),
+            partitioned: layout == PgLayout::Partitioned,
         }
     }
 
-    fn add(&mut self, rec: &CdrRecord, next_id: &mut i64, loaded: &mut Loaded) {
+    /// The four tables' text, in [`copy_statements`]' order.
+    pub(crate) fn tables(&self) -> [&[u8]; 4] {
+        [&self.cdr.buf, &self.rtp.buf, &self.t38.buf, &self.reg.buf]
+    }
+
+    pub(crate) fn add(&mut self, rec: &CdrRecord, next_id: &mut i64, loaded: &mut Loaded) {
         let mut cdr_id = None;
         if let Some(c) = &rec.call {
             let id = *next_id;
@@ -723,6 +747,9 @@ impl Chunk {
         for (i, s) in rec.streams.iter().enumerate() {
             let w = &mut self.rtp;
             w.opt_int(cdr_id);
+            if self.partitioned {
+                w.int(pg_partition::call_start_us(rec, s.start_us));
+            }
             w.opt_text(s.call_id.as_deref());
             w.text(&s.src);
             w.text(&s.dst);
@@ -750,6 +777,9 @@ impl Chunk {
         for (i, f) in rec.t38.iter().enumerate() {
             let w = &mut self.t38;
             w.opt_int(cdr_id);
+            if self.partitioned {
+                w.int(pg_partition::call_start_us(rec, f.start_us));
+            }
             w.text(&f.src);
             w.text(&f.dst);
             w.int(f.start_us);
@@ -794,17 +824,27 @@ impl Chunk {
     }
 }
 
-/// Stores `records` into the PostgreSQL database of `conninfo`: in one transaction, the tables
-/// locked (other sessions wait: readers of these tables too, since the indexes are dropped),
-/// the indexes dropped, the rows sent with `COPY` in chunks of
-/// [`BULK_CHUNK_RECORDS`], the indexes built again; then `VACUUM ANALYZE` (statistics for the
-/// planner, and the visibility map that lets counts read the indexes only).
+/// Stores `records` into the PostgreSQL database of `conninfo`, in the layout it has (plain
+/// for a new one): in one transaction, the tables locked (other sessions wait: readers of
+/// these tables too, since the indexes are dropped), the indexes dropped, the rows sent with
+/// `COPY` in chunks of [`BULK_CHUNK_RECORDS`] (partitioned: the days of each chunk created
+/// first), the indexes built again; then `VACUUM ANALYZE` (statistics for the planner, and
+/// the visibility map that lets counts read the indexes only).
 pub fn bulk_load_postgres(
     conninfo: &str,
     records: impl IntoIterator<Item = CdrRecord>,
 ) -> Result<Loaded, CdrError> {
     let mut store = PgStore::connect(conninfo)?;
+    let layout = store.layout();
     let target = store.name().to_string();
+    let indexes: Vec<(&str, &str)> = match layout {
+        PgLayout::Plain => PG_INDEXES.to_vec(),
+        PgLayout::Partitioned => PG_PARTITIONED_INDEXES
+            .iter()
+            .copied()
+            .chain([PG_PARTITIONED_REG_UID])
+            .collect(),
+    };
     let wrap = |source| CdrError::Postgres {
         target: target.clone(),
         source,
@@ -818,7 +858,7 @@ pub fn bulk_load_postgres(
     let mut tx = client.transaction().map_err(wrap)?;
     tx.batch_execute("LOCK TABLE cdr, cdr_rtp, cdr_t38, registration IN EXCLUSIVE MODE")
         .map_err(wrap)?;
-    let drops: String = PG_INDEXES
+    let drops: String = indexes
         .iter()
         .map(|(n, _)| format!("DROP INDEX IF EXISTS {n};"))
         .collect();
@@ -827,25 +867,25 @@ pub fn bulk_load_postgres(
         .query_one("SELECT COALESCE(max(id), 0) + 1 FROM cdr", &[])
         .map_err(wrap)?
         .get(0);
-    let copies = [
-        format!("COPY cdr (id, {CALL_COLUMNS}, {DERIVED_COLUMNS}, uid) FROM STDIN"),
-        format!("COPY cdr_rtp ({STREAM_COLUMNS}, uid) FROM STDIN"),
-        format!("COPY cdr_t38 (cdr_id, {T38_COLUMNS}, uid) FROM STDIN"),
-        format!("COPY registration (uid, {REG_COLUMNS}, src_ip, dst_ip) FROM STDIN"),
-    ];
+    let copies = copy_statements(layout);
     let mut loaded = Loaded::default();
+    let mut days = std::collections::BTreeSet::new();
     let mut records = records.into_iter().peekable();
     while records.peek().is_some() {
-        let mut chunk = Chunk::new();
+        let mut chunk = Chunk::new(layout);
+        let mut need = std::collections::BTreeSet::new();
         for rec in records.by_ref().take(BULK_CHUNK_RECORDS) {
+            if layout == PgLayout::Partitioned {
+                pg_partition::record_days(&rec, &mut need);
+            }
             chunk.add(&rec, &mut next_id, &mut loaded);
         }
-        for (sql, data) in copies.iter().zip([
-            &chunk.cdr.buf,
-            &chunk.rtp.buf,
-            &chunk.t38.buf,
-            &chunk.reg.buf,
-        ]) {
+        need.retain(|d: &Day| !days.contains(d));
+        if !need.is_empty() {
+            pg_partition::create_days_in(&mut tx, &need).map_err(wrap)?;
+            days.extend(need);
+        }
+        for (sql, data) in copies.iter().zip(chunk.tables()) {
             if data.is_empty() {
                 continue;
             }
@@ -861,7 +901,7 @@ pub fn bulk_load_postgres(
         &[&next_id],
     )
     .map_err(wrap)?;
-    let creates: String = PG_INDEXES
+    let creates: String = indexes
         .iter()
         .map(|(n, d)| crate::create_index_sql(n, d))
         .collect();

@@ -1,6 +1,7 @@
 //! The console's searches against real databases: a SQLite file and a throwaway PostgreSQL
-//! server (initdb + pg_ctl; skipped with a reason where PostgreSQL is not installed). Every
-//! test runs the same checks on both backends.
+//! server (initdb + pg_ctl; skipped with a reason where PostgreSQL is not installed), in both
+//! of its layouts (plain tables, and tables partitioned by day). Every test runs the same
+//! checks on each.
 //!
 //! - A small set of calls, each with something to find it by, and a table of query strings
 //!   with the calls each must find: every filter, lists, negation, suffixes, CIDRs in IPv4 and
@@ -19,7 +20,7 @@ use std::collections::HashSet;
 use cdr::registration::{CdrRegistration, RegistrationQuery};
 use cdr::search::{CallPage, CallQuery};
 use cdr::{
-    CdrCall, CdrRecord, CdrStore, CdrStream, CdrT38, CdrWriter, CdrWriterConfig, PgStore,
+    CdrCall, CdrRecord, CdrStore, CdrStream, CdrT38, CdrWriter, CdrWriterConfig, PgLayout, PgStore,
     SqliteStore,
 };
 use common::PgServer;
@@ -28,15 +29,30 @@ use common::PgServer;
 #[derive(Clone, Debug)]
 enum Db {
     Sqlite(std::path::PathBuf),
-    Pg(String),
+    /// A connection string, and the layout the database is created with.
+    Pg(String, PgLayout),
 }
 
 impl Db {
     fn open(&self) -> Box<dyn CdrStore + Send> {
         match self {
             Db::Sqlite(p) => Box::new(SqliteStore::open(p).unwrap()),
-            Db::Pg(c) => Box::new(PgStore::connect(c).unwrap()),
+            Db::Pg(c, layout) => {
+                Box::new(PgStore::connect_with(c, &common::options(*layout)).unwrap())
+            }
         }
+    }
+
+    /// The SQLite file in `dir`, then, with a server, a fresh PostgreSQL database for each
+    /// layout.
+    fn all(dir: &std::path::Path, name: &str, pg: &Option<PgServer>) -> Vec<Db> {
+        let mut dbs = vec![Db::Sqlite(dir.join(name))];
+        if let Some(server) = pg {
+            for layout in common::LAYOUTS {
+                dbs.push(Db::Pg(fresh_pg_database(server), layout));
+            }
+        }
+        dbs
     }
 }
 
@@ -44,19 +60,17 @@ impl std::fmt::Display for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Db::Sqlite(_) => "sqlite",
-            Db::Pg(_) => "postgres",
+            Db::Pg(_, PgLayout::Plain) => "postgres",
+            Db::Pg(_, PgLayout::Partitioned) => "postgres, partitioned",
         })
     }
 }
 
-/// A fresh SQLite file, then a fresh PostgreSQL database on `pg` (when there is a server):
-/// `check` runs on each.
+/// A fresh SQLite file, then a fresh PostgreSQL database on `pg` for each layout (when there
+/// is a server): `check` runs on each.
 fn on_both(pg: &Option<PgServer>, check: impl Fn(&mut dyn CdrStore, &Db)) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::Sqlite(dir.path().join("cdr.sqlite3"));
-    check(db.open().as_mut(), &db);
-    if let Some(server) = pg {
-        let db = Db::Pg(fresh_pg_database(server));
+    for db in Db::all(dir.path(), "cdr.sqlite3", pg) {
         check(db.open().as_mut(), &db);
     }
 }
@@ -967,14 +981,14 @@ fn index_plans_and_walks_find_what_the_filter_means() {
     ];
     let pg = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut dbs = vec![Db::Sqlite(dir.path().join("many.sqlite3"))];
-    if let Some(server) = &pg {
-        dbs.push(Db::Pg(fresh_pg_database(server)));
-    }
-    for db in &dbs {
+    for db in &Db::all(dir.path(), "many.sqlite3", &pg) {
         let loaded = match db {
             Db::Sqlite(p) => cdr::seed::bulk_load_sqlite(p, records.clone()),
-            Db::Pg(c) => cdr::seed::bulk_load_postgres(c, records.clone()),
+            Db::Pg(c, _) => {
+                // The bulk load keeps the layout the database was created with.
+                drop(db.open());
+                cdr::seed::bulk_load_postgres(c, records.clone())
+            }
         }
         .unwrap();
         assert_eq!(loaded.calls, 85_001, "{db}");
@@ -1027,14 +1041,13 @@ fn seeded_registrations_load_in_bulk_and_page_to_the_end() {
         cdr::seed::synthetic_registrations(3_000, T0, T0 + DAY_US, 9).collect();
     let pg = PgServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let mut dbs = vec![Db::Sqlite(dir.path().join("regs.sqlite3"))];
-    if let Some(server) = &pg {
-        dbs.push(Db::Pg(fresh_pg_database(server)));
-    }
-    for db in &dbs {
+    for db in &Db::all(dir.path(), "regs.sqlite3", &pg) {
         let loaded = match db {
             Db::Sqlite(p) => cdr::seed::bulk_load_sqlite(p, regs.clone()),
-            Db::Pg(c) => cdr::seed::bulk_load_postgres(c, regs.clone()),
+            Db::Pg(c, _) => {
+                drop(db.open());
+                cdr::seed::bulk_load_postgres(c, regs.clone())
+            }
         }
         .unwrap();
         assert_eq!((loaded.registrations, loaded.calls), (3_000, 0), "{db}");

@@ -208,24 +208,26 @@ fn postgres_store_on_a_throwaway_server() {
     let Some(server) = PgServer::start() else {
         return;
     };
-    let conninfo = format!(
-        "host=127.0.0.1 port={} user=tandem dbname=postgres",
-        server.port
-    );
-    let mut st = PgStore::connect(&conninfo).unwrap();
-    exercise(&mut st);
-    drop(st);
-    // Connecting again finds the schema and rows in place.
-    let mut st = PgStore::connect(&conninfo).unwrap();
-    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 4);
-    drop(st);
-    // A database from before the archive columns is upgraded when connected to.
+    for layout in common::LAYOUTS {
+        let conninfo = server.layout_database("stores", layout);
+        let mut st = PgStore::connect(&conninfo).unwrap();
+        assert_eq!(st.layout(), layout, "a plain connect adopts the layout");
+        exercise(&mut st);
+        drop(st);
+        // Connecting again finds the schema and rows in place.
+        let mut st = PgStore::connect(&conninfo).unwrap();
+        assert_eq!(
+            st.list(&CdrFilter::default()).unwrap().len(),
+            4,
+            "{layout:?}"
+        );
+    }
+    // A database from before the archive columns (and before schema versions) is upgraded
+    // when connected to.
+    let conninfo = server.database("old");
     let mut client = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
     client
-        .batch_execute(&format!(
-            "DROP TABLE cdr_t38, cdr_rtp, cdr; {}",
-            OLD_CDR_TABLE.replace("ID", "BIGSERIAL")
-        ))
+        .batch_execute(&OLD_CDR_TABLE.replace("ID", "BIGSERIAL"))
         .unwrap();
     drop(client);
     let mut st = PgStore::connect(&conninfo).unwrap();

@@ -199,8 +199,10 @@ fn fax_flows_go_to_cdr_t38_in_postgres() {
     let Some(server) = PgServer::start() else {
         return;
     };
-    let mut st = PgStore::connect(&server.conninfo()).unwrap();
-    fax_flows_are_stored_once_and_updated(&mut st);
+    for layout in common::LAYOUTS {
+        let mut st = PgStore::connect(&server.layout_database("fax", layout)).unwrap();
+        fax_flows_are_stored_once_and_updated(&mut st);
+    }
 }
 
 #[test]
@@ -429,9 +431,17 @@ fn postgres_stopped_mid_run_loses_no_cdr_and_stores_none_twice() {
     let Some(server) = PgServer::start() else {
         return;
     };
+    for layout in common::LAYOUTS {
+        stopped_mid_run(&server, layout);
+    }
+}
+
+/// A writer storing into `layout`'s database while the server is stopped and started again.
+fn stopped_mid_run(server: &PgServer, layout: cdr::PgLayout) {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("cdr.journal");
-    let conninfo = server.conninfo();
+    let conninfo = server.layout_database("stopped", layout);
+    let check = conninfo.clone();
     let writer = Arc::new(
         CdrWriter::start(fast_config(&journal), move || {
             Ok(Box::new(PgStore::connect(&conninfo)?) as Box<dyn CdrStore>)
@@ -490,7 +500,7 @@ fn postgres_stopped_mid_run_loses_no_cdr_and_stores_none_twice() {
     );
     assert_eq!((s.journal_records, s.journal_bytes), (0, 0), "{s:?}");
 
-    let mut pg = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    let mut pg = postgres::Client::connect(&check, postgres::NoTls).unwrap();
     let (calls, streams) = rows_of(n);
     for (table, rows) in [("cdr", calls), ("cdr_rtp", streams)] {
         let row = pg
@@ -500,7 +510,11 @@ fn postgres_stopped_mid_run_loses_no_cdr_and_stores_none_twice() {
             )
             .unwrap();
         let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
-        assert_eq!((count as u64, distinct as u64), (rows, rows), "{table}");
+        assert_eq!(
+            (count as u64, distinct as u64),
+            (rows, rows),
+            "{layout:?} {table}"
+        );
     }
     // Every call is linked to its two streams.
     let unlinked: i64 = pg
@@ -636,15 +650,21 @@ fn a_hung_database_never_blocks_submit_and_close_journals_the_queue() {
     let Some(server) = PgServer::start() else {
         return;
     };
-    drop(PgStore::connect(&server.conninfo()).unwrap());
+    for layout in common::LAYOUTS {
+        hung_database(&server, layout);
+    }
+}
+
+/// A writer whose `layout` database hangs (a table locked by another session).
+fn hung_database(server: &PgServer, layout: cdr::PgLayout) {
+    let conninfo = server.layout_database("hung", layout);
     // Another session holds the table: every write (and schema check) waits for it.
-    let mut blocker = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    let mut blocker = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
     let mut tx = blocker.transaction().unwrap();
     tx.batch_execute("LOCK TABLE cdr IN ACCESS EXCLUSIVE MODE")
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let conninfo = server.conninfo();
     let writer = CdrWriter::start(
         CdrWriterConfig {
             queue_records_max: 20,

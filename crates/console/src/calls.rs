@@ -47,6 +47,18 @@ impl CdrSource {
 /// rather than the monitor's type, so the console needs nothing of the capture but this.
 pub type LiveFeed = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 
+/// Fetches the pcap of a call that a remote sensor archived, over that sensor's session with
+/// this `serve`'s collector; `None` when the call is not a remote sensor's (its pcap is read
+/// from the archive here).
+pub type RemotePcap = Arc<
+    dyn Fn(
+            cdr::CdrCall,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Option<Result<Vec<u8>, String>>> + Send>,
+        > + Send
+        + Sync,
+>;
+
 /// What the console needs to show calls.
 #[derive(Clone)]
 pub struct CallsConfig {
@@ -57,6 +69,8 @@ pub struct CallsConfig {
     pub pcap_cache_bytes_max: usize,
     /// The capture's calls in progress, when `serve` runs one.
     pub live: Option<LiveFeed>,
+    /// Remote sensors' pcaps, when `serve` runs a collector.
+    pub remote_pcap: Option<RemotePcap>,
 }
 
 impl CallsConfig {
@@ -69,6 +83,7 @@ impl CallsConfig {
             readers_max: Self::READERS_MAX,
             pcap_cache_bytes_max: Self::PCAP_CACHE_BYTES_MAX,
             live: None,
+            remote_pcap: None,
         }
     }
 }
@@ -158,6 +173,16 @@ impl Calls {
             .get(uid)
         {
             return Ok(p);
+        }
+        if let Some(remote) = &self.config.remote_pcap
+            && let Some(fetched) = remote(call.clone()).await
+        {
+            let out = Arc::new(fetched.map_err(CallsError::Pcap)?);
+            self.pcaps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .put(uid.to_owned(), out.clone());
+            return Ok(out);
         }
         let this = self.clone();
         let uid = uid.to_owned();

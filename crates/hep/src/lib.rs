@@ -14,6 +14,9 @@
 //! - [`HepPacket::encode`]: the inverse, appending the packet's bytes to a `Vec<u8>`.
 //! - [`HepPacket::to_udp_datagram`]: the captured message rebuilt as a raw IP/UDP packet, for
 //!   code written for captured packets.
+//! - [`Deframer`]: packets cut out of a TCP stream, in a buffer of fixed size.
+//! - [`auth_key_matches`]: a received authentication key (chunk 14) checked against the
+//!   expected one in constant time.
 //! - [`chunk`]: the generic chunk type numbers; [`ProtocolType`]: what the payload is.
 //!
 //! ```
@@ -58,6 +61,10 @@
 //! after their framing is checked.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+mod stream;
+
+pub use stream::{Deframer, STREAM_BUFFER_BYTES_MIN};
 
 /// The 4 bytes every HEP v3 packet starts with.
 pub const MAGIC: &[u8; 4] = b"HEP3";
@@ -440,6 +447,24 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
         });
     }
     Ok(Some(declared))
+}
+
+/// True when `received` (a packet's authentication key chunk, `None` when it has none) is
+/// `expected`. The time taken depends only on the lengths, never on where the bytes differ, so
+/// a sender cannot find the key a byte at a time by timing refusals. An empty `expected` matches
+/// nothing: a listener that checks keys has a key.
+pub fn auth_key_matches(expected: &[u8], received: Option<&[u8]>) -> bool {
+    let Some(received) = received else {
+        return false;
+    };
+    // Every byte of the expected key is compared whatever the received length; the lengths
+    // are folded into the same accumulator.
+    let mut diff = u64::from(expected.len() != received.len()) | u64::from(expected.is_empty());
+    for (i, e) in expected.iter().enumerate() {
+        let r = received.get(i).copied().unwrap_or(!*e);
+        diff |= u64::from(std::hint::black_box(e ^ r));
+    }
+    std::hint::black_box(diff) == 0
 }
 
 fn be16(b: &[u8]) -> u16 {

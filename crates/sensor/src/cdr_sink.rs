@@ -1,9 +1,12 @@
 //! The CDR sink: closed calls, streams and registrations become [`CdrRecord`]s handed to a
 //! [`CdrWriter`], which stores them in SQLite or PostgreSQL on its own thread, so that capture
 //! never waits for the database; what the database cannot take goes to the journal (see
-//! `cdr::writer`).
+//! `cdr::writer`). With a collector (`--collector`) the writer's store is the link to it
+//! ([`crate::uplink`]): the same queue, journal and replay, with the collector's acknowledgement
+//! in place of the database's commit.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cdr::{
     CdrRecord, CdrStore, CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, PgStore,
@@ -14,6 +17,7 @@ use monitor::Analysis;
 use crate::SensorError;
 use crate::config::CdrConfig;
 use crate::records::{cdr_call, cdr_registration, cdr_stream, create_parent};
+use crate::uplink::{Uplink, UplinkSummary};
 
 /// The journal's default place: beside the SQLite file, one per kind of database, so that one
 /// database's records are never replayed into the other.
@@ -26,25 +30,55 @@ pub fn default_journal(db: &Path, postgres: bool) -> PathBuf {
     db.parent().unwrap_or(Path::new("")).join(name)
 }
 
+/// The journal's place when CDRs go to a collector: its own file, so that records meant for a
+/// local database are never sent away, nor the other way.
+pub fn collector_journal(db: &Path) -> PathBuf {
+    db.parent()
+        .unwrap_or(Path::new(""))
+        .join("cdr-collector.journal")
+}
+
 /// The running CDR writer of one capture.
 pub struct CdrSink {
     writer: CdrWriter,
+    uplink: Option<Arc<Uplink>>,
 }
 
 impl CdrSink {
     /// Starts the writer. An unreachable database is not an error here: CDRs are journaled
     /// until it is reachable.
-    pub fn start(config: &CdrConfig) -> Result<Self, SensorError> {
+    /// With a collector, `archive` is the directory its pcap requests are confined to.
+    pub fn start(config: &CdrConfig, archive: Option<&Path>) -> Result<Self, SensorError> {
         let postgres = config.postgres.as_deref();
-        let journal = config
-            .journal
-            .clone()
-            .unwrap_or_else(|| default_journal(&config.db, postgres.is_some()));
+        let journal = config.journal.clone().unwrap_or_else(|| {
+            if config.collector.is_some() {
+                collector_journal(&config.db)
+            } else {
+                default_journal(&config.db, postgres.is_some())
+            }
+        });
         let cfg = CdrWriterConfig {
             queue_records_max: config.queue_records_max.max(1),
             journal_bytes_max: config.journal_bytes_max,
+            sensor: config.sensor_id.clone(),
             ..CdrWriterConfig::new(&journal)
         };
+        if let Some(link) = &config.collector {
+            if link.sensor != config.sensor_id {
+                return Err(SensorError::Config(format!(
+                    "the collector link is for sensor {:?}, the CDRs for {:?}",
+                    link.sensor, config.sensor_id
+                )));
+            }
+            let uplink = Arc::new(Uplink::start(link.clone(), archive)?);
+            let opener = uplink.clone();
+            let writer = CdrWriter::start(cfg, move || opener.open_store())?;
+            uplink.set_stats(writer.watch());
+            return Ok(CdrSink {
+                writer,
+                uplink: Some(uplink),
+            });
+        }
         let writer = match postgres {
             Some(conninfo) => {
                 let conninfo = conninfo.to_string();
@@ -60,7 +94,10 @@ impl CdrSink {
                 })
             }
         }?;
-        Ok(CdrSink { writer })
+        Ok(CdrSink {
+            writer,
+            uplink: None,
+        })
     }
 
     /// Hands over the closed calls (each with its streams), the streams without a call and
@@ -90,10 +127,20 @@ impl CdrSink {
     }
 
     /// Stores or journals what is queued, and says where CDRs went if not all reached the
-    /// database.
-    pub fn close(self) -> CdrWriterStats {
+    /// database (or the collector: then also what the link did).
+    pub fn close(self) -> (CdrWriterStats, Option<UplinkSummary>) {
         let s = self.writer.close();
-        if s.journal_records > 0 {
+        let link = self.uplink.as_ref().map(|u| u.summary());
+        if let Some(l) = &link
+            && s.journal_records > 0
+        {
+            tracing::warn!(
+                records = s.journal_records,
+                collector = %l.collector,
+                reason = l.last_error.as_deref().unwrap_or("not acknowledged"),
+                "CDRs wait in the journal for the collector; the next `tandem capture` delivers them first"
+            );
+        } else if s.journal_records > 0 {
             tracing::warn!(
                 records = s.journal_records,
                 bytes = s.journal_bytes,
@@ -103,6 +150,6 @@ impl CdrSink {
         if s.dropped_records > 0 {
             tracing::error!(records = s.dropped_records, "CDRs were dropped");
         }
-        s
+        (s, link)
     }
 }

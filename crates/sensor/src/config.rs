@@ -26,6 +26,8 @@ pub struct SensorConfig {
     /// Each call's packets into per-minute tar files; `None`: no archive.
     pub archive: Option<ArchiveSettings>,
     pub status: StatusConfig,
+    /// HEP: the authentication key and bounds of `--hep-listen`, and `--hep-send`.
+    pub hep: crate::hep::HepSettings,
 }
 
 impl SensorConfig {
@@ -38,6 +40,7 @@ impl SensorConfig {
             cdr: None,
             archive: None,
             status: StatusConfig::default(),
+            hep: crate::hep::HepSettings::default(),
         }
     }
 }
@@ -48,7 +51,8 @@ pub enum Source {
     /// Capture files (pcap or pcapng, optionally gzip-compressed), read in order. The sensor
     /// ends at their end.
     Files(Vec<PathBuf>),
-    /// HEP v3 over UDP, until stopped (or `max_packets` datagrams, for tests and trials).
+    /// HEP v3 over UDP and TCP on the same address, until stopped (or `max_packets` packets,
+    /// for tests and trials); its key and bounds are in [`SensorConfig::hep`].
     Hep {
         listen: SocketAddr,
         max_packets: Option<u64>,
@@ -113,6 +117,12 @@ pub struct CdrConfig {
     pub journal_bytes_max: u64,
     /// CDRs queued for the database at most; past it the capture thread journals them itself.
     pub queue_records_max: usize,
+    /// The sensor's name, the first part of each record's uid and its `sensor` column
+    /// (`cdr::writer::DEFAULT_SENSOR`, `local`, unless given).
+    pub sensor_id: String,
+    /// Deliver the CDRs to a collector instead of a database here (`--collector`); the journal
+    /// then defaults to `cdr-collector.journal` beside `db`.
+    pub collector: Option<crate::uplink::CollectorLink>,
 }
 
 impl CdrConfig {
@@ -124,6 +134,8 @@ impl CdrConfig {
             journal: None,
             journal_bytes_max: DEFAULT_JOURNAL_BYTES_MAX,
             queue_records_max: DEFAULT_QUEUE_RECORDS_MAX,
+            sensor_id: cdr::writer::DEFAULT_SENSOR.to_string(),
+            collector: None,
         }
     }
 }

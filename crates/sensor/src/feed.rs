@@ -38,10 +38,18 @@ impl StopSignal {
 pub(crate) struct Feed<'a> {
     pub monitor: &'a mut Monitor,
     pub sinks: &'a mut dyn RecordSink,
+    /// `--hep-send`: every frame is forwarded as HEP, and analysed only if it says so.
+    pub hep_send: Option<&'a mut crate::hep_send::HepForwarder>,
 }
 
 impl Feed<'_> {
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
+        if let Some(f) = self.hep_send.as_deref_mut() {
+            f.frame(ts_ns, link_type, data);
+            if !f.analyse() {
+                return;
+            }
+        }
         self.monitor.packet(ts_ns, link_type, data);
     }
     /// Hands the records the monitor has closed to the sinks, and publishes its calls in

@@ -20,7 +20,7 @@
 //! writer), and each part registers its figures on the status board. Start reading at
 //! `pipeline.rs` ([`Sensor::start`] and the sensor's thread), then `live.rs` (capture threads
 //! and the bounded frame buffer), `archive_tap.rs` (the monitor's taps and the archive thread),
-//! `cdr_sink.rs` and `status.rs`.
+//! `cdr_sink.rs` and `status.rs`; `uplink.rs` is the link to a collector (`--collector`).
 //!
 //! What it never does: keep process-wide state or install signal handlers (the binary turns
 //! signals into [`SensorHandle::stop`]); print to stdout or stderr (the binary prints what
@@ -34,7 +34,8 @@ mod cdr_sink;
 pub mod config;
 mod error;
 mod feed;
-mod hep;
+pub mod hep;
+pub mod hep_send;
 pub mod json;
 pub mod live;
 mod pipeline;
@@ -42,10 +43,11 @@ pub mod records;
 pub mod replay;
 pub mod status;
 pub mod table;
+pub mod uplink;
 
 pub use archive::DEFAULT_MAX_CALL_BYTES as ARCHIVE_CALL_MAX_BYTES;
 pub use archive_tap::{ArchiveGauges, ArchiveStatus, compression_name};
-pub use cdr_sink::default_journal;
+pub use cdr_sink::{collector_journal, default_journal};
 pub use config::{
     ArchiveSettings, CdrConfig, LiveConfig, SensorConfig, Source, StatusConfig, StoreMode,
 };

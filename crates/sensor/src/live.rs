@@ -147,6 +147,18 @@ impl Batch {
         self.bytes.clear();
         self.frames.clear();
     }
+    /// Appends one frame that `write` puts at the end of the batch's bytes (the HEP source
+    /// rebuilds each packet straight into the batch).
+    pub(crate) fn push_with(&mut self, ts_ns: i64, write: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.bytes.len();
+        write(&mut self.bytes);
+        self.frames
+            .push((ts_ns, at as u32, (self.bytes.len() - at) as u32));
+    }
+    /// Bytes of the frames in the batch.
+    pub(crate) fn bytes_len(&self) -> usize {
+        self.bytes.len()
+    }
     fn append(&mut self, other: &Batch) {
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
@@ -204,7 +216,7 @@ impl FrameBuffer {
     }
 
     /// Reserves room for `n` bytes of frame; false (and an overrun counted) when full.
-    fn reserve(&self, n: usize) -> bool {
+    pub(crate) fn reserve(&self, n: usize) -> bool {
         let n = n as u64;
         let used = self.stats.buffer_bytes_used.fetch_add(n, Ordering::Relaxed) + n;
         if used > self.bytes_max {
@@ -218,7 +230,7 @@ impl FrameBuffer {
         true
     }
 
-    fn empty_batch(&self) -> Batch {
+    pub(crate) fn empty_batch(&self) -> Batch {
         self.queue
             .lock()
             .expect("buffer lock")
@@ -228,7 +240,7 @@ impl FrameBuffer {
     }
 
     /// Queues a filled batch and hands back an empty one.
-    fn push(&self, mut batch: Batch) -> Batch {
+    pub(crate) fn push(&self, mut batch: Batch) -> Batch {
         let frames = batch.len() as u64;
         let mut q = self.queue.lock().expect("buffer lock");
         match q.full.back_mut() {
@@ -249,7 +261,7 @@ impl FrameBuffer {
         batch
     }
 
-    fn producer_done(&self) {
+    pub(crate) fn producer_done(&self) {
         self.queue.lock().expect("buffer lock").producers -= 1;
         self.ready.notify_all();
     }

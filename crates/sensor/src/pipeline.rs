@@ -42,7 +42,7 @@ pub struct FileProgress {
 enum Ready {
     Files(Vec<PathBuf>),
     Hep {
-        socket: std::net::UdpSocket,
+        listener: crate::hep::HepListener,
         max_packets: Option<u64>,
     },
     Live {
@@ -96,12 +96,18 @@ pub struct Report {
     pub read_error: Option<monitor::pcap::CaptureError>,
     /// HEP datagrams that were not HEP v3 (skipped).
     pub hep_invalid: u64,
+    /// The HEP listener's counters at the end (`--hep-listen`).
+    pub hep: Option<crate::hep::HepStatsSnapshot>,
+    /// What `--hep-send` forwarded and dropped.
+    pub hep_send: Option<crate::hep_send::HepSendReport>,
     /// The live capture's counters at the end.
     pub live: Option<(String, LiveStatsSnapshot)>,
     /// The archive's one-line summary.
     pub archive_summary: Option<String>,
     /// Where the CDRs went.
     pub cdr: Option<cdr::CdrWriterStats>,
+    /// What the link to the collector did, when CDRs went to one.
+    pub uplink: Option<crate::uplink::UplinkSummary>,
 }
 
 /// Starts sensors; see [`Sensor::start`].
@@ -217,7 +223,7 @@ impl Sensor {
         // before anything is created too.
         enum Opened<'a> {
             Files(&'a [PathBuf]),
-            Hep(std::net::UdpSocket, Option<u64>),
+            Hep(crate::hep::HepListener, Option<u64>),
             Live(
                 LiveOptions,
                 Vec<afpacket::Capture>,
@@ -230,10 +236,7 @@ impl Sensor {
                 listen,
                 max_packets,
             } => Opened::Hep(
-                std::net::UdpSocket::bind(listen).map_err(|source| SensorError::HepBind {
-                    addr: *listen,
-                    source,
-                })?,
+                crate::hep::HepListener::bind(*listen, &config.hep)?,
                 *max_packets,
             ),
             Source::Interface(live) => {
@@ -245,6 +248,8 @@ impl Sensor {
                 Opened::Live(opts, captures, live)
             }
         };
+        // --hep-send next: its key read, its collector resolved (a TCP one tried).
+        let hep_send = crate::hep_send::start(&config)?;
         let live_source = config.source.is_live();
         // Every source feeds this monitor; with an archive its taps archive each call's packets
         // (waiting for the archive only when reading files: live sources never wait).
@@ -255,7 +260,12 @@ impl Sensor {
             !live_source,
         )?;
         // CDRs are stored on a thread of their own: capture never waits for the database.
-        let cdr = config.cdr.as_ref().map(CdrSink::start).transpose()?;
+        let archive_dir = config.archive.as_ref().map(|a| a.dir.as_path());
+        let cdr = config
+            .cdr
+            .as_ref()
+            .map(|c| CdrSink::start(c, archive_dir))
+            .transpose()?;
         let status = CaptureStatus::start(
             &config.status,
             monitor.live(),
@@ -266,10 +276,11 @@ impl Sensor {
         }
         let progress = Arc::new(FileProgress::default());
         let (ready, hep_addr, live) = match opened {
-            Opened::Hep(socket, max_packets) => {
-                let addr = socket.local_addr().ok();
+            Opened::Hep(listener, max_packets) => {
+                let addr = Some(listener.local_addr());
+                status.board.add(listener.stats());
                 let ready = Ready::Hep {
-                    socket,
+                    listener,
                     max_packets,
                 };
                 (ready, addr, None)
@@ -299,6 +310,9 @@ impl Sensor {
                 (Ready::Files(paths.to_vec()), None, None)
             }
         };
+        if let Some(f) = &hep_send {
+            status.board.add(f.stats());
+        }
         let board = status.board.clone();
         let live_calls = monitor.live_calls();
         let sinks = Sinks {
@@ -313,7 +327,7 @@ impl Sensor {
             let (stop, progress) = (stop.clone(), progress.clone());
             std::thread::Builder::new()
                 .name("sensor".into())
-                .spawn(move || run(monitor, sinks, ready, &stop, &progress))
+                .spawn(move || run(monitor, sinks, ready, hep_send, &stop, &progress))
                 .map_err(|source| SensorError::Thread {
                     thread: "sensor",
                     source,
@@ -336,6 +350,7 @@ fn run(
     mut monitor: Monitor,
     mut sinks: Sinks,
     ready: Ready,
+    mut hep_send: Option<crate::hep_send::HepForwarder>,
     stop: &StopSignal,
     progress: &FileProgress,
 ) -> Result<Report, SensorError> {
@@ -343,20 +358,25 @@ fn run(
     let mut packets = 0u64;
     let mut read_error = None;
     let mut hep_invalid = 0;
+    let mut hep = None;
     let mut live = None;
     let mut feed = Feed {
         monitor: &mut monitor,
         sinks: &mut sinks,
+        hep_send: hep_send.as_mut(),
     };
     match ready {
         Ready::Files(paths) => {
             read_error = read_files(&paths, &mut feed, &mut packets, progress)?;
         }
         Ready::Hep {
-            socket,
+            listener,
             max_packets,
         } => {
-            hep_invalid = crate::hep::receive(socket, max_packets, &mut feed, &mut packets, stop)?;
+            let stats = listener.stats();
+            let result = crate::hep::receive(listener, max_packets, &mut feed, &mut packets, stop);
+            hep = Some(stats.snapshot());
+            hep_invalid = result?;
         }
         Ready::Live { capture, config } => {
             let stats = capture.stats.clone();
@@ -365,6 +385,7 @@ fn run(
             result?;
         }
     }
+    let hep_send = hep_send.map(crate::hep_send::HepForwarder::finish);
     let last = monitor.finish();
     let counters = last.counters;
     let sip_messages = last.sip.messages;
@@ -377,7 +398,10 @@ fn run(
         ..
     } = sinks;
     drop(status);
-    let cdr = cdr.map(CdrSink::close);
+    let (cdr, uplink) = match cdr.map(CdrSink::close) {
+        Some((stats, link)) => (Some(stats), link),
+        None => (None, None),
+    };
     Ok(Report {
         packets,
         elapsed: started.elapsed(),
@@ -386,9 +410,12 @@ fn run(
         sip_messages,
         read_error,
         hep_invalid,
+        hep,
+        hep_send,
         live,
         archive_summary: archive.as_ref().map(CaptureArchive::summary),
         cdr,
+        uplink,
     })
 }
 

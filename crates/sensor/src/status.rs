@@ -75,6 +75,10 @@ pub struct Sample {
     /// Clock ticks per second of `ThreadCpu::cpu_ticks`.
     pub ticks_per_s: u64,
     pub rss_bytes: Option<u64>,
+    /// HEP in (`--hep-listen`).
+    pub hep: Option<crate::hep::HepStatsSnapshot>,
+    /// HEP out (`--hep-send`).
+    pub hep_send: Option<crate::hep_send::HepSendSnapshot>,
 }
 
 /// A part of the capture that reports figures. `sample` is called from the status thread and
@@ -242,6 +246,16 @@ pub fn format_line(prev: &Sample, now: &Sample, secs: f64) -> String {
         }
         parts.push(s);
     }
+    if let Some(h) = &now.hep {
+        parts.push(crate::hep::status_part(prev.hep.as_ref(), h, secs));
+    }
+    if let Some(h) = &now.hep_send {
+        parts.push(crate::hep_send::status_part(
+            prev.hep_send.as_ref(),
+            h,
+            secs,
+        ));
+    }
     let cpu = thread_cpu_pct(prev, now, secs);
     if !cpu.is_empty() {
         let list: Vec<String> = cpu
@@ -395,6 +409,8 @@ mod tests {
             ],
             ticks_per_s: 100,
             rss_bytes: Some(40 << 20),
+            hep: None,
+            hep_send: None,
         };
         let now = Sample {
             calls: Some(CallFigures {
@@ -435,6 +451,8 @@ mod tests {
             ],
             ticks_per_s: 100,
             rss_bytes: Some((45 << 20) + (1 << 19)),
+            hep: None,
+            hep_send: None,
         };
         (prev, now)
     }

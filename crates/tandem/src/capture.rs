@@ -14,6 +14,8 @@ use sensor::{
     StatusConfig, StoreMode,
 };
 
+mod hep_args;
+
 /// Inputs at least this large get a progress bar (when stderr is a terminal).
 const PROGRESS_MIN_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -24,12 +26,13 @@ pub struct Args {
     /// Capture files (pcap or pcapng, optionally gzip-compressed), read in the order given.
     #[arg(long = "read", short = 'r', num_args = 1..)]
     pub read: Vec<PathBuf>,
-    /// Receive HEP v3 over UDP on this address (the HEP port is 9060; keep it on loopback or a
-    /// trusted network: HEP carries no authentication). Runs until SIGTERM or ctrl-c; finished
-    /// calls are printed and stored every second.
+    /// Receive HEP v3 over UDP and TCP on this address (the HEP port is 9060). HEP is not
+    /// encrypted: keep it on loopback or a trusted network, and give --hep-auth-key to refuse
+    /// senders without the key. Runs until SIGTERM or ctrl-c; finished calls are printed and
+    /// stored every second.
     #[arg(long, value_name = "ADDR")]
     pub hep_listen: Option<std::net::SocketAddr>,
-    /// With --hep-listen: stop after this many datagrams (for tests and trials).
+    /// With --hep-listen: stop after this many HEP packets (for tests and trials).
     #[arg(long, value_name = "N", requires = "hep_listen")]
     pub hep_max_packets: Option<u64>,
     /// One JSON object per line on stdout: each call (`"kind":"call"`), each RTP stream
@@ -64,6 +67,59 @@ pub struct Args {
     pub archive: ArchiveArgs,
     #[command(flatten)]
     pub live: LiveArgs,
+    #[command(flatten)]
+    pub hep: hep_args::HepArgs,
+    #[command(flatten)]
+    pub collector: CollectorArgs,
+}
+
+/// A sensor that delivers its CDRs to a collector (`tandem serve --collector-listen`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CollectorArgs {
+    /// Deliver the CDRs to this collector instead of a database here: over TLS (plain TCP
+    /// only to a loopback address), acknowledged after the collector's commit; while it cannot
+    /// be reached they wait in the journal (`cdr-collector.journal` beside --cdr-db) and are
+    /// delivered first, in order, once it is back. The collector also fetches this sensor's
+    /// pcaps (from --archive) over the same connection.
+    #[arg(long, value_name = "HOST:PORT", requires = "sensor_id", conflicts_with_all = ["cdr_postgres", "no_store"])]
+    pub collector: Option<String>,
+    /// This sensor's name (`tandem sensor add NAME` on the collector); the first part of every
+    /// CDR's uid and its `sensor` column. Default without a collector: `local`.
+    #[arg(long, value_name = "NAME")]
+    pub sensor_id: Option<String>,
+    /// A file whose first line is the token `tandem sensor add` printed.
+    #[arg(long, value_name = "FILE", requires = "collector")]
+    pub sensor_token_file: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) the collector's certificate must chain to; needed unless the
+    /// collector is on loopback.
+    #[arg(long, value_name = "FILE", requires = "collector")]
+    pub collector_ca: Option<PathBuf>,
+    /// The name the collector's certificate must carry (default: HOST of --collector).
+    #[arg(long, value_name = "NAME", requires = "collector_ca")]
+    pub collector_server_name: Option<String>,
+    /// A client certificate (PEM) for mutual TLS; its common name is the sensor's name, and no
+    /// token is needed.
+    #[arg(long, value_name = "FILE", requires_all = ["collector_ca", "sensor_key"])]
+    pub sensor_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, value_name = "FILE", requires = "sensor_cert")]
+    pub sensor_key: Option<PathBuf>,
+}
+
+impl CollectorArgs {
+    fn link(&self) -> Option<sensor::uplink::CollectorLink> {
+        let collector = self.collector.as_ref()?;
+        let mut link = sensor::uplink::CollectorLink::new(
+            collector,
+            self.sensor_id.as_deref().unwrap_or_default(),
+        );
+        link.token_file = self.sensor_token_file.clone();
+        link.ca_file = self.collector_ca.clone();
+        link.server_name = self.collector_server_name.clone();
+        link.client_cert = self.sensor_cert.clone();
+        link.client_key = self.sensor_key.clone();
+        Some(link)
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -203,6 +259,12 @@ impl Args {
             journal: self.cdr_writer.cdr_journal.clone(),
             journal_bytes_max: self.cdr_writer.cdr_journal_bytes_max,
             queue_records_max: self.cdr_writer.cdr_queue_records_max,
+            sensor_id: self
+                .collector
+                .sensor_id
+                .clone()
+                .unwrap_or_else(|| ::cdr::writer::DEFAULT_SENSOR.to_string()),
+            collector: self.collector.link(),
         });
         config.archive = self.archive.archive.as_ref().map(|dir| ArchiveSettings {
             dir: dir.clone(),
@@ -215,6 +277,7 @@ impl Args {
             interval_s: self.status.status_interval_s,
             metrics_listen: self.status.metrics_listen,
         };
+        self.hep.apply(&mut config);
         config
     }
 }
@@ -234,7 +297,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let handle = Sensor::start(config, Some(observer))?;
     if let Some(addr) = handle.hep_addr() {
-        eprintln!("listening for HEP v3 on udp://{addr}");
+        eprintln!("{}", hep_args::listening(addr));
     }
     if let Some(l) = handle.live() {
         eprintln!(
@@ -261,6 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some((interface, stats)) = &report.live {
         eprintln!("live capture on {interface}: {stats}");
     }
+    let forwarded = hep_args::report(&report, from_files);
     if let Some(table) = table {
         let text = table.lock().unwrap_or_else(|p| p.into_inner()).render();
         if !text.is_empty() {
@@ -268,7 +332,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let _ = writeln!(std::io::stdout(), "{text}");
         }
     }
-    print_summary(&report, args.json)?;
+    if !args.hep.forward_only() {
+        print_summary(&report, args.json)?;
+    }
     if let Some(a) = &report.archive_summary {
         eprintln!("{a}");
     }
@@ -279,6 +345,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         let _ = writeln!(std::io::stdout(), "{destination}");
     }
+    forwarded?;
     if let Some(e) = report.read_error {
         let calls = report.totals.calls;
         let context = match calls {
@@ -349,8 +416,38 @@ fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
 
 /// Where the CDRs went, for the last line of a capture.
 fn cdr_destination(args: &Args, r: &Report) -> String {
+    if args.hep.forward_only() {
+        return "CDRs: none (--hep-send forwards only; --hep-send-analyse analyses here too)"
+            .into();
+    }
     if args.no_store {
         return "CDRs not stored (--no-store)".to_string();
+    }
+    if let (Some(link), Some(s)) = (&r.uplink, &r.cdr) {
+        let acked = format!(
+            "CDRs: {} acknowledged by the collector {}",
+            plural(link.acknowledged_records, "record"),
+            link.collector
+        );
+        if s.journal_records == 0 {
+            return acked;
+        }
+        let journal = args
+            .cdr_writer
+            .cdr_journal
+            .clone()
+            .unwrap_or_else(|| sensor::collector_journal(&args.cdr_db));
+        let why = link.last_error.as_deref().unwrap_or("not acknowledged yet");
+        // Said on stderr too: the run ends with CDRs not delivered.
+        let line = format!(
+            "{acked}; {} waiting in the journal {} ({why}); the next `tandem capture` delivers them first",
+            plural(s.journal_records, "record"),
+            journal.display()
+        );
+        if !args.json {
+            eprintln!("{line}");
+        }
+        return line;
     }
     let target = match &args.cdr_postgres {
         Some(_) => "PostgreSQL (--cdr-postgres)".to_string(),

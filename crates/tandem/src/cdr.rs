@@ -22,6 +22,17 @@ pub struct Args {
     /// Read CDRs from PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
     #[arg(long, global = true, env = "TANDEM_CDR_POSTGRES")]
     pub cdr_postgres: Option<String>,
+    /// `pcap` of a call a remote sensor archived: the running collector's local socket
+    /// (`collector.sock` in `tandem serve`'s data directory), through which the pcap is fetched
+    /// from that sensor. Without a collector here, the archive files are read on this machine.
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        default_value = "tandem-data/collector.sock",
+        env = "TANDEM_COLLECTOR_SOCKET"
+    )]
+    pub collector_socket: PathBuf,
     #[command(subcommand)]
     pub command: CdrCommand,
 }
@@ -170,10 +181,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     args.cdr_db.display()
                 );
             };
+            let remote = !c.sensor.is_empty() && c.sensor != ::cdr::writer::DEFAULT_SENSOR;
+            if remote && args.collector_socket.exists() {
+                let pcap = collector::fetch_pcap_local(
+                    &args.collector_socket,
+                    &c.sensor,
+                    &collector::PcapCall::from(&c),
+                    std::time::Duration::from_secs(120),
+                )
+                .map_err(|e| anyhow::anyhow!("call {call_id:?} from sensor {}: {e}", c.sensor))?;
+                out.write_all(&pcap)?;
+                return Ok(());
+            }
             sensor::call_pcap::write_call_pcap(&c, &mut out).map_err(|e| match e {
                 sensor::call_pcap::CallPcapError::Write(e) => {
                     anyhow::Error::new(e).context("writing the pcap to stdout")
                 }
+                other if remote => anyhow::Error::new(other).context(format!(
+                    "call {call_id:?} was archived by sensor {:?}, and no collector answers here ({} is missing): run this on the collector's machine, or on that sensor's",
+                    c.sensor,
+                    args.collector_socket.display()
+                )),
                 other => other.into(),
             })?;
         }

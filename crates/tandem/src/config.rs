@@ -20,6 +20,8 @@ pub struct Config {
     pub dialparties: DialpartiesConfig,
     /// Present: the SIP registrar runs.
     pub registrar: Option<registrar::Settings>,
+    /// `listen` set: sensors deliver their CDRs here (`collector` crate).
+    pub collector: collector::Settings,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -154,8 +156,24 @@ struct CaptureCommand {
 pub struct CaptureConfig {
     /// Capture live on this interface (needs root or CAP_NET_RAW). Empty: no live capture.
     pub interface: String,
-    /// Receive HEP v3 over UDP on this address instead. Empty: off.
+    /// Receive HEP v3 over UDP and TCP on this address instead. Empty: off.
     pub hep_listen: String,
+    /// The UDP receive buffer asked for `hep_listen`, MiB.
+    pub hep_socket_buffer_mib: usize,
+    /// Only HEP packets carrying this authentication key are analysed, and `hep_send` sends it.
+    /// Empty: packets with or without a key are accepted.
+    pub hep_auth_key: String,
+    /// The key read from this file instead. Empty: none.
+    pub hep_auth_key_file: String,
+    /// Thin sensor: forward what `interface` captures as HEP to `[udp://|tcp://]HOST:PORT`.
+    /// Empty: off.
+    pub hep_send: String,
+    /// Capture agent id of the forwarded packets.
+    pub hep_capture_id: u32,
+    /// Also analyse here (calls, CDRs, archive) what is forwarded.
+    pub hep_send_analyse: bool,
+    /// Most packets forwarded per second (0: no cap).
+    pub hep_send_max_pps: u64,
     /// Kernel filter (pcap-filter subset). Empty: UDP, and TCP on the SIP ports.
     pub filter: String,
     pub promiscuous: bool,
@@ -179,6 +197,19 @@ pub struct CaptureConfig {
     pub status_interval_s: u64,
     /// The capture's Prometheus metrics on their own address. Empty: off.
     pub metrics_listen: String,
+    /// Deliver the CDRs to this collector (`HOST:PORT`) instead of a database here. Empty: off.
+    pub collector: String,
+    /// This sensor's name on the collector (`tandem sensor add NAME`). Empty: `local`.
+    pub sensor_id: String,
+    /// The file holding the token `tandem sensor add` printed.
+    pub sensor_token_file: String,
+    /// The collector's CA certificate (PEM); needed unless the collector is on loopback.
+    pub collector_ca: String,
+    /// The name the collector's certificate carries. Empty: the host of `collector`.
+    pub collector_server_name: String,
+    /// A client certificate and key (PEM) for mutual TLS, instead of a token.
+    pub sensor_cert: String,
+    pub sensor_key: String,
 }
 
 impl Default for CaptureConfig {
@@ -186,6 +217,13 @@ impl Default for CaptureConfig {
         CaptureConfig {
             interface: String::new(),
             hep_listen: String::new(),
+            hep_socket_buffer_mib: sensor::hep::HEP_SOCKET_BUFFER_BYTES >> 20,
+            hep_auth_key: String::new(),
+            hep_auth_key_file: String::new(),
+            hep_send: String::new(),
+            hep_capture_id: sensor::hep_send::HEP_SEND_CAPTURE_ID,
+            hep_send_analyse: false,
+            hep_send_max_pps: 0,
             filter: String::new(),
             promiscuous: false,
             ring_mib: 64,
@@ -198,6 +236,13 @@ impl Default for CaptureConfig {
             archive_call_max_mib: sensor::ARCHIVE_CALL_MAX_BYTES >> 20,
             status_interval_s: 10,
             metrics_listen: String::new(),
+            collector: String::new(),
+            sensor_id: String::new(),
+            sensor_token_file: String::new(),
+            collector_ca: String::new(),
+            collector_server_name: String::new(),
+            sensor_cert: String::new(),
+            sensor_key: String::new(),
         }
     }
 }
@@ -232,6 +277,15 @@ impl CaptureConfig {
         }
         if !self.hep_listen.is_empty() {
             opt("hep-listen", &self.hep_listen);
+            opt("hep-socket-buffer-mib", &self.hep_socket_buffer_mib);
+        }
+        if !self.hep_send.is_empty() {
+            opt("hep-send", &self.hep_send);
+            opt("hep-capture-id", &self.hep_capture_id);
+            opt("hep-send-max-pps", &self.hep_send_max_pps);
+        }
+        if !self.hep_auth_key_file.is_empty() {
+            opt("hep-auth-key-file", &self.hep_auth_key_file);
         }
         opt("cdr-db", &self.cdr_db.display());
         if !self.cdr_postgres.is_empty() {
@@ -246,8 +300,28 @@ impl CaptureConfig {
         if !self.metrics_listen.is_empty() {
             opt("metrics-listen", &self.metrics_listen);
         }
+        for (name, value) in [
+            ("collector", &self.collector),
+            ("sensor-id", &self.sensor_id),
+            ("sensor-token-file", &self.sensor_token_file),
+            ("collector-ca", &self.collector_ca),
+            ("collector-server-name", &self.collector_server_name),
+            ("sensor-cert", &self.sensor_cert),
+            ("sensor-key", &self.sensor_key),
+        ] {
+            if !value.is_empty() {
+                opt(name, value);
+            }
+        }
         if self.promiscuous && !self.interface.is_empty() {
             argv.push("--promiscuous".into());
+        }
+        if !self.hep_auth_key.is_empty() {
+            // One argument, so that a key that starts with `-` is not taken for an option.
+            argv.push(format!("--hep-auth-key={}", self.hep_auth_key));
+        }
+        if self.hep_send_analyse && !self.hep_send.is_empty() {
+            argv.push("--hep-send-analyse".into());
         }
         let args = <CaptureCommand as clap::Parser>::try_parse_from(&argv)
             .map_err(|e| anyhow::anyhow!("[capture]: {}", e.render().to_string().trim()))?
@@ -298,6 +372,7 @@ mod tests {
         assert_eq!(example.history, defaults.history);
         assert_eq!(example.web, defaults.web);
         assert_eq!(example.dialparties, defaults.dialparties);
+        assert_eq!(example.collector, defaults.collector);
         assert!(defaults.history.to_config().is_ok());
     }
 

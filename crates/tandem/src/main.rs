@@ -9,6 +9,7 @@ mod cdr;
 mod config;
 mod db;
 mod replay;
+mod sensor_cmd;
 mod serve;
 mod signals;
 mod sip;
@@ -75,6 +76,9 @@ enum Command {
     User(user::Args),
     /// The SIP registrar's digest users and its bindings.
     Sip(sip::Args),
+    /// The sensors a collector knows: add (prints a token once), list, del (works while
+    /// `serve` runs).
+    Sensor(sensor_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -86,7 +90,7 @@ fn main() -> ExitCode {
     // closed stdout ends the capture through its error path instead (quietly: see below).
     if matches!(
         cli.command,
-        Command::Db(_) | Command::Cdr(_) | Command::User(_) | Command::Sip(_)
+        Command::Db(_) | Command::Cdr(_) | Command::User(_) | Command::Sip(_) | Command::Sensor(_)
     ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
@@ -102,6 +106,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay::run(args),
         Command::User(args) => user::run(args),
         Command::Sip(args) => sip::run(args),
+        Command::Sensor(args) => sensor_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,6 +31,13 @@ pub struct ServeArgs {
     /// `[registrar]` section: every domain served, realm `tandem`, digest MD5 and SHA-256).
     #[arg(long, value_name = "ADDR")]
     pub sip_listen: Option<SocketAddr>,
+    /// Receive remote sensors' CDRs on ADDR (overrides collector.listen; TLS with
+    /// collector.tls_cert or [web]'s certificate, plain TCP from loopback only).
+    #[arg(long, value_name = "ADDR")]
+    pub collector_listen: Option<SocketAddr>,
+    /// The PostgreSQL the collector writes CDRs to (libpq-style, overrides collector.postgres).
+    #[arg(long, value_name = "CONNSTR", env = "TANDEM_COLLECTOR_POSTGRES")]
+    pub collector_postgres: Option<String>,
     /// Directory of the key-value store (overrides kv.data_dir).
     #[arg(long, value_name = "DIR", env = "TANDEM_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -55,6 +62,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(d) = args.data_dir {
         config.kv.data_dir = d;
+    }
+    if let Some(a) = args.collector_listen {
+        config.collector.listen = a.to_string();
+    }
+    if let Some(p) = args.collector_postgres {
+        config.collector.postgres = p;
     }
     // The CDR database lives in the data directory unless the configuration names one, so
     // that the console of a `serve --data-dir DIR` finds the calls a capture stored there.
@@ -129,6 +142,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Sensors' CDRs into PostgreSQL; bound before anything serves, so a bad setting stops here.
+    let collector = if config.collector.enabled() {
+        let web_tls = config.web.tls_cert.clone().zip(config.web.tls_key.clone());
+        Some(
+            collector::Collector::bind(
+                &config.collector,
+                web_tls,
+                &config.kv.data_dir,
+                &mut registry,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let collector_handle = collector.as_ref().map(collector::Collector::handle);
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
@@ -204,6 +233,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Some(calls_config(
                 &config,
                 capture.as_ref().map(|c| c.live_calls()),
+                collector_handle.clone(),
             )),
         )
         .await?;
@@ -220,6 +250,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             stopped(stop_rx.clone()),
         ))
     });
+    let collector_task = collector.map(|c| tokio::spawn(c.serve(stopped(stop_rx.clone()))));
     let http_task = tokio::spawn(metrics_http::serve(
         http,
         registry,
@@ -243,6 +274,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     if let Some(web) = web_task {
         web.await??;
+    }
+    if let Some(c) = collector_task {
+        c.await?;
     }
     if let Some(recorder) = recorder {
         tokio::task::spawn_blocking(move || recorder.stop()).await?;
@@ -268,12 +302,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 fn calls_config(
     config: &Config,
     live: Option<Arc<sensor::LiveCalls>>,
+    collector: Option<collector::CollectorHandle>,
 ) -> console::calls::CallsConfig {
     let capture = &config.capture;
-    let source = if capture.cdr_postgres.is_empty() {
-        console::calls::CdrSource::Sqlite(capture.cdr_db.clone())
-    } else {
+    // A collector's console shows the calls its sensors delivered.
+    let source = if !capture.cdr_postgres.is_empty() {
         console::calls::CdrSource::Postgres(capture.cdr_postgres.clone())
+    } else if collector.is_some() {
+        console::calls::CdrSource::Postgres(config.collector.postgres.clone())
+    } else {
+        console::calls::CdrSource::Sqlite(capture.cdr_db.clone())
     };
     let mut cfg = console::calls::CallsConfig::new(source);
     cfg.readers_max = config.web.cdr_readers_max.max(1);
@@ -283,6 +321,25 @@ fn calls_config(
             serde_json::to_value(board.snapshot()).unwrap_or(serde_json::Value::Null)
         });
         feed
+    });
+    // A call archived by a remote sensor is fetched over that sensor's session.
+    cfg.remote_pcap = collector.map(|handle| {
+        let fetch: console::calls::RemotePcap = Arc::new(move |call: ::cdr::CdrCall| {
+            let handle = handle.clone();
+            Box::pin(async move {
+                if !handle.knows(&call.sensor).await {
+                    return None;
+                }
+                let what = collector::PcapCall::from(&call);
+                Some(
+                    handle
+                        .fetch_pcap(&call.sensor, what)
+                        .await
+                        .map_err(|e| e.to_string()),
+                )
+            })
+        });
+        fetch
     });
     cfg
 }

@@ -1,7 +1,9 @@
 //! HEP v3 from a real SIP proxy: Kamailio (Debian's `kamailio` package) relays calls that SIPp
 //! (Debian's `sip-tester` package) places and answers, and mirrors every SIP message it receives or
-//! sends to `tandem capture --hep-listen` with its `siptrace` module. Tandem must see every call,
-//! answered and hung up by the caller. Skips with a message when either program is missing.
+//! sends to `tandem capture --hep-listen` with its `siptrace` module: over UDP, and over TCP
+//! with an authentication key (`duplicate_uri` with `;transport=tcp` and `auth_key`, which
+//! Kamailio 5.6's siptrace supports, checked by Tandem). Tandem must see every call, answered
+//! and hung up by the caller. Skips with a message when either program is missing.
 
 mod common;
 
@@ -63,16 +65,32 @@ fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
+/// How Kamailio sends HEP: over UDP without a key, or over TCP with one.
+#[derive(Clone, Copy)]
+enum Hep {
+    Udp,
+    TcpWithKey(&'static str),
+}
+
 /// Kamailio as a stateful proxy that relays every request to SIPp's answering side and mirrors
-/// all SIP traffic, both legs, as HEP v3 (`trace_mode` 1: no `sip_trace()` call needed).
-fn kamailio_config(modules: &str, sip_port: u16, uas_port: u16, hep_port: u16) -> String {
+/// all SIP traffic, both legs, as HEP v3 (`trace_mode` 1: no `sip_trace()` call needed). Over
+/// TCP Kamailio needs a TCP socket of its own to send from.
+fn kamailio_config(modules: &str, sip_port: u16, uas_port: u16, hep_port: u16, hep: Hep) -> String {
+    let (tcp_listen, transport, key) = match hep {
+        Hep::Udp => (String::new(), "", String::new()),
+        Hep::TcpWithKey(k) => (
+            format!("listen=tcp:127.0.0.1:{sip_port}\n"),
+            ";transport=tcp",
+            format!("modparam(\"siptrace\", \"auth_key\", \"{k}\")\n"),
+        ),
+    };
     format!(
         "#!KAMAILIO\n\
          debug=2\nlog_stderror=yes\nchildren=2\nauto_aliases=no\n\
-         listen=udp:127.0.0.1:{sip_port}\n\
+         listen=udp:127.0.0.1:{sip_port}\n{tcp_listen}\
          mpath=\"{modules}/\"\n\
          loadmodule \"tm.so\"\nloadmodule \"sl.so\"\nloadmodule \"siptrace.so\"\n\
-         modparam(\"siptrace\", \"duplicate_uri\", \"sip:127.0.0.1:{hep_port}\")\n\
+         modparam(\"siptrace\", \"duplicate_uri\", \"sip:127.0.0.1:{hep_port}{transport}\")\n{key}\
          modparam(\"siptrace\", \"hep_mode_on\", 1)\n\
          modparam(\"siptrace\", \"hep_version\", 3)\n\
          modparam(\"siptrace\", \"hep_capture_id\", 4242)\n\
@@ -85,6 +103,15 @@ fn kamailio_config(modules: &str, sip_port: u16, uas_port: u16, hep_port: u16) -
 
 #[test]
 fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
+    calls_through_kamailio(Hep::Udp);
+}
+
+#[test]
+fn calls_through_kamailio_arrive_as_hep_over_tcp_with_its_key() {
+    calls_through_kamailio(Hep::TcpWithKey("kamailio-hep-key"));
+}
+
+fn calls_through_kamailio(hep: Hep) {
     let Some(modules) = [
         "/usr/lib/x86_64-linux-gnu/kamailio/modules",
         "/usr/lib/kamailio/modules",
@@ -107,9 +134,14 @@ fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
     );
 
     // Tandem first, so no HEP packet is sent before it listens.
+    let key_args = match hep {
+        Hep::Udp => vec![],
+        Hep::TcpWithKey(k) => vec!["--hep-auth-key", k],
+    };
     let mut tandem = Command::new(env!("CARGO_BIN_EXE_tandem"))
         .args(["capture", "--json", "--no-store", "--hep-listen"])
         .arg(format!("127.0.0.1:{hep_port}"))
+        .args(&key_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -124,7 +156,7 @@ fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
     let cfg_path = tmp.path().join("kamailio.cfg");
     std::fs::write(
         &cfg_path,
-        kamailio_config(modules, sip_port, uas_port, hep_port),
+        kamailio_config(modules, sip_port, uas_port, hep_port, hep),
     )
     .unwrap();
     let Ok(kamailio) = Command::new("kamailio")
@@ -254,5 +286,29 @@ fn calls_through_kamailio_arrive_as_hep_and_become_calls() {
     assert!(
         !rest.contains("were not HEP v3"),
         "Kamailio sent datagrams Tandem could not read: {rest}"
+    );
+    // Every packet came the way it was sent, and none was refused.
+    let summary = rest
+        .lines()
+        .find(|l| l.starts_with("HEP: "))
+        .unwrap_or_else(|| panic!("no HEP summary: {rest}"));
+    let (udp, tcp) = summary
+        .split_once(" packets analysed (")
+        .and_then(|(_, r)| r.split_once(')'))
+        .map(|(r, _)| {
+            let n: Vec<u64> = r
+                .split(", ")
+                .map(|p| p.split(' ').next().unwrap().parse().unwrap())
+                .collect();
+            (n[0], n[1])
+        })
+        .unwrap();
+    match hep {
+        Hep::Udp => assert!(udp >= 7 * u64::from(CALLS) && tcp == 0, "{summary}"),
+        Hep::TcpWithKey(_) => assert!(tcp >= 7 * u64::from(CALLS) && udp == 0, "{summary}"),
+    }
+    assert!(
+        summary.contains("refused: 0 for their authentication key, 0 not HEP v3"),
+        "{summary}"
     );
 }

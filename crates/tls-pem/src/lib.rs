@@ -1,6 +1,7 @@
-//! The TLS server setup every Tandem listener uses (the web console, SIP over TLS): rustls with
-//! the ring provider, its safe default protocol versions (TLS 1.2 and 1.3), no client
-//! certificates, and one certificate chain with its key read from PEM files.
+//! The TLS server setup every Tandem listener uses (the web console, SIP over TLS, the
+//! collector): rustls with the ring provider, its safe default protocol versions (TLS 1.2 and
+//! 1.3), one certificate chain with its key read from PEM files, and no client certificates
+//! unless a client CA is given ([`server_config_with_clients`], the collector's mutual TLS).
 //!
 //! Never: reads a key from anywhere but the named file, or accepts a key that does not match the
 //! certificate (the error names the file and says so).
@@ -13,6 +14,18 @@ use std::sync::Arc;
 /// A server configuration from `cert` (the chain, leaf first) and `key`. The error names the
 /// file at fault and what is wrong with it.
 pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, String> {
+    server_config_with_clients(cert, key, None)
+}
+
+/// [`server_config`], and with `client_ca` the clients may present a certificate, which is
+/// then checked against the CA certificates in that file (a client without one is still
+/// served: the caller decides what an unauthenticated client may do; the collector asks it for
+/// a token instead).
+pub fn server_config_with_clients(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, String> {
     let at = |p: &Path, e: String| format!("{}: {e}", p.display());
     let certs = CertificateDer::pem_file_iter(cert)
         .map_err(|e| at(cert, e.to_string()))?
@@ -23,17 +36,36 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, St
     }
     let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| at(key, e.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(certs, key_der)
-        .map_err(|e| {
-            at(
-                key,
-                format!("does not match the certificate or is unusable: {e}"),
-            )
-        })
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_file_iter(ca).map_err(|e| at(ca, e.to_string()))? {
+                let c = c.map_err(|e| at(ca, e.to_string()))?;
+                roots
+                    .add(c)
+                    .map_err(|e| at(ca, format!("not a usable CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(at(ca, "no certificate in the file".into()));
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| at(ca, e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder.with_single_cert(certs, key_der).map_err(|e| {
+        at(
+            key,
+            format!("does not match the certificate or is unusable: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]

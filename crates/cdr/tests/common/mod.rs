@@ -37,3 +37,33 @@ impl PgServer {
         self.0.stop_fast().expect("pg_ctl stop -m fast");
     }
 }
+
+/// Both PostgreSQL layouts: the suites that run on PostgreSQL run on each.
+pub const LAYOUTS: [cdr::PgLayout; 2] = [cdr::PgLayout::Plain, cdr::PgLayout::Partitioned];
+
+/// The options that create a database in `layout`.
+pub fn options(layout: cdr::PgLayout) -> cdr::PgOptions {
+    cdr::PgOptions {
+        layout,
+        ..cdr::PgOptions::default()
+    }
+}
+
+impl PgServer {
+    /// A new, empty database on the server named `name`; its connection string.
+    pub fn database(&self, name: &str) -> String {
+        let mut admin = postgres::Client::connect(&self.conninfo(), postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        self.conninfo()
+            .replace("dbname=postgres", &format!("dbname={name}"))
+    }
+
+    /// A new database for `layout` (named after it and `test`), with its tables created.
+    pub fn layout_database(&self, test: &str, layout: cdr::PgLayout) -> String {
+        let conninfo = self.database(&format!("{test}_{layout:?}").to_lowercase());
+        drop(cdr::PgStore::connect_with(&conninfo, &options(layout)).unwrap());
+        conninfo
+    }
+}

@@ -13,14 +13,35 @@ use prometheus_client::registry::Registry;
 use super::{Sample, StatusBoard};
 use crate::SensorError;
 
-fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+pub(crate) fn counter(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> std::fmt::Result {
     let c = ConstCounter::new(v);
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+pub(crate) fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
     let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+/// One counter per value of `label` (`name_total{label="value"}`).
+pub(crate) fn counter_family(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[(&str, u64)],
+) -> std::fmt::Result {
+    let mut family =
+        e.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+    for &(value, v) in values {
+        ConstCounter::new(v).encode(family.encode_family(&[(label, value)])?)?;
+    }
+    Ok(())
 }
 
 fn ratio(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
@@ -147,6 +168,12 @@ fn encode_sample(s: &Sample, e: &mut DescriptorEncoder) -> std::fmt::Result {
             "Packets dropped because the archive queue was full",
             a.dropped,
         )?;
+    }
+    if let Some(h) = &s.hep {
+        crate::hep::encode_metrics(h, e)?;
+    }
+    if let Some(h) = &s.hep_send {
+        crate::hep_send::encode_metrics(h, e)?;
     }
     if !s.threads.is_empty() {
         let c = ConstCounter::new(0.0f64);

@@ -1,0 +1,573 @@
+//! HEP ingest: how many HEP packets per second one core of Tandem's `--hep-listen` turns into
+//! calls and CDRs, over UDP and over TCP on loopback, with the machine's own bound measured
+//! beside it in the same run. For `tandem bench collector` (not wired to a command yet).
+//!
+//! A synthetic capture of concurrent G.711 calls (`monitor::synth`) is encoded as HEP v3 once,
+//! in memory, as a thin sensor's `--hep-send` encodes it; then, in this process:
+//!
+//! - **Tandem**: a [`sensor::Sensor`] with `Source::Hep` on 127.0.0.1 and CDRs into SQLite,
+//!   fed by a sender thread as fast as it goes (`sendmmsg` in batches of 64 for UDP, 256 KiB
+//!   writes for TCP). The figure is packets analysed per CPU second of the sensor's own
+//!   threads (`hep-udp`, `hep-tcp`, `sensor`, `cdr-writer`, read from /proc): packets/s per
+//!   core.
+//!   Loss is counted where it happens: the socket's drops (`SO_MEMINFO`), the buffer before the
+//!   analysis, and the kernel's `Udp: RcvbufErrors` (/proc/net/snmp).
+//! - **The bound**: the same sender to a bare receiver that reads (`recvmmsg` / `read`) and
+//!   discards: what this machine's loopback and sender carry at all, and the receiving CPU a
+//!   socket costs before any HEP is decoded.
+//!
+//! Never: reports a figure it did not measure in that run.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use monitor::decode::peek_udp;
+use monitor::pcap::CaptureReader;
+use monitor::synth::{SynthConfig, generate};
+use serde::Serialize;
+
+/// UDP or TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Concurrent G.711 calls (two RTP streams each, 50 packets/s per stream).
+    pub calls: usize,
+    /// Media seconds per call.
+    pub duration_s: u64,
+    /// Store CDRs in SQLite here (a temporary directory when `None`).
+    pub cdr_dir: Option<std::path::PathBuf>,
+    /// Datagrams per second the UDP sender aims at (0: as fast as it goes).
+    pub udp_rate_pps: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            calls: 1_000,
+            duration_s: 10,
+            cdr_dir: None,
+            udp_rate_pps: 0,
+        }
+    }
+}
+
+/// The HEP packets of a synthetic capture, encoded back to back.
+pub struct HepLoad {
+    pub bytes: Vec<u8>,
+    /// (offset, length) of each packet in `bytes`.
+    pub packets: Vec<(usize, usize)>,
+    pub calls: usize,
+}
+
+impl HepLoad {
+    /// Synthesises `calls` concurrent calls of `duration_s` into `dir` and encodes every UDP
+    /// datagram as HEP v3 (capture id 2001, no key), stamped with its capture time.
+    pub fn synthesise(calls: usize, duration_s: u64, dir: &Path) -> anyhow::Result<HepLoad> {
+        let pcap = dir.join("hep-load.pcap");
+        let cfg = SynthConfig {
+            calls,
+            call_interval_us: 1_000,
+            call_duration_ms: duration_s * 1_000,
+            failures: false,
+            ..SynthConfig::default()
+        };
+        let file = std::fs::File::create(&pcap).with_context(|| pcap.display().to_string())?;
+        generate(&cfg, std::io::BufWriter::new(file))?;
+        let mut reader = CaptureReader::open(&pcap).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut load = HepLoad {
+            bytes: Vec::new(),
+            packets: Vec::new(),
+            calls,
+        };
+        while let Some(p) = reader.next_packet().map_err(|e| anyhow::anyhow!("{e}"))? {
+            let Some((src, dst, payload)) = peek_udp(p.link_type, p.data) else {
+                continue;
+            };
+            let us = p.ts_ns / 1_000;
+            let at = load.bytes.len();
+            hep::HepPacket {
+                ip_protocol: 17,
+                src_ip: src.ip(),
+                dst_ip: dst.ip(),
+                src_port: src.port(),
+                dst_port: dst.port(),
+                ts_sec: (us / 1_000_000) as u32,
+                ts_usec: (us % 1_000_000) as u32,
+                protocol_type: if sip::looks_like_sip(payload) {
+                    hep::ProtocolType::SIP
+                } else {
+                    hep::ProtocolType::RTP
+                },
+                capture_id: 2001,
+                keep_alive_timer: None,
+                auth_key: None,
+                payload: hep::Payload::Raw(payload),
+                correlation_id: None,
+            }
+            .encode(&mut load.bytes)?;
+            load.packets.push((at, load.bytes.len() - at));
+        }
+        let _ = std::fs::remove_file(&pcap);
+        Ok(load)
+    }
+}
+
+/// What the sender did.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Sent {
+    pub packets: u64,
+    pub bytes: u64,
+    pub wall_s: f64,
+    /// CPU seconds of the sending thread (its system time is most of loopback's work).
+    pub cpu_s: f64,
+    pub packets_per_s: f64,
+}
+
+/// One measured run of Tandem's HEP ingest.
+#[derive(Debug, Clone, Serialize)]
+pub struct IngestRun {
+    pub transport: Transport,
+    pub sent: Sent,
+    /// HEP packets the listener analysed.
+    pub packets_analysed: u64,
+    /// Seconds from the first packet sent to the last analysed.
+    pub wall_s: f64,
+    /// CPU seconds of the sensor's threads, by thread.
+    pub cpu_s_by_thread: Vec<(String, f64)>,
+    pub cpu_s: f64,
+    /// Packets analysed per CPU second of the sensor's threads.
+    pub packets_per_s_per_core: f64,
+    pub packets_per_s: f64,
+    /// Lost: the socket's drops, the buffer's overruns, and the kernel's UDP receive-buffer
+    /// errors over the run (system-wide, /proc/net/snmp).
+    pub socket_drops: u64,
+    pub buffer_overruns: u64,
+    pub snmp_rcvbuf_errors: u64,
+    pub loss_pct: f64,
+    pub calls: u64,
+    pub cdrs_written: u64,
+    /// The UDP socket's receive buffer as the kernel reports it.
+    pub socket_buffer_bytes: u64,
+}
+
+/// The receivers the bound is measured with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FloorKind {
+    /// UDP: the kernel's default receive buffer and one `recv` per datagram, as a plain
+    /// collector reads (heplify-server's loop is of this kind).
+    PlainSocket,
+    /// UDP: the receive buffer Tandem asks for and `recvmmsg` in batches of 64; TCP: reads of
+    /// 1 MiB cut into packets by `hep::Deframer`. Nothing is decoded: the cost of the socket.
+    Bare,
+}
+
+/// The machine's bound: the same sender to a receiver that only reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct FloorRun {
+    pub transport: Transport,
+    pub kind: FloorKind,
+    pub sent: Sent,
+    pub received: u64,
+    pub receiver_cpu_s: f64,
+    pub received_per_s: f64,
+    /// Packets received per CPU second of the bare receiver.
+    pub received_per_s_per_core: f64,
+    pub snmp_rcvbuf_errors: u64,
+}
+
+fn thread_cpu_s() -> f64 {
+    // SAFETY: clock_gettime with a valid clock id and a live timespec.
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// `Udp: RcvbufErrors` of /proc/net/snmp (system-wide), when readable.
+pub fn snmp_udp_rcvbuf_errors() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let names = udp.next()?;
+    let values = udp.next()?;
+    let at = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// Sends every packet of `load` to `to` over `transport`, as fast as it goes (UDP: at most
+/// `rate_pps` when not 0); stops early when `stop` is set.
+pub fn send(
+    load: &HepLoad,
+    to: SocketAddr,
+    transport: Transport,
+    rate_pps: u64,
+    stop: &AtomicBool,
+) -> anyhow::Result<Sent> {
+    let cpu0 = thread_cpu_s();
+    let started = Instant::now();
+    let mut sent = Sent::default();
+    match transport {
+        Transport::Udp => {
+            let socket = UdpSocket::bind("127.0.0.1:0")?;
+            socket.connect(to)?;
+            const BATCH: usize = 64;
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(BATCH);
+            let mut headers: Vec<libc::mmsghdr> = Vec::with_capacity(BATCH);
+            let mut next = 0;
+            while next < load.packets.len() && !stop.load(Ordering::Relaxed) {
+                if rate_pps > 0 {
+                    let due = Duration::from_secs_f64(next as f64 / rate_pps as f64);
+                    if let Some(wait) = due.checked_sub(started.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+                let end = (next + BATCH).min(load.packets.len());
+                iov.clear();
+                headers.clear();
+                for &(at, len) in &load.packets[next..end] {
+                    iov.push(libc::iovec {
+                        iov_base: load.bytes[at..].as_ptr() as *mut libc::c_void,
+                        iov_len: len,
+                    });
+                }
+                for v in &mut iov {
+                    // SAFETY: mmsghdr is plain data; all zeroes is valid, filled in here.
+                    let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    h.msg_hdr.msg_iov = v;
+                    h.msg_hdr.msg_iovlen = 1;
+                    headers.push(h);
+                }
+                // SAFETY: the headers point at iovecs into `load.bytes`, alive for the call;
+                // the socket is connected, so no address is needed.
+                let n = unsafe {
+                    libc::sendmmsg(
+                        socket.as_raw_fd(),
+                        headers.as_mut_ptr(),
+                        headers.len() as libc::c_uint,
+                        0,
+                    )
+                };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOBUFS | libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR)
+                    ) {
+                        continue;
+                    }
+                    return Err(e).context("sending HEP over UDP");
+                }
+                for &(_, len) in &load.packets[next..next + n as usize] {
+                    sent.bytes += len as u64;
+                }
+                sent.packets += n as u64;
+                next += n as usize;
+            }
+        }
+        Transport::Tcp => {
+            let mut stream = TcpStream::connect(to)?;
+            stream.set_nodelay(true)?;
+            const WRITE: usize = 256 * 1024;
+            let mut at = 0;
+            while at < load.bytes.len() && !stop.load(Ordering::Relaxed) {
+                let end = (at + WRITE).min(load.bytes.len());
+                stream.write_all(&load.bytes[at..end])?;
+                at = end;
+            }
+            sent.bytes = at as u64;
+            sent.packets = if at == load.bytes.len() {
+                load.packets.len() as u64
+            } else {
+                load.packets.partition_point(|&(o, l)| o + l <= at) as u64
+            };
+            stream.shutdown(std::net::Shutdown::Write)?;
+        }
+    }
+    sent.wall_s = started.elapsed().as_secs_f64();
+    sent.cpu_s = thread_cpu_s() - cpu0;
+    sent.packets_per_s = sent.packets as f64 / sent.wall_s.max(1e-9);
+    Ok(sent)
+}
+
+/// CPU seconds of this process's threads whose names are in `names`, by name, to the
+/// nanosecond (`/proc/self/task/*/schedstat`: runs of a second would be coarse in clock ticks).
+fn cpu_by_thread(names: &[&str]) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = names.iter().map(|n| (n.to_string(), 0.0)).collect();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let Ok(comm) = std::fs::read_to_string(path.join("comm")) else {
+            continue;
+        };
+        let Some(e) = out.iter_mut().find(|(n, _)| n == comm.trim_end()) else {
+            continue;
+        };
+        let ns = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        e.1 += ns.unwrap_or(0) as f64 * 1e-9;
+    }
+    out
+}
+
+/// Tandem's HEP listener fed `load` over `transport`: one run.
+pub fn ingest(
+    load: &HepLoad,
+    transport: Transport,
+    opts: &LoadOptions,
+) -> anyhow::Result<IngestRun> {
+    let tmp = tempfile::tempdir()?;
+    let dir = opts
+        .cdr_dir
+        .clone()
+        .unwrap_or_else(|| tmp.path().to_owned());
+    let mut config = sensor::SensorConfig::new(sensor::Source::Hep {
+        listen: "127.0.0.1:0".parse()?,
+        max_packets: None,
+    });
+    config.cdr = Some(sensor::CdrConfig::sqlite(dir.join("hep-load.sqlite3")));
+    config.status.interval_s = 0;
+    config.monitor.max_calls = config.monitor.max_calls.max(2 * load.calls);
+    let snmp0 = snmp_udp_rcvbuf_errors();
+    let handle = sensor::Sensor::start(config, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let to = handle.hep_addr().context("the sensor's HEP address")?;
+    const THREADS: [&str; 4] = ["hep-udp", "hep-tcp", "sensor", "cdr-writer"];
+    let cpu0 = cpu_by_thread(&THREADS);
+    let started = Instant::now();
+    let stop = AtomicBool::new(false);
+    let sent = send(load, to, transport, opts.udp_rate_pps, &stop)?;
+    // Done when everything sent is analysed, or nothing more came for a second (the rest was
+    // lost, and is counted).
+    let mut last = (0u64, Instant::now());
+    loop {
+        let s = handle.status();
+        let analysed = s.hep.map_or(0, |h| h.packets());
+        if analysed >= sent.packets {
+            break;
+        }
+        if analysed != last.0 {
+            last = (analysed, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wall_s = started.elapsed().as_secs_f64();
+    let cpu1 = cpu_by_thread(&THREADS);
+    let status = handle.status();
+    handle.stop();
+    let report = handle.join().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let hep = report.hep.context("the HEP listener's counters")?;
+    let snmp = match (snmp0, snmp_udp_rcvbuf_errors()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
+    let cpu_s_by_thread: Vec<(String, f64)> = cpu1
+        .iter()
+        .zip(&cpu0)
+        .map(|((n, b), (_, a))| (n.clone(), b - a))
+        .collect();
+    let cpu_s: f64 = cpu_s_by_thread.iter().map(|(_, c)| c).sum();
+    let analysed = status.hep.map_or(0, |h| h.packets());
+    Ok(IngestRun {
+        transport,
+        sent,
+        packets_analysed: analysed,
+        wall_s,
+        cpu_s_by_thread,
+        cpu_s,
+        packets_per_s_per_core: analysed as f64 / cpu_s.max(1e-9),
+        packets_per_s: analysed as f64 / wall_s.max(1e-9),
+        socket_drops: hep.socket_drops,
+        buffer_overruns: hep.buffer_overruns,
+        snmp_rcvbuf_errors: snmp,
+        loss_pct: 100.0 * (sent.packets.saturating_sub(analysed)) as f64
+            / sent.packets.max(1) as f64,
+        calls: report.totals.calls,
+        cdrs_written: report.cdr.map_or(0, |c| c.written_records),
+        socket_buffer_bytes: hep.socket_buffer_bytes,
+    })
+}
+
+/// The same sender to a receiver that reads and discards: the machine's bound.
+pub fn floor(
+    load: &HepLoad,
+    transport: Transport,
+    kind: FloorKind,
+    opts: &LoadOptions,
+) -> anyhow::Result<FloorRun> {
+    let received = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let snmp0 = snmp_udp_rcvbuf_errors();
+    let (to, receiver) = match transport {
+        Transport::Udp => {
+            let socket = UdpSocket::bind("127.0.0.1:0")?;
+            let to = socket.local_addr()?;
+            socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+            if kind == FloorKind::Bare {
+                force_receive_buffer(&socket, sensor::hep::HEP_SOCKET_BUFFER_BYTES);
+            }
+            let (received, done) = (received.clone(), done.clone());
+            let t = std::thread::spawn(move || {
+                let cpu0 = thread_cpu_s();
+                match kind {
+                    FloorKind::PlainSocket => {
+                        let mut buf = vec![0u8; 65_536];
+                        while !done.load(Ordering::Relaxed) {
+                            if socket.recv(&mut buf).is_ok() {
+                                received.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    FloorKind::Bare => {
+                        let mut bufs = MultiRecv::new();
+                        while !done.load(Ordering::Relaxed) {
+                            let n = bufs.recv(&socket);
+                            received.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+                thread_cpu_s() - cpu0
+            });
+            (to, t)
+        }
+        Transport::Tcp => {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            let to = listener.local_addr()?;
+            let received = received.clone();
+            let t = std::thread::spawn(move || {
+                let cpu0 = thread_cpu_s();
+                let Ok((mut s, _)) = listener.accept() else {
+                    return 0.0;
+                };
+                let mut frames = hep::Deframer::new(1 << 20);
+                loop {
+                    match s.read(frames.spare()) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            frames.filled(n);
+                            // Framing only: cut packets, decode nothing.
+                            while let Ok(Some(_)) = frames.next_frame() {
+                                received.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                thread_cpu_s() - cpu0
+            });
+            (to, t)
+        }
+    };
+    let stop = AtomicBool::new(false);
+    let sent = send(load, to, transport, opts.udp_rate_pps, &stop)?;
+    let mut last = (0u64, Instant::now());
+    while received.load(Ordering::Relaxed) < sent.packets {
+        let r = received.load(Ordering::Relaxed);
+        if r != last.0 {
+            last = (r, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done.store(true, Ordering::Relaxed);
+    let receiver_cpu_s = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("receiver panicked"))?;
+    let got = received.load(Ordering::Relaxed);
+    let snmp = match (snmp0, snmp_udp_rcvbuf_errors()) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
+    Ok(FloorRun {
+        transport,
+        kind,
+        sent,
+        received: got,
+        receiver_cpu_s,
+        received_per_s: got as f64 / sent.wall_s.max(1e-9),
+        received_per_s_per_core: got as f64 / receiver_cpu_s.max(1e-9),
+        snmp_rcvbuf_errors: snmp,
+    })
+}
+
+/// Asks for `bytes` of receive buffer past `net.core.rmem_max` (root), as Tandem does.
+fn force_receive_buffer(socket: &UdpSocket, bytes: usize) {
+    let v = bytes as libc::c_int;
+    // SAFETY: `v` outlives the call and the length is its size.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// `recvmmsg` of up to 64 datagrams, waiting for the first (the socket's read timeout).
+struct MultiRecv {
+    data: Vec<u8>,
+    iov: Vec<libc::iovec>,
+    headers: Vec<libc::mmsghdr>,
+}
+
+impl MultiRecv {
+    const N: usize = 64;
+    const SLOT: usize = 2048;
+
+    fn new() -> MultiRecv {
+        let mut m = MultiRecv {
+            data: vec![0; Self::N * Self::SLOT],
+            iov: Vec::with_capacity(Self::N),
+            headers: Vec::with_capacity(Self::N),
+        };
+        for i in 0..Self::N {
+            m.iov.push(libc::iovec {
+                iov_base: m.data[i * Self::SLOT..].as_mut_ptr().cast(),
+                iov_len: Self::SLOT,
+            });
+        }
+        for i in 0..Self::N {
+            // SAFETY: mmsghdr is plain data; all zeroes is valid, filled in here.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = &mut m.iov[i];
+            h.msg_hdr.msg_iovlen = 1;
+            m.headers.push(h);
+        }
+        m
+    }
+
+    fn recv(&mut self, socket: &UdpSocket) -> usize {
+        // SAFETY: the headers point at iovecs into `data`, owned by `self` and alive for the
+        // call.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                self.headers.as_mut_ptr(),
+                Self::N as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        n.max(0) as usize
+    }
+}
