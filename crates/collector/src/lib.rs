@@ -111,6 +111,13 @@ pub struct Settings {
     pub reconnect_max_ms: u64,
     /// A sensor's clock further off than this is warned about in the log.
     pub clock_skew_warn_ms: u64,
+    /// Whole UTC days of CDRs kept before today (default 90). The tables are partitioned by
+    /// day and older days are dropped whole, never deleted row by row, when the writers
+    /// connect and at their first transaction of each day. 0 keeps every day.
+    pub retention_days: u32,
+    /// Day partitions created ahead of today (default 3), so that midnight never waits for
+    /// one.
+    pub partition_days_ahead: u32,
 }
 
 impl Default for Settings {
@@ -138,6 +145,8 @@ impl Default for Settings {
             reconnect_min_ms: 250,
             reconnect_max_ms: 10_000,
             clock_skew_warn_ms: 2_000,
+            retention_days: 90,
+            partition_days_ahead: cdr::PARTITION_DAYS_AHEAD,
         }
     }
 }
@@ -146,6 +155,16 @@ impl Settings {
     /// Whether `serve` runs a collector.
     pub fn enabled(&self) -> bool {
         !self.listen.is_empty()
+    }
+
+    /// How the writers connect: the day-partitioned layout (a database created by the plain
+    /// layout and holding rows is refused with the step that moves it), with the retention.
+    pub(crate) fn pg_options(&self) -> cdr::PgOptions {
+        cdr::PgOptions {
+            layout: cdr::PgLayout::Partitioned,
+            days_ahead: self.partition_days_ahead,
+            retention_days: (self.retention_days > 0).then_some(self.retention_days),
+        }
     }
 
     fn limits(&self) -> uplink::Limits {

@@ -39,9 +39,17 @@ pub(crate) struct SessionEntry {
     acked: watch::Sender<u64>,
     end: watch::Sender<Option<String>>,
     nack: Mutex<Option<uplink::Nack>>,
-    /// The last record of each batch received and not yet acknowledged, with when it came.
-    inflight: Mutex<VecDeque<(u64, Instant)>>,
+    /// Each batch received and not yet acknowledged, in the order it came.
+    inflight: Mutex<VecDeque<Inflight>>,
     pending: Mutex<HashMap<u64, mpsc::Sender<PcapBody>>>,
+}
+
+/// A batch of a session on its way to the database.
+struct Inflight {
+    /// Its last record's number.
+    upto: u64,
+    received: Instant,
+    committed: bool,
 }
 
 impl SessionEntry {
@@ -60,19 +68,30 @@ impl SessionEntry {
         self.end.borrow().is_some()
     }
 
-    /// Every record up to `upto` is committed.
+    /// The batch ending at `upto` is committed. A sensor's batches are spread over the
+    /// writers (one sensor alone keeps every database connection busy) and may commit out of
+    /// order; the acknowledgement, which covers every record up to its number, moves only over
+    /// batches that are all committed, so it never covers one still being written or one that
+    /// failed.
     pub fn ack(&self, upto: u64) {
-        self.acked.send_if_modified(|a| {
-            if upto > *a {
-                *a = upto;
-                true
-            } else {
-                false
-            }
-        });
         let mut q = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        while q.front().is_some_and(|(seq, _)| *seq <= upto) {
-            q.pop_front();
+        if let Some(b) = q.iter_mut().find(|b| b.upto == upto) {
+            b.committed = true;
+        }
+        let mut covered = None;
+        while q.front().is_some_and(|b| b.committed) {
+            covered = q.pop_front().map(|b| b.upto);
+        }
+        drop(q);
+        if let Some(upto) = covered {
+            self.acked.send_if_modified(|a| {
+                if upto > *a {
+                    *a = upto;
+                    true
+                } else {
+                    false
+                }
+            });
         }
     }
 
@@ -96,7 +115,7 @@ impl SessionEntry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .front()
-            .map_or(0, |(_, at)| at.elapsed().as_millis() as u64)
+            .map_or(0, |b| b.received.elapsed().as_millis() as u64)
     }
 }
 
@@ -307,6 +326,7 @@ pub(crate) async fn connection(shared: Arc<Shared>, tcp: tokio::net::TcpStream, 
         s.last_seen_us = now_us();
         s.clock_skew_ms = skew_ms;
         s.sessions += 1;
+        s.software.clone_from(&hello.software);
     });
     if !fits {
         let reason = format!(
@@ -393,6 +413,8 @@ async fn run(
     let idle = Duration::from_millis(settings.idle_timeout_ms.max(1));
     let mut end = entry.end.subscribe();
     let mut expected = 1u64;
+    // Batches this session handed to the writers, to rotate among them.
+    let mut batches_sent = 0usize;
     let name = entry.sensor.as_str();
     let why = loop {
         let msg = tokio::select! {
@@ -426,14 +448,26 @@ async fn run(
                     .inflight
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push_back((r.last_seq(), Instant::now()));
+                    .push_back(Inflight {
+                        upto: r.last_seq(),
+                        received: Instant::now(),
+                        committed: false,
+                    });
                 let queue = {
                     let queues = shared.queues.lock().unwrap_or_else(|e| e.into_inner());
-                    // A sensor's batches always go through the same writer, in order.
-                    let h = name
-                        .bytes()
-                        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
-                    (!queues.is_empty()).then(|| queues[h % queues.len()].clone())
+                    // The writer with the most room, the first of equals after the last one
+                    // this session used: one sensor's batches keep every connection busy.
+                    // Two batches of a session rarely hold the same record (a record is sent
+                    // again only after its session failed), and when they do, either commit
+                    // leaves one row for it.
+                    let n = queues.len();
+                    batches_sent += 1;
+                    (0..n)
+                        .max_by_key(|&k| {
+                            let i = (batches_sent + k) % n;
+                            (queues[i].capacity(), std::cmp::Reverse(k))
+                        })
+                        .map(|k| queues[(batches_sent + k) % n].clone())
                 };
                 let Some(queue) = queue else {
                     break "the collector is stopping".to_string();
@@ -660,5 +694,49 @@ pub(crate) async fn fetch_pcap(
                 timeout_ms,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> SessionEntry {
+        let (out, _) = mpsc::channel(1);
+        SessionEntry {
+            id: 1,
+            sensor: "edge".into(),
+            out,
+            acked: watch::channel(0).0,
+            end: watch::channel(None).0,
+            nack: Mutex::new(None),
+            inflight: Mutex::new(VecDeque::new()),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn received(e: &SessionEntry, upto: u64) {
+        e.inflight.lock().unwrap().push_back(Inflight {
+            upto,
+            received: Instant::now(),
+            committed: false,
+        });
+    }
+
+    #[test]
+    fn an_acknowledgement_never_covers_a_batch_still_being_written() {
+        let e = entry();
+        for upto in [1_000, 2_000, 3_000] {
+            received(&e, upto);
+        }
+        // The second writer commits its batch first: nothing can be acknowledged yet.
+        e.ack(2_000);
+        assert_eq!(*e.acked.borrow(), 0);
+        // The first batch commits: both are covered at once.
+        e.ack(1_000);
+        assert_eq!(*e.acked.borrow(), 2_000);
+        e.ack(3_000);
+        assert_eq!(*e.acked.borrow(), 3_000);
+        assert!(e.inflight.lock().unwrap().is_empty());
     }
 }

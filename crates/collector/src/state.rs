@@ -32,6 +32,8 @@ pub struct SensorStatus {
     pub replayed: u64,
     pub dropped: u64,
     pub sessions: u64,
+    /// What it said it runs, in its last Hello (e.g. "tandem 0.1.0").
+    pub software: String,
 }
 
 /// Why a session was refused, as the `reason` label of `tandem_collector_refused_total`.

@@ -85,7 +85,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Batch>) {
             continue;
         }
         if store.is_none() && Instant::now() >= h.retry_at {
-            match PgStore::connect(&s.postgres) {
+            match PgStore::connect_with(&s.postgres, &s.pg_options()) {
                 Ok(st) => {
                     h.up(&shared);
                     store = Some(st);

@@ -159,6 +159,9 @@ fn settings(postgres: &str) -> Settings {
         heartbeat_interval_ms: 500,
         reconnect_min_ms: 50,
         reconnect_max_ms: 1_000,
+        // The calls are of June 2025: the default retention (90 days) would drop them at the
+        // next connection.
+        retention_days: 0,
         ..Settings::default()
     }
 }

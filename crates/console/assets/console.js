@@ -21,6 +21,12 @@
     document.querySelectorAll("time.abs[data-t]").forEach((el) => {
       el.textContent = inputValue(local(Number(el.dataset.t))).replace("T", " ");
     });
+    // To the second (µs since the epoch): the Sensors panel's times.
+    document.querySelectorAll("time.abs-s[data-us]").forEach((el) => {
+      const d = new Date(Number(el.dataset.us) / 1000);
+      el.textContent = `${inputValue(d).replace("T", " ")}:${pad(d.getSeconds())}`;
+      el.title = `${el.dateTime} (UTC)`;
+    });
   }
 
   // The absolute range: inputs show local time; the form sends seconds since the epoch.

@@ -8,6 +8,8 @@
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
 //! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
 //!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
+//! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
+//!   and `/api/sensors` ([`Console::show_sensors`]).
 //! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
 //!   the stylesheet and the one small script are embedded: nothing is fetched from elsewhere,
 //!   and a page without JavaScript still shows its charts.
@@ -20,6 +22,7 @@ pub mod calls;
 pub mod chart;
 pub mod dashboard;
 mod listen;
+pub mod sensors;
 pub mod throttle;
 pub mod web;
 
@@ -107,7 +110,7 @@ pub enum ConsoleError {
 pub struct Console {
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    state: Arc<web::ConsoleState>,
+    state: web::ConsoleState,
     connections_max: usize,
     stopping: tokio::sync::watch::Sender<bool>,
 }
@@ -178,7 +181,7 @@ impl Console {
                 source,
             })?;
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-        let state = Arc::new(web::ConsoleState {
+        let state = web::ConsoleState {
             accounts,
             throttle: throttle::LoginThrottle::new(throttle::ThrottleConfig {
                 failures_per_user: cfg.login_failures_per_user.max(1),
@@ -190,8 +193,9 @@ impl Console {
             tls: tls.is_some(),
             first_admin_hint: hint,
             calls: calls.map(|c| Arc::new(calls::Calls::new(c))),
+            sensors: None,
             stopping: stopping_rx,
-        });
+        };
         Ok(Console {
             listener,
             tls,
@@ -199,6 +203,12 @@ impl Console {
             connections_max: cfg.connections_max,
             stopping,
         })
+    }
+
+    /// With `sensors` (when `serve` runs a collector), the dashboard shows a Sensors panel and
+    /// `/api/sensors` answers; without, neither exists.
+    pub fn show_sensors(&mut self, sensors: Option<sensors::SensorsConfig>) {
+        self.state.sensors = sensors;
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -219,7 +229,7 @@ impl Console {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ConsoleError> {
-        let app = web::router(self.state);
+        let app = web::router(Arc::new(self.state));
         let stopping = self.stopping;
         // Long-lived answers (the live feed) end first, so the drain does not wait for them.
         let shutdown = async move {

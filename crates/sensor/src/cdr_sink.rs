@@ -72,6 +72,10 @@ impl CdrSink {
             }
             let uplink = Arc::new(Uplink::start(link.clone(), archive)?);
             let opener = uplink.clone();
+            let cfg = CdrWriterConfig {
+                batch_records_max: crate::uplink::DELIVERY_BATCH_RECORDS_MAX,
+                ..cfg
+            };
             let writer = CdrWriter::start(cfg, move || opener.open_store())?;
             uplink.set_stats(writer.watch());
             return Ok(CdrSink {

@@ -57,6 +57,14 @@ pub const DEFAULT_ACK_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 /// Frames waiting to be written on the session at most (a batch is one buffer).
 pub const OUTGOING_FRAMES_MAX: usize = 16;
+/// Records the CDR writer hands the link at most in one batch (its `batch_records_max` when
+/// it delivers to a collector). One batch is in flight at a time, so a larger batch pays the
+/// round trip and the collector's commit fewer times: the writer's default (500) left the
+/// collector's database idle between batches, at about half its rate.
+pub const DELIVERY_BATCH_RECORDS_MAX: usize = 5_000;
+/// Records per `Records` frame sent: a batch goes as several frames back to back, so that the
+/// collector decodes and starts writing the first while the others are on the way.
+pub const FRAME_RECORDS_SENT: usize = 1_000;
 
 /// How a sensor reaches its collector.
 #[derive(Debug, Clone, PartialEq)]
@@ -428,7 +436,11 @@ impl Uplink {
             .ok_or_else(|| err("the session with the collector ended".into()))?;
         // Numbered only once encoded: a batch that cannot be sent leaves no gap in the numbers.
         let first = session.next_seq.load(Relaxed);
-        let (frames, last) = uplink::encode_records(first, records, &s.link.limits)
+        let limits = uplink::Limits {
+            batch_records_max: s.link.limits.batch_records_max.min(FRAME_RECORDS_SENT),
+            ..s.link.limits
+        };
+        let (frames, last) = uplink::encode_records(first, records, &limits)
             .map_err(|e| err(e.to_string()))?;
         session.next_seq.store(last + 1, Relaxed);
         let ack_timeout = Duration::from_millis(s.link.ack_timeout_ms.max(1));

@@ -226,7 +226,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             config.history.to_config().map(|c| (path, c))
         });
         let history = history.transpose()?;
-        let console = console::Console::bind(
+        let mut console = console::Console::bind(
             &config.web,
             &config.kv.data_dir,
             history.as_ref().map(|(p, c)| (p.as_path(), c.clone())),
@@ -237,6 +237,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             )),
         )
         .await?;
+        console.show_sensors(collector_handle.clone().map(|h| sensors_config(&config, h)));
         info!(console = %console.url(), "web console on {}", console.url());
         Some(tokio::spawn(console.serve(stopped(stop_rx.clone()))))
     } else {
@@ -342,6 +343,38 @@ fn calls_config(
         fetch
     });
     cfg
+}
+
+/// The collector's sensors for the console (the dashboard's Sensors panel, `/api/sensors`), as
+/// the console's own rows.
+fn sensors_config(
+    config: &Config,
+    handle: collector::CollectorHandle,
+) -> console::sensors::SensorsConfig {
+    let feed: console::sensors::SensorsFeed = Arc::new(move || {
+        let rows = handle.sensors().into_iter();
+        rows.map(|s| console::sensors::SensorState {
+            name: s.name,
+            connected: s.connected,
+            peer: s.peer,
+            last_seen_us: s.last_seen_us,
+            clock_skew_ms: s.clock_skew_ms,
+            lag_ms: s.lag_ms,
+            records_received: s.records_received,
+            records_stored: s.records_stored,
+            journal_records: s.journal_records,
+            spilled: s.spilled,
+            replayed: s.replayed,
+            dropped: s.dropped,
+            sessions: s.sessions,
+            software: (!s.software.is_empty()).then_some(s.software),
+        })
+        .collect()
+    });
+    console::sensors::SensorsConfig {
+        feed,
+        clock_skew_warn_ms: config.collector.clock_skew_warn_ms,
+    }
 }
 
 /// Opens the registrar on the store and binds its sockets (before anything is served, so a

@@ -41,7 +41,9 @@ impl Serve {
                  [history]\nenabled = false\n\
                  [kv]\ndata_dir = {data:?}\n\
                  [collector]\nlisten = \"127.0.0.1:{sensors}\"\npostgres = {postgres:?}\n\
-                 heartbeat_interval_ms = 500\n"
+                 heartbeat_interval_ms = 500\n\
+                 # The captures are of 2025: kept whatever their age.\n\
+                 retention_days = 0\n"
             ),
         )
         .unwrap();

@@ -178,6 +178,16 @@ pub(super) async fn api_quantiles(
     }
 }
 
+/// `GET /api/sensors`: the collector's sensors now (`crate::sensors::SensorsAnswer`): every
+/// sensor seen since `serve` started, in name order; 404 when `serve` runs no collector.
+pub(super) async fn api_sensors(State(state): State<Shared>) -> Response {
+    let Some(sensors) = &state.sensors else {
+        let msg = "no collector runs in this serve: start it with --collector-listen and --collector-postgres ([collector] in tandem.toml)";
+        return api_error(StatusCode::NOT_FOUND, msg).into_response();
+    };
+    axum::Json(sensors.read(crate::sensors::now_us())).into_response()
+}
+
 /// `GET /api/series-names`: every series the history keeps.
 pub(super) async fn api_series_names(State(state): State<Shared>) -> Response {
     // Without a history there is nothing kept: an empty list, not an error.

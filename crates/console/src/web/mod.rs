@@ -39,6 +39,8 @@ pub struct ConsoleState {
     pub first_admin_hint: String,
     /// The calls (`None`: no CDR database configured; the calls pages say so).
     pub calls: Option<Arc<crate::calls::Calls>>,
+    /// The collector's sensors (`None`: `serve` runs no collector; no panel, no data).
+    pub sensors: Option<crate::sensors::SensorsConfig>,
     /// Turns true when the console stops: long-lived answers (the live feed) end then.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -57,6 +59,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/series-names", get(api::api_series_names))
         .route("/api/quantiles", get(api::api_quantiles))
         .route("/api/whoami", get(api::api_whoami))
+        .route("/api/sensors", get(api::api_sensors))
         .route("/api/calls", get(calls_api::api_calls))
         .route("/api/calls/totals", get(calls_api::api_totals))
         .route("/api/calls/{uid}", get(calls_api::api_call))
@@ -339,5 +342,159 @@ mod tests {
             HeaderValue::from_static("https://evil.example"),
         );
         assert!(!same_origin(&h));
+    }
+
+    use crate::sensors::{SensorState, SensorsConfig};
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    /// A console with one viewer, no history and no calls, and `sensors`; its session cookie.
+    fn console_with(sensors: Option<SensorsConfig>) -> (tempfile::TempDir, Shared, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let accounts = Accounts::open(&crate::accounts::accounts_file(dir.path())).unwrap();
+        accounts
+            .add_user("ops", crate::Role::Viewer, "a long enough secret")
+            .unwrap();
+        let sid = accounts.new_session("ops", 3600).unwrap();
+        let state = Arc::new(ConsoleState {
+            accounts,
+            throttle: LoginThrottle::new(crate::throttle::ThrottleConfig {
+                failures_per_user: 5,
+                failures_per_address: 20,
+                window_s: 900,
+            }),
+            history: None,
+            session_ttl_s: 3600,
+            tls: false,
+            first_admin_hint: String::new(),
+            calls: None,
+            sensors,
+            stopping: tokio::sync::watch::channel(false).1,
+        });
+        (dir, state, format!("{SESSION_COOKIE}={sid}"))
+    }
+
+    async fn get(state: &Shared, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
+        let mut req = axum::http::Request::get(path);
+        if let Some(c) = cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        let resp = router(state.clone())
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    fn two_sensors() -> SensorsConfig {
+        let now = crate::sensors::now_us();
+        SensorsConfig {
+            feed: Arc::new(move || {
+                vec![
+                    SensorState {
+                        name: "site-b".into(),
+                        connected: true,
+                        peer: "192.0.2.7:50412".into(),
+                        last_seen_us: now - 2_000_000,
+                        clock_skew_ms: 3_100,
+                        lag_ms: 40,
+                        records_received: 12_345,
+                        records_stored: 12_340,
+                        replayed: 8,
+                        sessions: 2,
+                        software: Some("tandem 0.1.0".into()),
+                        ..SensorState::default()
+                    },
+                    SensorState {
+                        name: "site-a".into(),
+                        connected: false,
+                        peer: "198.51.100.3:41000".into(),
+                        last_seen_us: now - 754_000_000,
+                        clock_skew_ms: -150,
+                        records_received: 8,
+                        records_stored: 8,
+                        spilled: 3,
+                        dropped: 1,
+                        sessions: 1,
+                        ..SensorState::default()
+                    },
+                ]
+            }),
+            clock_skew_warn_ms: 2_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sensors_are_behind_the_login_and_absent_without_a_collector() {
+        let (_dir, state, cookie) = console_with(None);
+        let (status, body) = get(&state, "/api/sensors", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        let (status, body) = get(&state, "/api/sensors", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(v["error"].as_str().unwrap().contains("--collector-listen"));
+        let (status, page) = get(&state, "/dashboard", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!page.contains("panel-sensors"), "no collector, no panel");
+    }
+
+    #[tokio::test]
+    async fn the_dashboard_and_the_api_show_each_sensor_offline_ones_first() {
+        let (_dir, state, cookie) = console_with(Some(two_sensors()));
+        let (status, _) = get(&state, "/api/sensors", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, body) = get(&state, "/api/sensors", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["clock_skew_warn_ms"], 2_000);
+        assert!(v["now_us"].as_i64().unwrap() > 0);
+        let names: Vec<_> = v["sensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["site-a", "site-b"], "name order");
+        let b = &v["sensors"][1];
+        assert_eq!(b["connected"], true);
+        assert_eq!(b["records_stored"], 12_340);
+        assert_eq!(b["replayed"], 8);
+        assert_eq!(b["software"], "tandem 0.1.0");
+
+        // The panel shows without the history (its charts are missing, not the sensors).
+        let (status, page) = get(&state, "/dashboard", Some(&cookie)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(page.contains("metrics history is disabled"));
+        let panel = &page[page.find("id=\"panel-sensors\"").expect("a Sensors panel")..];
+        let panel = &panel[..panel.find("</section>").unwrap()];
+        assert!(
+            panel.contains("1 connected") && panel.contains("1 offline"),
+            "{panel}"
+        );
+        let (a, b) = (
+            panel.find("data-sensor=\"site-a\"").unwrap(),
+            panel.find("data-sensor=\"site-b\"").unwrap(),
+        );
+        assert!(a < b, "the offline sensor comes first");
+        let row_a = &panel[a..b];
+        let row_b = &panel[b..];
+        assert!(row_a.contains("class=\"state down\">Offline"), "{row_a}");
+        assert!(row_a.contains("12 min ago"), "{row_a}");
+        assert!(row_a.contains("\u{2212}150 ms") && !row_a.contains("skew warn"));
+        assert!(row_a.contains("dropped bad\">1<"), "{row_a}");
+        assert!(row_b.contains("class=\"state up\">Connected"), "{row_b}");
+        assert!(
+            row_b.contains("class=\"n skew warn\""),
+            "3.1 s is past 2 s: {row_b}"
+        );
+        assert!(
+            row_b.contains("+3.1 s") && row_b.contains("12,340"),
+            "{row_b}"
+        );
+        assert!(row_b.contains("192.0.2.7:50412") && row_b.contains("tandem 0.1.0"));
     }
 }

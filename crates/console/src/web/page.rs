@@ -4,6 +4,7 @@ use super::{RangeQuery, Shared, html};
 use crate::accounts::{Role, User, now_s};
 use crate::chart::{COLOURS, format_value};
 use crate::dashboard::{self, PANELS, RANGES};
+use crate::sensors::{self, SensorsConfig};
 use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -38,6 +39,115 @@ struct PanelView {
     has_data: bool,
 }
 
+/// One row of the Sensors panel, its figures as shown.
+struct SensorRowView {
+    name: String,
+    connected: bool,
+    seen_ago: String,
+    seen_us: i64,
+    seen_iso: String,
+    seen_utc: String,
+    skew: String,
+    skew_warn: bool,
+    skew_ms: i64,
+    lag: String,
+    delivered: String,
+    received: String,
+    sessions: u64,
+    journal: String,
+    spilled: String,
+    spilled_warn: bool,
+    replayed: String,
+    dropped: String,
+    dropped_bad: bool,
+    peer: String,
+    software: String,
+}
+
+/// The Sensors panel: the collector's sensors now, offline ones first.
+struct SensorsPanelView {
+    rows: Vec<SensorRowView>,
+    total: usize,
+    connected: usize,
+    offline: usize,
+    /// Sensors beyond the rows drawn (`/api/sensors` has them).
+    more: usize,
+    /// Whether any row names its software (the column is left out otherwise).
+    software: bool,
+    now_us: i64,
+    now_iso: String,
+    now_utc: String,
+    warn: String,
+}
+
+/// `2026-11-25 14:30:12 UTC`: a time as the page shows it before (or without) its script.
+fn utc_text(us: i64) -> String {
+    let iso = utc::format_s(us.div_euclid(1_000_000));
+    format!("{} UTC", iso.trim_end_matches('Z').replacen('T', " ", 1))
+}
+
+fn sensors_panel(cfg: &SensorsConfig) -> SensorsPanelView {
+    let now_us = sensors::now_us();
+    let answer = cfg.read(now_us);
+    let total = answer.sensors.len();
+    let connected = answer.sensors.iter().filter(|s| s.connected).count();
+    let software = answer
+        .sensors
+        .iter()
+        .any(|s| s.software.as_ref().is_some_and(|v| !v.is_empty()));
+    let mut list = answer.sensors;
+    // Offline sensors first: they are what a person looks for.
+    list.sort_by(|a, b| a.connected.cmp(&b.connected).then(a.name.cmp(&b.name)));
+    let warn_ms = cfg.clock_skew_warn_ms;
+    let rows = list
+        .into_iter()
+        .take(sensors::PANEL_ROWS_MAX)
+        .map(|s| SensorRowView {
+            seen_ago: sensors::ago(now_us, s.last_seen_us),
+            seen_us: s.last_seen_us,
+            seen_iso: utc::format_s(s.last_seen_us.div_euclid(1_000_000)),
+            seen_utc: utc_text(s.last_seen_us),
+            skew: sensors::skew(s.clock_skew_ms),
+            skew_warn: s.clock_skew_ms.unsigned_abs() > warn_ms,
+            skew_ms: s.clock_skew_ms,
+            // Without a session nothing waits for the database.
+            lag: if s.connected {
+                sensors::duration_ms(s.lag_ms)
+            } else {
+                "\u{2014}".to_owned()
+            },
+            delivered: sensors::thousands(s.records_stored),
+            received: sensors::thousands(s.records_received),
+            sessions: s.sessions,
+            journal: sensors::thousands(s.journal_records),
+            spilled: sensors::thousands(s.spilled),
+            spilled_warn: s.spilled > 0,
+            replayed: sensors::thousands(s.replayed),
+            dropped: sensors::thousands(s.dropped),
+            dropped_bad: s.dropped > 0,
+            software: s
+                .software
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| "\u{2014}".to_owned()),
+            peer: s.peer,
+            connected: s.connected,
+            name: s.name,
+        })
+        .collect();
+    SensorsPanelView {
+        rows,
+        total,
+        connected,
+        offline: total - connected,
+        more: total.saturating_sub(sensors::PANEL_ROWS_MAX),
+        software,
+        now_us,
+        now_iso: utc::format_s(now_us.div_euclid(1_000_000)),
+        now_utc: utc_text(now_us),
+        warn: sensors::duration_ms(warn_ms),
+    }
+}
+
 #[derive(Template)]
 #[template(path = "dashboard.html")]
 struct DashboardPage {
@@ -58,6 +168,8 @@ struct DashboardPage {
     later: String,
     level_note: String,
     panels: Vec<PanelView>,
+    /// The collector's sensors, when `serve` runs one.
+    sensors: Option<SensorsPanelView>,
     error: String,
 }
 
@@ -77,6 +189,7 @@ pub(super) async fn dashboard_page(
         (Some(_), Some(r @ (10 | 60))) => r,
         _ => 0,
     };
+    let sensors = state.sensors.as_ref().map(sensors_panel);
     let built = tokio::task::spawn_blocking(move || -> Result<(Vec<PanelView>, String), String> {
         let Some(h) = &state.history else {
             return Err("The metrics history is disabled ([history] enabled = false): there is nothing to chart.".into());
@@ -186,6 +299,7 @@ pub(super) async fn dashboard_page(
             later: range_href(from + span / 2, to + span / 2),
             level_note,
             panels,
+            sensors,
             error,
         },
     )
