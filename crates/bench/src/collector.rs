@@ -560,7 +560,8 @@ fn replay_part(
         "replay of the backlog {bar:30} {pos}/{len} {msg}",
     )?;
     let (mut rates, mut fill_s, mut journal_bytes) = (Vec::new(), 0.0, 0);
-    let journal_bytes_max = 16u64 << 30;
+    // A sensor's default bound: the backlog must fit in it.
+    let journal_bytes_max = cdr::writer::DEFAULT_JOURNAL_BYTES_MAX;
     for run in 0..runs {
         let dir = base.join(format!("replay-{run}"));
         let data = dir.join("collector");

@@ -1,5 +1,5 @@
-//! The PostgreSQL ingest measured against its floor, for `tandem bench collector` and
-//! `tests/pg_ingest.rs`:
+//! The PostgreSQL ingest measured against its floor, for `tandem bench collector` (which
+//! measures the collector's whole path against [`copy_floor`]):
 //!
 //! - [`ingest`]: batches of records through [`PgStore::insert_records`] (the collector's
 //!   path: upsert by uid, streams replaced, exactly once), from `writers` connections at once.

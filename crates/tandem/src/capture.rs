@@ -129,7 +129,7 @@ pub struct CdrWriterArgs {
     /// (`cdr-postgres.journal` with --cdr-postgres).
     #[arg(long, value_name = "FILE")]
     pub cdr_journal: Option<PathBuf>,
-    /// Size limit of the journal (1 GiB: about 600 000 calls); CDRs that do not fit are
+    /// Size limit of the journal (4 GiB: about 2.7 million calls); CDRs that do not fit are
     /// dropped, counted and logged.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_JOURNAL_BYTES_MAX)]
     pub cdr_journal_bytes_max: u64,
