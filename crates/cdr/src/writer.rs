@@ -544,7 +544,7 @@ impl WriterThread {
                 if self.failures > 0 {
                     tracing::info!(
                         failures = self.failures,
-                        "the CDR database is reachable again"
+                        "the CDR store (database or collector) is reachable again"
                     );
                 }
                 self.store = Some(store);

@@ -178,6 +178,22 @@ impl PgServer {
         )
     }
 
+    /// The directory holding the server's Unix socket (`.s.PGSQL.<port>`). A socket file is
+    /// reached by its path, so a client in another network namespace of this machine, which
+    /// cannot reach this one's 127.0.0.1, can still connect through it.
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// [`PgServer::conninfo`] through the Unix socket in [`PgServer::socket_dir`].
+    pub fn conninfo_unix(&self) -> String {
+        format!(
+            "host={} port={} user=tandem dbname=postgres connect_timeout=5",
+            self.dir.path().display(),
+            self.port
+        )
+    }
+
     /// The cluster's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data
