@@ -22,7 +22,7 @@ use std::process::ExitCode;
 const LOG_HELP: &str = "\
 Logging:
   Logs go to stderr; stdout carries only data (tables, --json, db get).
-  TANDEM_LOG   a tracing filter, e.g. `info` (the default), `debug`, `info,fastagi=debug`
+  TANDEM_LOG   a tracing filter, e.g. `info` (the default; `warn` for bench), `debug`, `info,fastagi=debug`
   RUST_LOG     read when TANDEM_LOG is unset
   NO_COLOR     set to any value: no colour even on a terminal (never any when not a terminal)";
 
@@ -82,8 +82,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    // A benchmark's in-process servers (the collector, sensors) would log every session and
+    // connection between its progress bars: warnings only, unless asked.
+    init_logging(if matches!(cli.command, Command::Bench(_)) {
+        "warn"
+    } else {
+        "info"
+    });
     // `db` and `cdr` only print and end: they stop when their reader goes away (`| head`), as
     // `cat` does. Not serve or bench (they write to sockets and children's pipes), and not
     // capture: its CDR writer must store what it has accepted before the process ends, so a
@@ -162,14 +168,14 @@ fn error_report(e: &anyhow::Error) -> String {
 /// `TANDEM_LOG` (or `RUST_LOG`) takes a tracing filter such as `info,fastagi=debug`.
 /// Colour only on a terminal, and never under `NO_COLOR`: a log written to a file, a pipe or
 /// journald carries no escape codes.
-fn init_logging() {
+fn init_logging(default: &str) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     let filter = std::env::var("TANDEM_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| "info".to_string());
+        .unwrap_or_else(|| default.to_string());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new(filter))
         .with_writer(std::io::stderr)
