@@ -44,7 +44,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Parts to run: ingest (with its COPY floor), replay, hep.
-    #[arg(long, value_delimiter = ',', default_value = "ingest,replay")]
+    #[arg(long, value_delimiter = ',', default_value = "ingest,replay,hep")]
     part: Vec<String>,
     /// Sensor counts of the ingest.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
@@ -120,6 +120,7 @@ pub struct CollectorReport {
     pub runs: usize,
     pub ingest: Vec<IngestRow>,
     pub replay: Option<ReplayRow>,
+    pub hep: Option<crate::collector_hep::HepPartReport>,
     /// Goals: ingest ≥ 50,000 CDRs/s, ≥ 70% of the floor; replay ≥ 10× arrival.
     pub goals: Goals,
 }
@@ -146,8 +147,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let wants = |p: &str| args.part.iter().any(|x| x == p);
     for p in &args.part {
-        if !["ingest", "replay"].contains(&p.as_str()) {
-            bail!("--part {p}: the parts are ingest and replay");
+        if !["ingest", "replay", "hep"].contains(&p.as_str()) {
+            bail!("--part {p}: the parts are ingest, replay and hep");
         }
     }
     let mut pg = None;
@@ -167,7 +168,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let postgres = pg.as_ref().map_or(String::new(), |p| p.version.clone());
     drop(pg);
-    // HEP_PART_WIRING
+    let hep = if wants("hep") {
+        let mut transports = Vec::new();
+        for t in &args.hep_transport {
+            transports.push(match t.as_str() {
+                "udp" => crate::hep_load::Transport::Udp,
+                "tcp" => crate::hep_load::Transport::Tcp,
+                other => bail!("--hep-transport {other}: udp or tcp"),
+            });
+        }
+        Some(crate::collector_hep::run(
+            &crate::collector_hep::HepPartOptions {
+                calls: args.hep_calls,
+                duration_s: args.hep_seconds,
+                runs,
+                transports,
+                heplify_server: args.heplify_server.clone(),
+                quiet,
+            },
+        )?)
+    } else {
+        None
+    };
     let floor_max = ingest
         .iter()
         .map(|r| r.floor_cdrs_per_s)
@@ -180,6 +202,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         runs,
         ingest,
         replay,
+        hep,
         goals: Goals {
             ingest_cdrs_per_s_min: 50_000.0,
             ingest_pct_of_floor_min: 70.0,
@@ -675,6 +698,16 @@ impl BenchReport for CollectorReport {
                 r.arrival_cdrs_per_s,
                 self.goals.replay_ratio_min
             )?;
+        }
+        if let Some(h) = &self.hep {
+            writeln!(out)?;
+            out.flush()?;
+            crate::collector_hep::print_table(h);
+        }
+        if let Some(h) = &self.hep {
+            writeln!(out)?;
+            out.flush()?;
+            crate::collector_hep::print_table(h);
         }
         Ok(())
     }

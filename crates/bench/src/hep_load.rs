@@ -1,6 +1,6 @@
 //! HEP ingest: how many HEP packets per second one core of Tandem's `--hep-listen` turns into
 //! calls and CDRs, over UDP and over TCP on loopback, with the machine's own bound measured
-//! beside it in the same run. For `tandem bench collector` (not wired to a command yet).
+//! beside it in the same run. For `tandem bench collector --part hep` (`collector_hep`).
 //!
 //! A synthetic capture of concurrent G.711 calls (`monitor::synth`) is encoded as HEP v3 once,
 //! in memory, as a thin sensor's `--hep-send` encodes it; then, in this process:

@@ -20,6 +20,7 @@ mod archive;
 pub mod browser;
 pub mod capture;
 mod capture_live;
+pub mod collector_hep;
 mod collector;
 mod console;
 mod console_calls;

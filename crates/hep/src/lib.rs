@@ -853,20 +853,32 @@ impl HepPacket<'_> {
     }
 }
 
-/// Adds `bytes` as big-endian 16-bit words (odd length padded with a zero byte) to `acc`.
+/// Adds `bytes` as big-endian 16-bit words (odd length padded with a zero byte) to `acc`, a
+/// one's-complement sum. `bytes` starts on a word of the checksummed data.
+///
+/// Read as native-endian 32-bit words rather than one 16-bit word at a time: a
+/// one's-complement sum does not depend on byte order (RFC 1071, 2.(B)), so the native sum,
+/// folded to 16 bits and swapped into network order, is the same sum in a quarter of the
+/// steps (which the compiler also vectorises; 64-bit words with their carries measured
+/// slower, the carries making one chain). Every rebuilt HEP packet's payload goes through
+/// here once.
 fn sum16(bytes: &[u8], acc: u32) -> u32 {
-    let mut acc = u64::from(acc);
-    let mut words = bytes.chunks_exact(2);
+    let mut native = 0u64;
+    let mut words = bytes.chunks_exact(4);
     for w in &mut words {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        native += u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
     }
-    if let [last] = words.remainder() {
-        acc += u64::from(*last) << 8;
+    // The last 1 to 3 bytes, zero-padded after them: the padding RFC 768 asks for.
+    let rest = words.remainder();
+    let mut tail = [0u8; 4];
+    tail[..rest.len()].copy_from_slice(rest);
+    native += u64::from(u32::from_ne_bytes(tail));
+    while native > 0xffff {
+        native = (native & 0xffff) + (native >> 16);
     }
-    while acc > u64::from(u32::MAX) {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u32
+    // Folding a sum of a nonzero word never gives 0, as the word-at-a-time sum never does, so
+    // `fold(acc + this)` is what the word-at-a-time sum folds to.
+    acc + u32::from(u16::from_be(native as u16))
 }
 
 /// Folds a 32-bit one's-complement sum to 16 bits.
@@ -883,4 +895,52 @@ fn put(out: &mut Vec<u8>, chunk_type: u16, value: &[u8]) {
     out.extend_from_slice(&chunk_type.to_be_bytes());
     out.extend_from_slice(&((CHUNK_HEADER_BYTES + value.len()) as u16).to_be_bytes());
     out.extend_from_slice(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 1071's definition, one big-endian word at a time.
+    fn sum16_by_word(bytes: &[u8], acc: u32) -> u32 {
+        let mut acc = u64::from(acc);
+        let mut words = bytes.chunks_exact(2);
+        for w in &mut words {
+            acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [last] = words.remainder() {
+            acc += u64::from(*last) << 8;
+        }
+        while acc > u64::from(u32::MAX) {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u32
+    }
+
+    #[test]
+    fn the_native_sum_folds_to_the_word_by_word_sum() {
+        // Every length to a few words past the 4-byte step, bytes from a simple generator,
+        // and the edge values: all zeroes, all ones, sums that fold to 0xffff.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+        for len in 0..300 {
+            let random: Vec<u8> = (0..len).map(|_| next()).collect();
+            for bytes in [random, vec![0; len], vec![0xff; len], vec![0x80; len]] {
+                for acc in [0, 1, 0xffff, 0x1_2345] {
+                    assert_eq!(
+                        fold(sum16(&bytes, acc)),
+                        fold(sum16_by_word(&bytes, acc)),
+                        "{bytes:?} from {acc:#x}"
+                    );
+                }
+            }
+        }
+        let ones = [0xff, 0xff, 0xff, 0xff];
+        assert_eq!(fold(sum16(&ones, 0)), 0xffff);
+    }
 }
