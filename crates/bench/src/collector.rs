@@ -481,7 +481,10 @@ fn ingest_part(
         let (s1, c1) = (pg.cpu_s(), own_cpu());
         Pg::check_once(&conninfo, total)?;
         floors.push(total as f64 / took.as_secs_f64());
-        let floor_cpu = ((s1 - s0) * 1e6 / total as f64, (c1 - c0) * 1e6 / total as f64);
+        let floor_cpu = (
+            (s1 - s0) * 1e6 / total as f64,
+            (c1 - c0) * 1e6 / total as f64,
+        );
         bar.inc(1);
 
         // The collector and its sensors, connected before the clock starts.
@@ -517,7 +520,10 @@ fn ingest_part(
         for (w, _) in fleet {
             let stats = w.close();
             journaled += stats.journaled_records;
-            anyhow::ensure!(stats.dropped_records == 0, "a sensor dropped CDRs: {stats:?}");
+            anyhow::ensure!(
+                stats.dropped_records == 0,
+                "a sensor dropped CDRs: {stats:?}"
+            );
         }
         drop(collector);
         Pg::check_once(&conninfo, total)?;

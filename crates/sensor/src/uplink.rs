@@ -440,8 +440,8 @@ impl Uplink {
             batch_records_max: s.link.limits.batch_records_max.min(FRAME_RECORDS_SENT),
             ..s.link.limits
         };
-        let (frames, last) = uplink::encode_records(first, records, &limits)
-            .map_err(|e| err(e.to_string()))?;
+        let (frames, last) =
+            uplink::encode_records(first, records, &limits).map_err(|e| err(e.to_string()))?;
         session.next_seq.store(last + 1, Relaxed);
         let ack_timeout = Duration::from_millis(s.link.ack_timeout_ms.max(1));
         let result = self.runtime().block_on(async {
