@@ -1,17 +1,15 @@
-//! The PostgreSQL ingest measured against its floor, for `tandem bench collector` (which
-//! measures the collector's whole path against [`copy_floor`]):
+//! The floor `tandem bench collector` measures the collector's whole path against:
 //!
-//! - [`ingest`]: batches of records through [`PgStore::insert_records`] (the collector's
-//!   path: upsert by uid, streams replaced, exactly once), from `writers` connections at once.
-//! - [`copy_floor`]: the same rows into the same tables by plain `COPY` (text format) from a
-//!   minimal client, in the same batches and transactions: no upsert, no id from the server
-//!   (each batch numbers its calls from a range of its own), nothing but the rows. What the
-//!   database can take at all; the ingest's goal is 70% of it.
+//! - [`copy_floor`]: the rows of records into the CDR tables by plain `COPY` (text format)
+//!   from a minimal client, in batches and transactions of a given size: no upsert, no id from
+//!   the server (each batch numbers its calls from a range of its own), nothing but the rows.
+//!   What the database can take at all; the collector's goal is 70% of it.
+//! - [`prepare`]: the schema and the partitions the records need, created beforehand, outside
+//!   the measurements (a collector creates its days ahead too).
 //!
-//! Both hand the batches to their writers in turn (a writer takes the next batch when it has
-//! committed its last), open their connections before the clock starts, and time the first
-//! batch to the last commit. The partitions the records need are created beforehand
-//! ([`prepare`]), outside both measurements: a collector creates its days ahead too.
+//! The batches go to the writers in turn (a writer takes the next batch when it has committed
+//! its last); connections are opened before the clock starts, and the time runs from the
+//! first batch to the last commit.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +21,7 @@ use postgres::{Client, NoTls};
 use crate::pg::{PgLayout, PgOptions, PgStore, pg_error, redact};
 use crate::pg_partition::{self, Day};
 use crate::seed::{Chunk, Loaded, copy_statements};
-use crate::{CdrError, CdrRecord, CdrStore};
+use crate::{CdrError, CdrRecord};
 
 /// Records per batch when the caller has no reason to choose: the collector's batches are
 /// 500 to 5,000 records.
@@ -98,24 +96,6 @@ fn parallel<S>(
         Some(e) => Err(e),
         None => Ok(elapsed),
     }
-}
-
-/// `records` through [`PgStore::insert_records`] in batches of `batch_records`, from `writers`
-/// connections (`options` as the collector's); the time it took.
-pub fn ingest(
-    conninfo: &str,
-    records: &[CdrRecord],
-    writers: usize,
-    batch_records: usize,
-    options: &PgOptions,
-) -> Result<Duration, CdrError> {
-    let batches: Vec<&[CdrRecord]> = records.chunks(batch_records.max(1)).collect();
-    parallel(
-        writers,
-        &batches,
-        || PgStore::connect_with(conninfo, options),
-        |store, _, batch| store.insert_records(batch),
-    )
 }
 
 /// The floor: the rows of `records` by `COPY` into the tables as they are (their layout's

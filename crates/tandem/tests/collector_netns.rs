@@ -70,6 +70,8 @@
 //! them it says why and skips (and fails under CI=true). Reads every
 //! `../shared/captures/*.pcap` when that directory is present, and says so when it is not.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -616,48 +618,18 @@ struct Input {
     gap_ms: u64,
 }
 
-/// The capture's duration with gaps cut to `max_gap_ms`, in seconds.
-fn replay_seconds(path: &Path, max_gap_ms: u64) -> f64 {
-    let mut r = CaptureReader::open(path).unwrap();
-    let (mut prev, mut total) = (None::<i64>, 0i64);
-    while let Some(p) = r.next_packet().unwrap() {
-        if let Some(prev) = prev {
-            total += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000);
-        }
-        prev = Some(p.ts_ns);
-    }
-    total as f64 / 1e9
-}
-
-/// A copy of `path` stamped as the replayer sends it with gaps cut to `max_gap_ms`.
-fn paced_copy(path: &Path, max_gap_ms: u64, out: &Path) {
-    let mut r = CaptureReader::open(path).unwrap();
-    let mut w = None;
-    let (mut prev, mut ts) = (None::<i64>, 0i64);
-    while let Some(p) = r.next_packet().unwrap() {
-        match prev {
-            None => ts = p.ts_ns,
-            Some(prev) => ts += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000),
-        }
-        prev = Some(p.ts_ns);
-        let w = w.get_or_insert_with(|| {
-            PcapWriter::new(File::create(out).unwrap(), p.link_type, true).unwrap()
-        });
-        w.write_packet(ts, p.data).unwrap();
-    }
-}
-
 /// A shared capture as live_capture.rs replays it: as it is, or with idle gaps cut (and
 /// compared with a copy stamped so) when it would take too long or has gaps over 5 s.
 fn shared_input(path: &Path, tmp: &Path) -> (Input, f64) {
-    let long = replay_seconds(path, LONG_GAP_MS) > MAX_REPLAY_S
-        || replay_seconds(path, u64::MAX / 2_000_000) > replay_seconds(path, LONG_GAP_MS);
+    let long = common::replay_seconds(path, LONG_GAP_MS) > MAX_REPLAY_S
+        || common::replay_seconds(path, u64::MAX / 2_000_000)
+            > common::replay_seconds(path, LONG_GAP_MS);
     let name = path.file_name().unwrap().to_string_lossy().to_string();
     if long {
         let copy = tmp.join(format!("paced-{name}"));
-        paced_copy(path, SHORT_GAP_MS, &copy);
+        common::paced_copy(path, SHORT_GAP_MS, &copy);
         eprintln!("{name}: idle gaps cut to {SHORT_GAP_MS} ms; compared with a copy stamped so");
-        let secs = replay_seconds(path, SHORT_GAP_MS);
+        let secs = common::replay_seconds(path, SHORT_GAP_MS);
         let input = Input {
             replayed: path.to_path_buf(),
             reference: copy,
@@ -670,7 +642,7 @@ fn shared_input(path: &Path, tmp: &Path) -> (Input, f64) {
             reference: path.to_path_buf(),
             gap_ms: LONG_GAP_MS,
         };
-        (input, replay_seconds(path, LONG_GAP_MS))
+        (input, common::replay_seconds(path, LONG_GAP_MS))
     }
 }
 

@@ -19,13 +19,15 @@
 //! replayed with gaps cut to `SHORT_GAP_MS`; the monitor's timeouts then see a different
 //! capture, so these are compared with `--read` of a copy stamped as they were replayed.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use afpacket::netns::VethPair;
-use monitor::pcap::{CaptureReader, PcapWriter};
+use monitor::pcap::CaptureReader;
 use monitor::synth::{SynthConfig, generate};
 use serde_json::Value;
 
@@ -70,37 +72,6 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// The capture's duration with gaps cut to `max_gap_ms`, in seconds.
-fn replay_seconds(path: &Path, max_gap_ms: u64) -> f64 {
-    let mut r = CaptureReader::open(path).unwrap();
-    let (mut prev, mut total) = (None::<i64>, 0i64);
-    while let Some(p) = r.next_packet().unwrap() {
-        if let Some(prev) = prev {
-            total += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000);
-        }
-        prev = Some(p.ts_ns);
-    }
-    total as f64 / 1e9
-}
-
-/// A copy of `path` stamped as the replayer sends it with gaps cut to `max_gap_ms`.
-fn paced_copy(path: &Path, max_gap_ms: u64, out: &Path) {
-    let mut r = CaptureReader::open(path).unwrap();
-    let mut w = None;
-    let (mut prev, mut ts) = (None::<i64>, 0i64);
-    while let Some(p) = r.next_packet().unwrap() {
-        match prev {
-            None => ts = p.ts_ns,
-            Some(prev) => ts += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000),
-        }
-        prev = Some(p.ts_ns);
-        let w = w.get_or_insert_with(|| {
-            PcapWriter::new(std::fs::File::create(out).unwrap(), p.link_type, true).unwrap()
-        });
-        w.write_packet(ts, p.data).unwrap();
     }
 }
 
@@ -287,11 +258,12 @@ fn compare(name: &str, expected: &[Value], got: &[Value]) {
 
 fn check(path: &Path, tmp: &Path) {
     let name = path.file_name().unwrap().to_string_lossy().to_string();
-    let long = replay_seconds(path, LONG_GAP_MS) > MAX_REPLAY_S
-        || replay_seconds(path, u64::MAX / 2_000_000) > replay_seconds(path, LONG_GAP_MS);
+    let long = common::replay_seconds(path, LONG_GAP_MS) > MAX_REPLAY_S
+        || common::replay_seconds(path, u64::MAX / 2_000_000)
+            > common::replay_seconds(path, LONG_GAP_MS);
     let (gap, reference) = if long {
         let copy = tmp.join(format!("paced-{name}"));
-        paced_copy(path, SHORT_GAP_MS, &copy);
+        common::paced_copy(path, SHORT_GAP_MS, &copy);
         eprintln!("{name}: idle gaps cut to {SHORT_GAP_MS} ms; compared with a copy stamped so");
         (SHORT_GAP_MS, copy)
     } else {

@@ -1,9 +1,10 @@
-//! What several of the binary's tests need: a free UDP port, and one call as a HEP sender
-//! (Kamailio's siptrace, heplify) would send it.
+//! What several of the binary's tests need: a free UDP port, one call as a HEP sender
+//! (Kamailio's siptrace, heplify) would send it, and captures replayed with their long gaps cut.
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
 use std::net::{IpAddr, UdpSocket};
+use std::path::Path;
 
 /// A UDP port on loopback that nothing listens on now.
 pub fn free_udp_port() -> u16 {
@@ -68,5 +69,37 @@ pub fn send_udp(port: u16, packets: &[Vec<u8>]) {
     let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
     for p in packets {
         sender.send_to(p, ("127.0.0.1", port)).unwrap();
+    }
+}
+
+/// The capture's duration with gaps cut to `max_gap_ms`, in seconds.
+pub fn replay_seconds(path: &Path, max_gap_ms: u64) -> f64 {
+    let mut r = monitor::pcap::CaptureReader::open(path).unwrap();
+    let (mut prev, mut total) = (None::<i64>, 0i64);
+    while let Some(p) = r.next_packet().unwrap() {
+        if let Some(prev) = prev {
+            total += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000);
+        }
+        prev = Some(p.ts_ns);
+    }
+    total as f64 / 1e9
+}
+
+/// A copy of `path` stamped as the replayer sends it with gaps cut to `max_gap_ms`.
+pub fn paced_copy(path: &Path, max_gap_ms: u64, out: &Path) {
+    let mut r = monitor::pcap::CaptureReader::open(path).unwrap();
+    let mut w = None;
+    let (mut prev, mut ts) = (None::<i64>, 0i64);
+    while let Some(p) = r.next_packet().unwrap() {
+        match prev {
+            None => ts = p.ts_ns,
+            Some(prev) => ts += (p.ts_ns - prev).clamp(0, max_gap_ms as i64 * 1_000_000),
+        }
+        prev = Some(p.ts_ns);
+        let w = w.get_or_insert_with(|| {
+            monitor::pcap::PcapWriter::new(std::fs::File::create(out).unwrap(), p.link_type, true)
+                .unwrap()
+        });
+        w.write_packet(ts, p.data).unwrap();
     }
 }
