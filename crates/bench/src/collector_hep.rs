@@ -791,48 +791,14 @@ fn send_paced(load: &HepLoad, to: SocketAddr, rate_pps: u64) -> anyhow::Result<S
             continue;
         }
         let end = due.min(next + PACED_BATCH);
-        iov.clear();
-        headers.clear();
-        for &(at, len) in &load.packets[next..end] {
-            iov.push(libc::iovec {
-                iov_base: load.bytes[at..].as_ptr() as *mut libc::c_void,
-                iov_len: len,
-            });
-        }
-        for v in &mut iov {
-            // SAFETY: mmsghdr is plain data; all zeroes is valid, filled in here.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = v;
-            h.msg_hdr.msg_iovlen = 1;
-            headers.push(h);
-        }
-        // SAFETY: the headers point at iovecs into `load.bytes`, alive for the call; the
-        // socket is connected, so no address is needed.
-        let n = unsafe {
-            libc::sendmmsg(
-                std::os::fd::AsRawFd::as_raw_fd(&socket),
-                headers.as_mut_ptr(),
-                headers.len() as libc::c_uint,
-                0,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOBUFS | libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR)
-            ) {
-                continue;
-            }
-            return Err(e).context("sending HEP over UDP");
-        }
-        let n = n as usize;
-        sent.bytes += load.packets[next..next + n]
-            .iter()
-            .map(|&(_, len)| len as u64)
-            .sum::<u64>();
-        sent.packets += n as u64;
-        next += n;
+        next += crate::hep_load::send_datagrams(
+            &socket,
+            load,
+            next..end,
+            &mut iov,
+            &mut headers,
+            &mut sent,
+        )?;
     }
     sent.wall_s = started.elapsed().as_secs_f64();
     sent.cpu_s = procstat::thread_cpu_seconds().unwrap_or(0.0) - cpu0;

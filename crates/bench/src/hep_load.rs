@@ -237,46 +237,8 @@ pub fn send(
                     }
                 }
                 let end = (next + BATCH).min(load.packets.len());
-                iov.clear();
-                headers.clear();
-                for &(at, len) in &load.packets[next..end] {
-                    iov.push(libc::iovec {
-                        iov_base: load.bytes[at..].as_ptr() as *mut libc::c_void,
-                        iov_len: len,
-                    });
-                }
-                for v in &mut iov {
-                    // SAFETY: mmsghdr is plain data; all zeroes is valid, filled in here.
-                    let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    h.msg_hdr.msg_iov = v;
-                    h.msg_hdr.msg_iovlen = 1;
-                    headers.push(h);
-                }
-                // SAFETY: the headers point at iovecs into `load.bytes`, alive for the call;
-                // the socket is connected, so no address is needed.
-                let n = unsafe {
-                    libc::sendmmsg(
-                        socket.as_raw_fd(),
-                        headers.as_mut_ptr(),
-                        headers.len() as libc::c_uint,
-                        0,
-                    )
-                };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ENOBUFS | libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR)
-                    ) {
-                        continue;
-                    }
-                    return Err(e).context("sending HEP over UDP");
-                }
-                for &(_, len) in &load.packets[next..next + n as usize] {
-                    sent.bytes += len as u64;
-                }
-                sent.packets += n as u64;
-                next += n as usize;
+                next +=
+                    send_datagrams(&socket, load, next..end, &mut iov, &mut headers, &mut sent)?;
             }
         }
         Transport::Tcp => {
@@ -570,4 +532,60 @@ impl MultiRecv {
         };
         n.max(0) as usize
     }
+}
+
+/// Sends `load.packets[range]` on the connected UDP `socket` in one `sendmmsg` (`iov` and
+/// `headers` are the caller's, reused from call to call) and counts what went in `sent`; the
+/// number of datagrams sent, 0 when the kernel had no room just now (ENOBUFS, EAGAIN, a
+/// refused port, a signal), to be tried again.
+pub(crate) fn send_datagrams(
+    socket: &UdpSocket,
+    load: &HepLoad,
+    range: std::ops::Range<usize>,
+    iov: &mut Vec<libc::iovec>,
+    headers: &mut Vec<libc::mmsghdr>,
+    sent: &mut Sent,
+) -> anyhow::Result<usize> {
+    iov.clear();
+    headers.clear();
+    for &(at, len) in &load.packets[range.clone()] {
+        iov.push(libc::iovec {
+            iov_base: load.bytes[at..].as_ptr() as *mut libc::c_void,
+            iov_len: len,
+        });
+    }
+    for v in iov.iter_mut() {
+        // SAFETY: mmsghdr is plain data; all zeroes is valid, filled in here.
+        let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        h.msg_hdr.msg_iov = v;
+        h.msg_hdr.msg_iovlen = 1;
+        headers.push(h);
+    }
+    // SAFETY: the headers point at iovecs into `load.bytes`, alive for the call; the socket is
+    // connected, so no address is needed.
+    let n = unsafe {
+        libc::sendmmsg(
+            socket.as_raw_fd(),
+            headers.as_mut_ptr(),
+            headers.len() as libc::c_uint,
+            0,
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::ENOBUFS | libc::EAGAIN | libc::ECONNREFUSED | libc::EINTR)
+        ) {
+            return Ok(0);
+        }
+        return Err(e).context("sending HEP over UDP");
+    }
+    let n = n as usize;
+    sent.bytes += load.packets[range.start..range.start + n]
+        .iter()
+        .map(|&(_, len)| len as u64)
+        .sum::<u64>();
+    sent.packets += n as u64;
+    Ok(n)
 }
