@@ -3,21 +3,16 @@
 //! SIGKILLed and started again, and `tandem cdr pcap` on the collector fetching a call's pcap
 //! from the sensor that archived it. No timing is asserted.
 
+mod common;
+use common::free_port;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `tandem serve` with only a collector (and /metrics), killed on drop.
 struct Serve {

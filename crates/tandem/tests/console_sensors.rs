@@ -5,7 +5,10 @@
 //! the dashboard in a real headless Chromium shows the Sensors panel: the offline sensor first
 //! and marked, times in the browser's zone, refreshed at the dashboard's own cadence.
 
-use std::net::{SocketAddr, TcpListener};
+mod common;
+use common::free_port;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -25,14 +28,6 @@ fn now_s() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn run(args: &[&str]) -> Output {

@@ -4,29 +4,18 @@
 //! response came, no unexpected one did, and every `check_it` regular expression held). What
 //! a scenario checks is written at its top. Skips with a message when SIPp is missing.
 
+mod common;
+use common::free_port;
+
 use registrar::digest::{self, Algorithm, NonceKey};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const REALM: &str = "tandem";
-
-/// A port free on loopback for both UDP and TCP now: the registrar binds both.
-fn free_port() -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// Whether SIPp can run here; skips (fails under CI) when it cannot.
 #[track_caller]

@@ -6,13 +6,43 @@
 use std::net::{IpAddr, UdpSocket};
 use std::path::Path;
 
-/// A UDP port on loopback that nothing listens on now.
+/// A port on loopback that is free for both UDP and TCP now, taken from below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`).
+///
+/// Why not port 0: what the kernel hands out there is an ephemeral port, the kind every
+/// outgoing connection of a parallel test (sipp, Kamailio, PostgreSQL clients) is also given,
+/// so one could take it between this pick and the child's bind. A HEP listener binds UDP and
+/// TCP on the one port, which doubles the chance. Below the range only another explicit bind
+/// can collide, and the start is spread by the process id and the clock.
+pub fn free_port() -> u16 {
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+    for _ in 0..10_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (low + (seed.wrapping_add(n.wrapping_mul(7_919))) % (high - low)) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        if tcp.is_ok() && UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port below {ephemeral_low} is free for both UDP and TCP on 127.0.0.1");
+}
+
+/// A UDP port on loopback that nothing listens on now (free for TCP too: see [`free_port`]).
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port()
 }
 
 /// The six HEP v3 packets of one call from 1001@192.0.2.10 to 2002@192.0.2.20, answered and
