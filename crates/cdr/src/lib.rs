@@ -74,7 +74,7 @@ use std::path::Path;
 
 pub use journal::{Journal, JournalError};
 pub use pg::{PgLayout, PgOptions, PgStore};
-pub use pg_partition::{Day, PARTITION_DAYS_AHEAD};
+pub use pg_partition::{Day, PARTITION_DAYS_AHEAD, RETENTION_DAYS_PER_CALL_MAX};
 pub use record::CdrRecord;
 pub use registration::CdrRegistration;
 pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};

@@ -38,13 +38,15 @@
 //! or serves plain TCP beyond loopback.
 //!
 //! Start at [`Collector::bind`], then `session.rs` (a connection from accept to end),
-//! `writer.rs` (the database side), `state.rs` (per-sensor figures and metrics), `local.rs`
-//! (the socket `tandem cdr pcap` asks through).
+//! `writer.rs` (the database side), `upkeep.rs` (retention and days ahead on a timer, so that
+//! an idle collector drops old days too), `state.rs` (per-sensor figures and metrics) and
+//! `local.rs` (the socket `tandem cdr pcap` asks through).
 
 mod local;
 pub mod sensors;
 mod session;
 mod state;
+mod upkeep;
 mod writer;
 
 use std::collections::HashMap;
@@ -112,9 +114,13 @@ pub struct Settings {
     /// A sensor's clock further off than this is warned about in the log.
     pub clock_skew_warn_ms: u64,
     /// Whole UTC days of CDRs kept before today (default 90). The tables are partitioned by
-    /// day and older days are dropped whole, never deleted row by row, when the writers
-    /// connect and at their first transaction of each day. 0 keeps every day.
+    /// day and older days are dropped whole, never deleted row by row: at start and every
+    /// `maintenance_interval_s` (an idle collector too), and at the writers' first
+    /// transaction of each day. 0 keeps every day.
     pub retention_days: u32,
+    /// Time between two upkeeps of the CDR tables (retention and days ahead), seconds;
+    /// default 3600.
+    pub maintenance_interval_s: u64,
     /// Day partitions created ahead of today (default 3), so that midnight never waits for
     /// one.
     pub partition_days_ahead: u32,
@@ -146,6 +152,7 @@ impl Default for Settings {
             reconnect_max_ms: 10_000,
             clock_skew_warn_ms: 2_000,
             retention_days: 90,
+            maintenance_interval_s: 3_600,
             partition_days_ahead: cdr::PARTITION_DAYS_AHEAD,
         }
     }
@@ -287,6 +294,9 @@ pub struct Collector {
     local: tokio::net::UnixListener,
     local_path: PathBuf,
     writers: Vec<std::thread::JoinHandle<()>>,
+    /// Dropped at stop: the upkeep thread ends at its next wake (it is not joined, so that a
+    /// stop never waits for a database that hangs).
+    upkeep_stop: std::sync::mpsc::Sender<()>,
 }
 
 /// The collector seen from the rest of `tandem serve` (the console, the local socket): the
@@ -426,6 +436,15 @@ impl Collector {
                         })?;
                     threads.push(t);
                 }
+                let (upkeep_stop, upkeep_rx) = std::sync::mpsc::channel();
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name("collector-upkeep".into())
+                    .spawn(move || upkeep::run(s, upkeep_rx))
+                    .map_err(|source| CollectorError::Thread {
+                        thread: "collector-upkeep".into(),
+                        source,
+                    })?;
                 registry
                     .sub_registry_with_prefix("tandem_collector")
                     .register_collector(Box::new(state::Metrics {
@@ -444,6 +463,7 @@ impl Collector {
                     local,
                     local_path,
                     writers: threads,
+                    upkeep_stop,
                 })
             })
     }
@@ -471,6 +491,7 @@ impl Collector {
             local,
             local_path,
             writers,
+            upkeep_stop,
         } = self;
         let handle = CollectorHandle(shared.clone());
         let local_task = tokio::spawn(local::serve(local, handle));
@@ -493,6 +514,7 @@ impl Collector {
             _ = stop => {}
         }
         shared.stopping.store(true, Relaxed);
+        drop(upkeep_stop);
         local_task.abort();
         let _ = std::fs::remove_file(&local_path);
         let sessions: Vec<_> = shared

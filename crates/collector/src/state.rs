@@ -87,6 +87,8 @@ pub(crate) struct Counters {
     pub records_stored: AtomicU64,
     pub transactions: AtomicU64,
     pub db_errors: AtomicU64,
+    /// Upkeeps of the CDR tables (retention, days ahead) that finished.
+    pub upkeeps: AtomicU64,
     pub nacked_batches: AtomicU64,
     pub pcap_ok: AtomicU64,
     pub pcap_failed: AtomicU64,
@@ -227,6 +229,12 @@ impl Collector for Metrics {
             "db_errors",
             "Failed PostgreSQL connections or transactions",
             c.db_errors.load(Relaxed),
+        )?;
+        counter(
+            &mut e,
+            "upkeeps",
+            "Upkeeps of the CDR tables on the collector's timer (old days dropped, days ahead created) that finished",
+            c.upkeeps.load(Relaxed),
         )?;
         counter(
             &mut e,

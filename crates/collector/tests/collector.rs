@@ -733,3 +733,71 @@ fn a_remote_pcap_is_the_sensors_own_and_an_offline_sensor_is_said_so() {
     );
     assert!(running.metric("tandem_collector_pcap_requests_total{result=\"offline\"}") >= 1);
 }
+
+/// A collector whose sensors are all quiet still applies its retention: at start (and every
+/// `maintenance_interval_s`) its upkeep drops the old days whole, more than one call's worth,
+/// and keeps the recent ones and their rows.
+#[test]
+fn an_idle_collector_drops_the_days_past_its_retention() {
+    let Some(pg) = postgres() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let today = cdr::Day::today();
+    let old: Vec<cdr::Day> = (0..20).map(|n| today.plus(-100 - n)).collect();
+    let mut recent = call("recent", 1);
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    recent.call.as_mut().unwrap().start_us = now_us - 120_000_000;
+    recent.call.as_mut().unwrap().end_us = Some(now_us - 60_000_000);
+    for s in &mut recent.streams {
+        s.start_us = now_us - 120_000_000;
+        s.end_us = now_us - 60_000_000;
+    }
+    {
+        // A database as a collector without retention left it: twenty old days and a call
+        // of today.
+        let mut st = PgStore::connect_with(&pg.conninfo(), &cdr::PgOptions::partitioned()).unwrap();
+        st.create_days(old.iter().copied()).unwrap();
+        st.insert_records(&[recent]).unwrap();
+        assert!(st.partition_days().unwrap().contains(&old[19]));
+    }
+
+    let running = Running::start(
+        Settings {
+            retention_days: 30,
+            ..settings(&pg.conninfo())
+        },
+        None,
+        dir.path(),
+        loopback_listener("127.0.0.1:0"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running.metric("tandem_collector_upkeeps_total") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no upkeep: {}",
+            running.metrics()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut st = PgStore::connect_with(&pg.conninfo(), &cdr::PgOptions::partitioned()).unwrap();
+    let days = st.partition_days().unwrap();
+    assert!(
+        days.iter().all(|d| *d >= today.plus(-30)),
+        "days past the retention left: {days:?}"
+    );
+    assert!(
+        days.contains(&today) && days.contains(&today.plus(3)),
+        "{days:?}"
+    );
+    let mut c = postgres::Client::connect(&pg.conninfo(), postgres::NoTls).unwrap();
+    let rows: i64 = c
+        .query_one(
+            "SELECT count(*) FROM cdr WHERE call_id = 'recent-1@test'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "today's call is kept");
+}
