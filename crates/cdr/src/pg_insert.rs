@@ -3,16 +3,20 @@
 //!
 //! 1. `nextval` of `cdr`'s sequence once per call of the batch (one statement): each call's
 //!    row id is chosen before it is written, in the batch's order.
-//! 2. One `INSERT ... SELECT unnest($1::bigint[]), unnest($2::text[]), ...` per table (calls,
-//!    streams, T.38 flows, registrations), every column an array parameter in the binary
-//!    protocol: no text to parse, no temporary table to write and read back, and the arrays
-//!    are read in step, row by row, without being materialized.
+//! 2. Per table (calls, streams, T.38 flows, registrations), one statement for every row of
+//!    the batch: a binary `COPY` when the records are new, an `INSERT ... SELECT
+//!    unnest($1::bigint[]), unnest($2::text[]), ... ON CONFLICT ...` when they may have been
+//!    stored before. Both send every value in PostgreSQL's binary form: no text to parse, no
+//!    temporary table to write and read back. `COPY` also lets PostgreSQL write many rows of a
+//!    partition at once (one WAL record per page rather than per row); measured with `tandem
+//!    bench collector`, it took the server's CPU per CDR from 34 to 31 µs, the same as a text
+//!    `COPY` of pre-rendered rows.
 //!
 //! Exactly once: a record is known by its `uid` (with its partition key in the partitioned
 //! layout), and storing it again updates its rows in place and replaces its streams. Two
 //! ways, chosen per batch ([`Mode`]):
 //!
-//! - **New** (the normal case, records never seen): plain inserts. The unique keys would
+//! - **New** (the normal case, records never seen): `COPY`. The unique keys would
 //!   refuse a record stored before (`unique_violation`): the transaction then rolls back and
 //!   the batch goes again as an upsert. PostgreSQL's `ON CONFLICT DO UPDATE` costs each row a
 //!   speculative insertion (a lock and one more WAL record); measured on the partitioned
@@ -233,9 +237,9 @@ pub(crate) struct Outcome {
     pub updated: usize,
 }
 
-/// One table's statements: the plain insert and the upsert.
+/// One table's statements: the plain insert (a binary `COPY`) and the upsert.
 struct Pair {
-    insert: Statement,
+    copy: String,
     upsert: Statement,
 }
 
@@ -249,7 +253,7 @@ impl Pair {
         returning: &str,
     ) -> Result<Pair, postgres::Error> {
         Ok(Pair {
-            insert: c.prepare(&insert_sql(table, cols))?,
+            copy: copy_sql(table, cols),
             upsert: c.prepare(&format!(
                 "{} ON CONFLICT ({}) DO UPDATE SET {}{returning}",
                 insert_sql(table, cols),
@@ -259,10 +263,16 @@ impl Pair {
         })
     }
 
-    fn get(&self, mode: Mode) -> &Statement {
+    /// Writes `rows`: copied when new, upserted otherwise.
+    fn write(
+        &self,
+        tx: &mut Transaction<'_>,
+        mode: Mode,
+        rows: &Rows<'_>,
+    ) -> Result<(), postgres::Error> {
         match mode {
-            Mode::New => &self.insert,
-            Mode::Upsert => &self.upsert,
+            Mode::New => copy_in(tx, &self.copy, rows),
+            Mode::Upsert => tx.execute(&self.upsert, &rows.params()).map(drop),
         }
     }
 }
@@ -429,6 +439,52 @@ impl<'a> Rows<'a> {
         self.n += 1;
     }
 
+    /// The rows in `COPY ... (FORMAT binary)`'s format: a header, each row as its field count
+    /// and each field as its length (-1 for NULL) and its value in the type's binary send
+    /// form (big-endian integers and IEEE floats, text as its UTF-8, bytea as is), then -1.
+    fn copy_binary(&self) -> Vec<u8> {
+        fn field(out: &mut Vec<u8>, v: Option<&[u8]>) {
+            match v {
+                Some(b) => {
+                    let len = i32::try_from(b.len()).expect("a field under 2 GiB");
+                    out.extend_from_slice(&len.to_be_bytes());
+                    out.extend_from_slice(b);
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        let fields = i16::try_from(self.cols.len()).expect("under 32768 columns");
+        let mut out =
+            Vec::with_capacity(COPY_HEADER.len() + self.n * (2 + self.cols.len() * 12) + 2);
+        out.extend_from_slice(COPY_HEADER);
+        for row in 0..self.n {
+            out.extend_from_slice(&fields.to_be_bytes());
+            for c in &self.cols {
+                match c {
+                    Column::I8(v) => field(
+                        &mut out,
+                        v[row].map(i64::to_be_bytes).as_ref().map(|b| &b[..]),
+                    ),
+                    Column::I4(v) => field(
+                        &mut out,
+                        v[row].map(i32::to_be_bytes).as_ref().map(|b| &b[..]),
+                    ),
+                    Column::F8(v) => field(
+                        &mut out,
+                        v[row]
+                            .map(|f| f.to_bits().to_be_bytes())
+                            .as_ref()
+                            .map(|b| &b[..]),
+                    ),
+                    Column::Text(v) => field(&mut out, v[row].as_deref().map(str::as_bytes)),
+                    Column::Bytes(v) => field(&mut out, v[row].as_deref()),
+                }
+            }
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
+    }
+
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         self.cols
             .iter()
@@ -443,6 +499,36 @@ impl<'a> Rows<'a> {
             })
             .collect()
     }
+}
+
+/// `COPY ... (FORMAT binary)`'s header: the signature, no flags, no extension.
+const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
+
+/// `COPY {table} (cols) FROM STDIN (FORMAT binary)`.
+fn copy_sql(table: &str, cols: &[(&str, Ty)]) -> String {
+    let names: Vec<&str> = cols.iter().map(|c| c.0).collect();
+    format!(
+        "COPY {table} ({}) FROM STDIN (FORMAT binary)",
+        names.join(", ")
+    )
+}
+
+/// Writes `rows` into `table` by binary `COPY`: what a batch of new records takes (see the
+/// module's documentation).
+fn copy_in(tx: &mut Transaction<'_>, sql: &str, rows: &Rows<'_>) -> Result<(), postgres::Error> {
+    use std::io::Write;
+    let mut w = tx.copy_in(sql)?;
+    if let Err(e) = w.write_all(&rows.copy_binary()) {
+        // The writer's error is the connection's, wrapped: give it back as it came.
+        if let Some(pg) = e
+            .into_inner()
+            .and_then(|inner| inner.downcast::<postgres::Error>().ok())
+        {
+            return Err(*pg);
+        }
+    }
+    w.finish()?;
+    Ok(())
 }
 
 /// The time a record's rows are ordered by: its call's start (or its first stream's, or its
@@ -557,7 +643,7 @@ pub(crate) fn insert(
             w.end_row();
         }
         if mode == Mode::New {
-            tx.execute(&st.call.insert, &w.params())?;
+            copy_in(tx, &st.call.copy, &w)?;
         }
         let rows = match mode {
             Mode::New => Vec::new(),
@@ -668,7 +754,7 @@ pub(crate) fn insert(
     }
     for (rows, pair) in [(&rtp, &st.rtp), (&t38, &st.t38), (&reg, &st.reg)] {
         if rows.n > 0 {
-            tx.execute(pair.get(mode), &rows.params())?;
+            pair.write(tx, mode, rows)?;
         }
     }
     Ok(out)

@@ -166,6 +166,13 @@ fn exercise(st: &mut dyn CdrStore) {
         ..Default::default()
     };
     assert_eq!(st.list(&f).unwrap(), vec![d]);
+    // Text that COPY's text form would have to escape (tab, newline, backslash, `\.`), quotes
+    // and non-ASCII go in and come back as they were, and so does the smallest float.
+    let mut odd = call("odd\t\\N\n", 5_000, 200, Some(f64::MIN_POSITIVE));
+    odd.caller = "\"Zoë\" <sip:1001@example.com>\r\n".into();
+    odd.last_reason = "\\.".into();
+    st.insert(std::slice::from_ref(&odd), &[]).unwrap();
+    assert_eq!(st.show("odd\t\\N\n").unwrap().unwrap().0, odd);
 }
 
 #[test]
@@ -177,7 +184,7 @@ fn sqlite_store_in_a_real_file() {
     drop(st);
     // Reopening keeps everything (the schema is created only once).
     let mut st = SqliteStore::open(&path).unwrap();
-    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 4);
+    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 5);
     let out = Command::new("sqlite3")
         .arg(&path)
         .arg("SELECT COUNT(*) FROM cdr_rtp WHERE cdr_id IS NULL")
@@ -218,7 +225,7 @@ fn postgres_store_on_a_throwaway_server() {
         let mut st = PgStore::connect(&conninfo).unwrap();
         assert_eq!(
             st.list(&CdrFilter::default()).unwrap().len(),
-            4,
+            5,
             "{layout:?}"
         );
     }
