@@ -580,6 +580,7 @@ fn wrong_token_unknown_sensor_and_plain_tcp_from_afar_are_refused_and_counted() 
                     token: "0".repeat(64),
                     clock_us: 0,
                     software: String::new(),
+                    record_formats: Vec::new(),
                 }),
                 &mut hello,
             );
@@ -800,4 +801,86 @@ fn an_idle_collector_drops_the_days_past_its_retention() {
         .unwrap()
         .get(0);
     assert_eq!(rows, 1, "today's call is kept");
+}
+
+/// A sensor of an older release offers no compact form: the collector's `Welcome` names none,
+/// the sensor's JSON records are stored and acknowledged; one of this release is offered its
+/// own compact form back.
+#[test]
+fn a_sensor_without_the_compact_form_is_answered_in_json_and_stored() {
+    use std::io::{Read, Write};
+    use uplink::{Hello, Limits, Message, RecordFormat, Records};
+
+    let Some(pg) = postgres() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let token = add_sensor(dir.path(), "elder");
+    let running = Running::start(
+        settings(&pg.conninfo()),
+        None,
+        dir.path(),
+        loopback_listener("127.0.0.1:0"),
+    );
+    let read = |s: &mut std::net::TcpStream| -> Message {
+        let mut header = [0u8; uplink::HEADER_BYTES];
+        s.read_exact(&mut header).unwrap();
+        let len = uplink::payload_len(header, &Limits::default()).unwrap();
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).unwrap();
+        uplink::decode_payload(&payload, &Limits::default()).unwrap()
+    };
+    let hello = |formats: Vec<String>| {
+        let mut buf = Vec::new();
+        uplink::encode(
+            &Message::Hello(Hello {
+                version: uplink::PROTOCOL_VERSION,
+                sensor: "elder".into(),
+                token: token.clone(),
+                clock_us: 0,
+                software: "tandem 0.0.9".into(),
+                record_formats: formats,
+            }),
+            &mut buf,
+        );
+        buf
+    };
+
+    let mut s = std::net::TcpStream::connect(running.addr).unwrap();
+    s.write_all(&hello(Vec::new())).unwrap();
+    let Message::Welcome(w) = read(&mut s) else {
+        panic!("no welcome")
+    };
+    assert_eq!(
+        w.record_format, "",
+        "JSON for a sensor that offers nothing else"
+    );
+    let mut frame = Vec::new();
+    uplink::encode(
+        &Message::Records(Records {
+            first_seq: 1,
+            records: (0..3).map(|i| call("elder", i)).collect(),
+            format: RecordFormat::Json,
+        }),
+        &mut frame,
+    );
+    s.write_all(&frame).unwrap();
+    loop {
+        match read(&mut s) {
+            Message::Ack { upto_seq: 3 } => break,
+            Message::Ack { .. } => continue,
+            other => panic!("not an ack: {other:?}"),
+        }
+    }
+    assert_eq!(stored(&pg.conninfo(), "elder"), (3, 3, 3, 6));
+    drop(s);
+
+    let mut s = std::net::TcpStream::connect(running.addr).unwrap();
+    s.write_all(&hello(vec![
+        "postcard-0-0000000000000000".into(),
+        uplink::compact_format().into(),
+    ]))
+    .unwrap();
+    let Message::Welcome(w) = read(&mut s) else {
+        panic!("no welcome")
+    };
+    assert_eq!(w.record_format, uplink::compact_format());
 }

@@ -150,6 +150,9 @@ struct Session {
     ended: watch::Receiver<Option<String>>,
     /// The next record's number (the writer thread is the only sender of records).
     next_seq: AtomicU64,
+    /// How this session's records go: compact when the collector chose this release's
+    /// compact form in its `Welcome`, JSON otherwise.
+    format: uplink::RecordFormat,
 }
 
 impl Session {
@@ -440,8 +443,8 @@ impl Uplink {
             batch_records_max: s.link.limits.batch_records_max.min(FRAME_RECORDS_SENT),
             ..s.link.limits
         };
-        let (frames, last) =
-            uplink::encode_records(first, records, &limits).map_err(|e| err(e.to_string()))?;
+        let (frames, last) = uplink::encode_records(first, records, &limits, session.format)
+            .map_err(|e| err(e.to_string()))?;
         session.next_seq.store(last + 1, Relaxed);
         let ack_timeout = Duration::from_millis(s.link.ack_timeout_ms.max(1));
         let result = self.runtime().block_on(async {
@@ -685,6 +688,7 @@ async fn connect(shared: &Shared) -> Result<(Box<dyn Io>, uplink::Welcome), Stri
             token: shared.token.clone(),
             clock_us: now_us(),
             software: concat!("tandem ", env!("CARGO_PKG_VERSION")).to_string(),
+            record_formats: vec![uplink::compact_format().to_string()],
         });
         let mut buf = Vec::new();
         uplink::encode(&hello, &mut buf);
@@ -754,6 +758,11 @@ fn start_session(
         end: ended_tx.clone(),
         ended: ended_rx,
         next_seq: AtomicU64::new(1),
+        format: if welcome.record_format == uplink::compact_format() {
+            uplink::RecordFormat::Compact
+        } else {
+            uplink::RecordFormat::Json
+        },
     });
     // The writer: frames in order, and a heartbeat every interval.
     let writer_shared = shared.clone();

@@ -1,12 +1,18 @@
 //! What encoding and decoding a record costs: `cargo run --release -p uplink --example
 //! codec_cost`. Realistic calls (`cdr::seed`: a call with its streams, archive columns, digits)
-//! in batches of 500, as the sensor's writer sends them.
+//! in batches of 500, in JSON and in the compact form.
 
 use std::time::Instant;
 
-use uplink::{Limits, Message, decode_frame, encode_records};
+use uplink::{Limits, Message, RecordFormat, decode_frame, encode_records};
 
 fn main() {
+    for format in [RecordFormat::Json, RecordFormat::Compact] {
+        cost(format);
+    }
+}
+
+fn cost(format: RecordFormat) {
     let n = 100_000u64;
     let records: Vec<_> =
         cdr::seed::synthetic_calls(n, 1_700_000_000_000_000, 1_700_086_400_000_000, 1).collect();
@@ -16,7 +22,7 @@ fn main() {
     let started = Instant::now();
     let mut seq = 1;
     for chunk in records.chunks(batch) {
-        let (buf, last) = encode_records(seq, chunk, &limits).unwrap();
+        let (buf, last) = encode_records(seq, chunk, &limits, format).unwrap();
         seq = last + 1;
         frames.push(buf);
     }
@@ -37,7 +43,7 @@ fn main() {
     let decode_s = started.elapsed().as_secs_f64();
     assert_eq!(decoded as u64, n);
     println!(
-        "{n} records, {:.0} bytes each on the wire; encode {:.2} µs/record, decode {:.2} µs/record; one core decodes {:.0} records/s",
+        "{format:?}: {n} records, {:.0} bytes each on the wire; encode {:.2} µs/record, decode {:.2} µs/record; one core decodes {:.0} records/s",
         bytes as f64 / n as f64,
         encode_s * 1e6 / n as f64,
         decode_s * 1e6 / n as f64,
