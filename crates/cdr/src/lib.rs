@@ -310,6 +310,22 @@ pub trait CdrStore {
     /// and replaces its streams, so inserting the same records twice stores them once (an empty
     /// `uid` is never matched).
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError>;
+    /// Batches this store can have on their way at once ([`CdrStore::send_records`] before
+    /// [`CdrStore::settle_oldest`]); 1 for a database, which stores a batch before it returns.
+    /// A collector's link sends the next batch while the collector commits the one before.
+    fn batches_in_flight_max(&self) -> usize {
+        1
+    }
+    /// Starts storing a batch; it is stored once [`CdrStore::settle_oldest`] says so for it
+    /// (batches settle in the order they were sent). By default stores it at once.
+    fn send_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
+        self.insert_records(records)
+    }
+    /// Waits until the oldest batch sent and not yet settled is stored (Ok) or known not to be
+    /// (Err: it and every later one must be stored again).
+    fn settle_oldest(&mut self) -> Result<(), CdrError> {
+        Ok(())
+    }
     /// Stores calls and streams in one transaction, without unique ids. Streams are linked to
     /// the call with the same Call-ID in `calls` (or stored unlinked).
     fn insert(&mut self, calls: &[CdrCall], streams: &[CdrStream]) -> Result<(), CdrError> {

@@ -30,8 +30,14 @@
 //!   reach the store and replay the journal, and returns the final counters. If the thread is
 //!   still busy after `close_timeout_ms` (a database that hangs in the middle of an insert),
 //!   the caller journals what is still queued and leaves the thread behind; the one batch it
-//!   is inserting (at most `batch_records_max` records) is then lost if the process exits before
-//!   the database answers. A connect or statement timeout in the connection string bounds that.
+//!   is inserting (at most `batch_records_max` records; two for a collector's link, which
+//!   sends the next batch while the collector commits one) is then lost if the process exits
+//!   before the database answers. A connect or statement timeout in the connection string
+//!   bounds that.
+//! - A store that takes several batches at once ([`CdrStore::batches_in_flight_max`]) gets
+//!   the next batch before the last one is settled, when the queue already holds a whole
+//!   batch; the batches settle in order, a failed one and those after it are journaled in
+//!   order, and nothing stays in flight while the queue waits for records.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -446,6 +452,10 @@ struct WriterThread {
     /// Failures in a row, for logging the first and then fewer.
     failures: u64,
     tried_at_close: bool,
+    /// Batches sent to a store that takes more than one at a time
+    /// ([`CdrStore::batches_in_flight_max`]) and not yet settled, oldest first: journaled, in
+    /// this order, if they turn out not to be stored.
+    in_flight: VecDeque<Vec<CdrRecord>>,
 }
 
 impl WriterThread {
@@ -459,12 +469,20 @@ impl WriterThread {
             retry_at: Instant::now(),
             failures: 0,
             tried_at_close: false,
+            in_flight: VecDeque::new(),
         }
     }
 
     fn run(mut self) {
         self.connect();
         loop {
+            // A batch in flight is settled before the thread waits for more records: records
+            // never sit unacknowledged while the queue is quiet.
+            if !self.in_flight.is_empty()
+                && self.shared.lock_queue().records.len() < self.shared.cfg.batch_records_max
+            {
+                self.settle(0);
+            }
             // A journal left by an earlier run, or records journaled while the store was down.
             if self.store.is_some() && self.journal_pending() {
                 self.replay();
@@ -488,6 +506,7 @@ impl WriterThread {
                 self.write(batch);
             }
             if closing && self.shared.lock_queue().records.is_empty() {
+                self.settle(0);
                 // Records journaled by this last pass go in now if the store is up.
                 if self.store.is_some() && self.journal_pending() {
                     self.replay();
@@ -586,17 +605,63 @@ impl WriterThread {
         if !self.journal_pending()
             && let Some(store) = self.store.as_mut()
         {
-            match store.insert_records(&batch) {
-                Ok(()) => {
-                    let c = &self.shared.counters;
-                    c.written.fetch_add(batch.len() as u64, Relaxed);
-                    c.batches.fetch_add(1, Relaxed);
+            let depth = store.batches_in_flight_max().max(1);
+            match store.send_records(&batch) {
+                Ok(()) if depth == 1 => {
+                    self.stored(batch.len());
                     return;
                 }
-                Err(e) => self.failed(&e),
+                Ok(()) => {
+                    self.in_flight.push_back(batch);
+                    self.settle(depth - 1);
+                    return;
+                }
+                Err(e) => {
+                    // Those before it are not known to be stored either: they go first.
+                    self.failed(&e);
+                    self.journal_in_flight();
+                }
             }
         }
+        // Behind the journal's records: what is in flight settles first (or is journaled
+        // first when its store fails).
+        self.settle(0);
         self.shared.journal_append(&batch, false);
+    }
+
+    fn stored(&self, records: usize) {
+        let c = &self.shared.counters;
+        c.written.fetch_add(records as u64, Relaxed);
+        c.batches.fetch_add(1, Relaxed);
+    }
+
+    /// Settles the oldest batches in flight until at most `keep` are left; on a failure the
+    /// store is dropped and every batch still in flight is journaled, in order.
+    fn settle(&mut self, keep: usize) {
+        while self.in_flight.len() > keep {
+            let Some(store) = self.store.as_mut() else {
+                self.journal_in_flight();
+                return;
+            };
+            match store.settle_oldest() {
+                Ok(()) => {
+                    let batch = self.in_flight.pop_front().expect("a batch in flight");
+                    self.stored(batch.len());
+                }
+                Err(e) => {
+                    self.failed(&e);
+                    self.journal_in_flight();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The batches in flight to the journal, oldest first (their store failed).
+    fn journal_in_flight(&mut self) {
+        while let Some(batch) = self.in_flight.pop_front() {
+            self.shared.journal_append(&batch, false);
+        }
     }
 
     /// Stores the journal's records in order, batch by batch, consuming each once committed;
@@ -604,6 +669,9 @@ impl WriterThread {
     /// records of that batch stay in the journal (if the commit went through before the
     /// failure was seen, their uids make the next replay skip them).
     fn replay(&mut self) {
+        // What is in flight was sent before the journal's records were written: it settles
+        // (or joins the journal) first.
+        self.settle(0);
         let Some(mut store) = self.store.take() else {
             return;
         };

@@ -420,11 +420,17 @@ fn a_database_outage_and_a_collector_restart_lose_nothing() {
     let submitted = std::thread::scope(|scope| {
         let feeder = scope.spawn(|| {
             let mut i = 0u64;
+            let mut round = 0u64;
             while !done.load(Ordering::Relaxed) {
-                for _ in 0..20 {
+                // Now and then a burst of several batches, which the link pipelines (the
+                // next batch sent before the last is acknowledged): the outages meet batches
+                // in flight too.
+                let n = if round % 25 == 0 { 1_000 } else { 20 };
+                for _ in 0..n {
                     writer.submit(call("edge", i));
                     i += 1;
                 }
+                round += 1;
                 std::thread::sleep(Duration::from_millis(20));
             }
             i
@@ -527,18 +533,14 @@ fn wrong_token_unknown_sensor_and_plain_tcp_from_afar_are_refused_and_counted() 
         },
     );
     assert!(e.contains("certificate is for \"intruder\""), "{e}");
-    assert_eq!(
-        running.metric("tandem_collector_refused_total{reason=\"bad_token\"}"),
-        1
-    );
-    assert_eq!(
-        running.metric("tandem_collector_refused_total{reason=\"unknown_sensor\"}"),
-        1
-    );
-    assert_eq!(
-        running.metric("tandem_collector_refused_total{reason=\"certificate\"}"),
-        1
-    );
+    // Each refusal counted under its reason. A refused link tries again after its backoff
+    // (and `open_store` may ask for one more attempt), so a reason may count more than once.
+    for reason in ["bad_token", "unknown_sensor", "certificate"] {
+        let n = running.metric(&format!(
+            "tandem_collector_refused_total{{reason=\"{reason}\"}}"
+        ));
+        assert!(n >= 1, "{reason}: {}", running.metrics());
+    }
 
     // Plain TCP from an address of this machine that is not loopback: in a network namespace
     // of our own, the collector listens on a veth address and a client connects to it.

@@ -13,8 +13,12 @@
 //!   and on a failure reconnects after a backoff (`reconnect_min_ms` doubling to
 //!   `reconnect_max_ms`), whether or not CDRs are waiting, so that the collector can ask for
 //!   pcaps at any time (the session is the sensor's own, outgoing: a sensor behind NAT works).
-//! - [`UplinkStore::insert_records`] (on the `cdr-writer` thread) numbers the batch, sends it and
-//!   waits for the collector's `Ack` (sent after its database commit) up to `ack_timeout_ms`.
+//! - The `cdr-writer` thread sends a batch ([`UplinkStore`]'s `send_records`: numbered on the
+//!   session, encoded, queued for the session's writer) and settles it (`settle_oldest`:
+//!   waits for the collector's `Ack`, sent after its database commit, up to
+//!   `ack_timeout_ms`). With a whole batch more queued, it sends that one before settling
+//!   the first ([`DELIVERY_BATCHES_IN_FLIGHT`]), so that the collector decodes the next batch
+//!   while it commits the last.
 //!   Anything else (no session, a `Nack`, a lost connection, a timeout) is an error, and the
 //!   writer does what it does when a database fails: the batch goes to the journal, and the
 //!   journal is replayed in order once the store opens again ([`Uplink::open_store`]: a session
@@ -30,7 +34,8 @@
 //! - TLS (rustls) whenever a CA file is given; plain TCP only to a loopback address.
 //!
 //! Never: logs the token, reads a file outside the archive for a collector, blocks the capture
-//! (only the writer's thread waits for acks), or holds more than one batch in flight.
+//! (only the writer's thread waits for acks), or holds more than [`DELIVERY_BATCHES_IN_FLIGHT`]
+//! batches in flight.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -62,6 +67,10 @@ pub const OUTGOING_FRAMES_MAX: usize = 16;
 /// round trip and the collector's commit fewer times: the writer's default (500) left the
 /// collector's database idle between batches, at about half its rate.
 pub const DELIVERY_BATCH_RECORDS_MAX: usize = 5_000;
+/// Batches sent before the oldest is acknowledged, at most: the next batch is on its way and
+/// decoded while the collector commits the one before, so a single sensor keeps the
+/// collector's writers busy. Each is in the writer's memory until it is settled.
+pub const DELIVERY_BATCHES_IN_FLIGHT: usize = 2;
 /// Records per `Records` frame sent: a batch goes as several frames back to back, so that the
 /// collector decodes and starts writing the first while the others are on the way.
 pub const FRAME_RECORDS_SENT: usize = 1_000;
@@ -415,7 +424,10 @@ impl Uplink {
                 return Err(link_err(&s.link, why));
             }
         }
-        Ok(Box::new(UplinkStore { link: self.clone() }))
+        Ok(Box::new(UplinkStore {
+            link: self.clone(),
+            in_flight: std::collections::VecDeque::new(),
+        }))
     }
 
     fn live_session(&self) -> Option<Arc<Session>> {
@@ -427,13 +439,10 @@ impl Uplink {
             .filter(|s| s.is_alive())
     }
 
-    /// Sends a batch and waits for its acknowledgement.
-    fn deliver(&self, records: &[CdrRecord]) -> Result<(), CdrError> {
+    /// Sends a batch (numbered on the live session) without waiting for its acknowledgement.
+    fn send(&self, records: &[CdrRecord]) -> Result<InFlight, CdrError> {
         let s = &self.shared;
         let err = |p: String| link_err(&s.link, p);
-        if records.is_empty() {
-            return Ok(());
-        }
         let session = self
             .live_session()
             .ok_or_else(|| err("the session with the collector ended".into()))?;
@@ -446,18 +455,39 @@ impl Uplink {
         let (frames, last) = uplink::encode_records(first, records, &limits, session.format)
             .map_err(|e| err(e.to_string()))?;
         session.next_seq.store(last + 1, Relaxed);
-        let ack_timeout = Duration::from_millis(s.link.ack_timeout_ms.max(1));
-        let result = self.runtime().block_on(async {
+        let sent = self.runtime().block_on(async {
             session
                 .out
                 .send(frames)
                 .await
-                .map_err(|_| "the session with the collector ended".to_string())?;
+                .map_err(|_| "the session with the collector ended".to_string())
+        });
+        if let Err(why) = sent {
+            end_session(&session, &why);
+            return Err(err(why));
+        }
+        Ok(InFlight {
+            session,
+            last_seq: last,
+            records: records.len() as u64,
+        })
+    }
+
+    /// Waits for a batch's acknowledgement, up to `ack_timeout_ms` from now.
+    fn settle(&self, batch: InFlight) -> Result<(), CdrError> {
+        let s = &self.shared;
+        let InFlight {
+            session,
+            last_seq,
+            records,
+        } = batch;
+        let ack_timeout = Duration::from_millis(s.link.ack_timeout_ms.max(1));
+        let result = self.runtime().block_on(async {
             let mut acked = session.acked.clone();
             let mut ended = session.ended.clone();
             let wait = async {
                 loop {
-                    if *acked.borrow_and_update() >= last {
+                    if *acked.borrow_and_update() >= last_seq {
                         return Ok(());
                     }
                     if let Some(why) = ended.borrow_and_update().clone() {
@@ -479,7 +509,7 @@ impl Uplink {
         });
         match result {
             Ok(()) => {
-                s.acknowledged.fetch_add(records.len() as u64, Relaxed);
+                s.acknowledged.fetch_add(records, Relaxed);
                 *s.nack_backoff.lock().unwrap_or_else(|e| e.into_inner()) =
                     Duration::from_millis(s.link.reconnect_min_ms.max(1));
                 Ok(())
@@ -488,7 +518,7 @@ impl Uplink {
                 // The batch is not known to be stored: this session is over (a new one numbers
                 // from 1, and the journal sends the batch again).
                 end_session(&session, &why);
-                Err(err(why))
+                Err(link_err(&s.link, why))
             }
         }
     }
@@ -539,11 +569,47 @@ fn set_end(end: &watch::Sender<Option<String>>, why: String) {
 /// The CDR writer's store: batches to the collector.
 pub struct UplinkStore {
     link: Arc<Uplink>,
+    /// Batches sent and not yet settled, oldest first (at most [`DELIVERY_BATCHES_IN_FLIGHT`]).
+    in_flight: std::collections::VecDeque<InFlight>,
+}
+
+/// A batch on its way: the session it went on and the number of its last record.
+struct InFlight {
+    session: Arc<Session>,
+    last_seq: u64,
+    records: u64,
 }
 
 impl CdrStore for UplinkStore {
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
-        self.link.deliver(records)
+        self.send_records(records)?;
+        while !self.in_flight.is_empty() {
+            self.settle_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn batches_in_flight_max(&self) -> usize {
+        DELIVERY_BATCHES_IN_FLIGHT
+    }
+
+    fn send_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch = self.link.send(records)?;
+        self.in_flight.push_back(batch);
+        Ok(())
+    }
+
+    fn settle_oldest(&mut self) -> Result<(), CdrError> {
+        match self.in_flight.pop_front() {
+            Some(batch) => self.link.settle(batch).inspect_err(|_| {
+                // Those sent after it went on the same session, which is over.
+                self.in_flight.clear();
+            }),
+            None => Ok(()),
+        }
     }
 
     fn list(&mut self, _: &cdr::CdrFilter) -> Result<Vec<cdr::CdrCall>, CdrError> {
