@@ -425,7 +425,7 @@ fn a_database_outage_and_a_collector_restart_lose_nothing() {
                 // Now and then a burst of several batches, which the link pipelines (the
                 // next batch sent before the last is acknowledged): the outages meet batches
                 // in flight too.
-                let n = if round % 25 == 0 { 1_000 } else { 20 };
+                let n = if round.is_multiple_of(25) { 1_000 } else { 20 };
                 for _ in 0..n {
                     writer.submit(call("edge", i));
                     i += 1;
