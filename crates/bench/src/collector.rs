@@ -11,7 +11,10 @@
 //!   client (`cdr::pg_bench::copy_floor`), as many connections as the collector's writers,
 //!   in batches of the collector's transaction size. What the database takes at all; the goal
 //!   is ingest ≥ 70% of it. Floor and ingest alternate run by run, each on a fresh database
-//!   whose day partitions exist beforehand (a collector creates its days ahead).
+//!   whose day partitions exist beforehand (a collector creates its days ahead). One
+//!   floor run of [`WARM_UP_RECORDS`] before the first measurement is not counted: the
+//!   first run after PostgreSQL starts (cold caches, a WAL not yet recycled) was a quarter
+//!   slower, which flattered whichever part came first.
 //! - **CPU per CDR**: PostgreSQL's (the postmaster and every backend, with those that ended)
 //!   and this process's (sensors and collector, or the COPY client), from /proc.
 //! - **Replay** (`--part replay`): a sensor's journal holding a backlog (`--backlog`, 1
@@ -158,6 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut ingest = Vec::new();
     if wants("ingest") {
         let pg = pg.as_mut().expect("started above");
+        warm_up(pg, &args)?;
         for &n in &args.sensors {
             ingest.push(ingest_part(pg, base.path(), n.max(1), &args, runs, quiet)?);
         }
@@ -444,6 +448,22 @@ fn sensor(
     };
     let w = CdrWriter::start(cfg, move || opener.open_store())?;
     Ok((w, uplink))
+}
+
+/// Records of the uncounted floor run before the first measurement.
+pub const WARM_UP_RECORDS: u64 = 50_000;
+
+/// One floor run, not counted, so that the first measured part does not pay for a cold server.
+fn warm_up(pg: &mut Pg, args: &Args) -> anyhow::Result<()> {
+    let (_, rows) = sensor_calls("warm-up", WARM_UP_RECORDS.min(args.records.max(1)), 0);
+    let conninfo = pg.fresh(&rows)?;
+    cdr::pg_bench::copy_floor(
+        &conninfo,
+        &rows,
+        args.writers,
+        Settings::default().transaction_records_max,
+    )?;
+    Ok(())
 }
 
 fn ingest_part(

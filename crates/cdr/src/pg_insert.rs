@@ -268,7 +268,7 @@ impl Pair {
         &self,
         tx: &mut Transaction<'_>,
         mode: Mode,
-        rows: &Rows<'_>,
+        rows: &mut Rows<'_>,
     ) -> Result<(), postgres::Error> {
         match mode {
             Mode::New => copy_in(tx, &self.copy, rows),
@@ -348,40 +348,82 @@ enum Column<'a> {
     Bytes(Vec<Option<Vec<u8>>>),
 }
 
-/// The rows of one statement, column by column, filled a row at a time in the columns' order.
+/// The rows of one statement, filled a row at a time in the columns' order: for
+/// [`Mode::New`] straight into a binary `COPY` stream, for [`Mode::Upsert`] column by column
+/// (each column an array parameter).
 struct Rows<'a> {
+    types: Vec<Ty>,
+    /// Upsert: the values of each column.
     cols: Vec<Column<'a>>,
+    /// New: the `COPY ... (FORMAT binary)` stream so far: a header, then each row as its field
+    /// count and each field as its length (-1 for NULL) and its value in the type's binary
+    /// send form (big-endian integers and IEEE floats, text as its UTF-8, bytea as is).
+    copy: Option<Vec<u8>>,
     at: usize,
     n: usize,
 }
 
 impl<'a> Rows<'a> {
-    fn new(types: &[(&str, Ty)]) -> Rows<'a> {
+    fn new(types: &[(&str, Ty)], mode: Mode) -> Rows<'a> {
+        let (cols, copy) = match mode {
+            Mode::New => (Vec::new(), Some(COPY_HEADER.to_vec())),
+            Mode::Upsert => (
+                types
+                    .iter()
+                    .map(|(_, t)| match t {
+                        I8 => Column::I8(Vec::new()),
+                        I4 => Column::I4(Vec::new()),
+                        F8 => Column::F8(Vec::new()),
+                        Text => Column::Text(Vec::new()),
+                        Bytes => Column::Bytes(Vec::new()),
+                    })
+                    .collect(),
+                None,
+            ),
+        };
         Rows {
-            cols: types
-                .iter()
-                .map(|(_, t)| match t {
-                    I8 => Column::I8(Vec::new()),
-                    I4 => Column::I4(Vec::new()),
-                    F8 => Column::F8(Vec::new()),
-                    Text => Column::Text(Vec::new()),
-                    Bytes => Column::Bytes(Vec::new()),
-                })
-                .collect(),
+            types: types.iter().map(|(_, t)| *t).collect(),
+            cols,
+            copy,
             at: 0,
             n: 0,
         }
     }
 
-    fn next(&mut self) -> &mut Column<'a> {
+    /// The next column, which must be of type `ty`: in the COPY stream (with the row's field
+    /// count before its first field) or as a column to push to.
+    fn next(&mut self, ty: Ty) -> Result<&mut Vec<u8>, &mut Column<'a>> {
+        assert_eq!(self.types[self.at], ty, "column {} of the row", self.at);
         self.at += 1;
-        &mut self.cols[self.at - 1]
+        match &mut self.copy {
+            Some(out) => {
+                if self.at == 1 {
+                    let fields = i16::try_from(self.types.len()).expect("under 32768 columns");
+                    out.extend_from_slice(&fields.to_be_bytes());
+                }
+                Ok(out)
+            }
+            None => Err(&mut self.cols[self.at - 1]),
+        }
+    }
+
+    /// A field of the COPY stream.
+    fn field(out: &mut Vec<u8>, v: Option<&[u8]>) {
+        match v {
+            Some(b) => {
+                let len = i32::try_from(b.len()).expect("a field under 2 GiB");
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(b);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
     }
 
     fn i8(&mut self, v: Option<i64>) {
-        match self.next() {
-            Column::I8(c) => c.push(v),
-            _ => unreachable!("a bigint column"),
+        match self.next(I8) {
+            Ok(out) => Self::field(out, v.map(i64::to_be_bytes).as_ref().map(|b| &b[..])),
+            Err(Column::I8(c)) => c.push(v),
+            Err(_) => unreachable!("a bigint column"),
         }
     }
 
@@ -394,23 +436,31 @@ impl<'a> Rows<'a> {
     }
 
     fn i4(&mut self, v: Option<i32>) {
-        match self.next() {
-            Column::I4(c) => c.push(v),
-            _ => unreachable!("an int4 column"),
+        match self.next(I4) {
+            Ok(out) => Self::field(out, v.map(i32::to_be_bytes).as_ref().map(|b| &b[..])),
+            Err(Column::I4(c)) => c.push(v),
+            Err(_) => unreachable!("an int4 column"),
         }
     }
 
     fn f8(&mut self, v: Option<f64>) {
-        match self.next() {
-            Column::F8(c) => c.push(v),
-            _ => unreachable!("a float8 column"),
+        match self.next(F8) {
+            Ok(out) => Self::field(
+                out,
+                v.map(|f| f.to_bits().to_be_bytes())
+                    .as_ref()
+                    .map(|b| &b[..]),
+            ),
+            Err(Column::F8(c)) => c.push(v),
+            Err(_) => unreachable!("a float8 column"),
         }
     }
 
     fn text(&mut self, v: Option<Cow<'a, str>>) {
-        match self.next() {
-            Column::Text(c) => c.push(v),
-            _ => unreachable!("a text column"),
+        match self.next(Text) {
+            Ok(out) => Self::field(out, v.as_deref().map(str::as_bytes)),
+            Err(Column::Text(c)) => c.push(v),
+            Err(_) => unreachable!("a text column"),
         }
     }
 
@@ -427,60 +477,25 @@ impl<'a> Rows<'a> {
     }
 
     fn bytes(&mut self, v: Option<Vec<u8>>) {
-        match self.next() {
-            Column::Bytes(c) => c.push(v),
-            _ => unreachable!("a bytea column"),
+        match self.next(Bytes) {
+            Ok(out) => Self::field(out, v.as_deref()),
+            Err(Column::Bytes(c)) => c.push(v),
+            Err(_) => unreachable!("a bytea column"),
         }
     }
 
     fn end_row(&mut self) {
-        debug_assert_eq!(self.at, self.cols.len(), "every column of the row");
+        assert_eq!(self.at, self.types.len(), "every column of the row");
         self.at = 0;
         self.n += 1;
     }
 
-    /// The rows in `COPY ... (FORMAT binary)`'s format: a header, each row as its field count
-    /// and each field as its length (-1 for NULL) and its value in the type's binary send
-    /// form (big-endian integers and IEEE floats, text as its UTF-8, bytea as is), then -1.
-    fn copy_binary(&self) -> Vec<u8> {
-        fn field(out: &mut Vec<u8>, v: Option<&[u8]>) {
-            match v {
-                Some(b) => {
-                    let len = i32::try_from(b.len()).expect("a field under 2 GiB");
-                    out.extend_from_slice(&len.to_be_bytes());
-                    out.extend_from_slice(b);
-                }
-                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-            }
-        }
-        let fields = i16::try_from(self.cols.len()).expect("under 32768 columns");
-        let mut out =
-            Vec::with_capacity(COPY_HEADER.len() + self.n * (2 + self.cols.len() * 12) + 2);
-        out.extend_from_slice(COPY_HEADER);
-        for row in 0..self.n {
-            out.extend_from_slice(&fields.to_be_bytes());
-            for c in &self.cols {
-                match c {
-                    Column::I8(v) => field(
-                        &mut out,
-                        v[row].map(i64::to_be_bytes).as_ref().map(|b| &b[..]),
-                    ),
-                    Column::I4(v) => field(
-                        &mut out,
-                        v[row].map(i32::to_be_bytes).as_ref().map(|b| &b[..]),
-                    ),
-                    Column::F8(v) => field(
-                        &mut out,
-                        v[row]
-                            .map(|f| f.to_bits().to_be_bytes())
-                            .as_ref()
-                            .map(|b| &b[..]),
-                    ),
-                    Column::Text(v) => field(&mut out, v[row].as_deref().map(str::as_bytes)),
-                    Column::Bytes(v) => field(&mut out, v[row].as_deref()),
-                }
-            }
-        }
+    /// The whole `COPY` stream, its trailer added (Mode::New).
+    fn copy_stream(&mut self) -> Vec<u8> {
+        let mut out = self
+            .copy
+            .take()
+            .expect("a COPY stream: rows made for Mode::New");
         out.extend_from_slice(&(-1i16).to_be_bytes());
         out
     }
@@ -515,10 +530,14 @@ fn copy_sql(table: &str, cols: &[(&str, Ty)]) -> String {
 
 /// Writes `rows` into `table` by binary `COPY`: what a batch of new records takes (see the
 /// module's documentation).
-fn copy_in(tx: &mut Transaction<'_>, sql: &str, rows: &Rows<'_>) -> Result<(), postgres::Error> {
+fn copy_in(
+    tx: &mut Transaction<'_>,
+    sql: &str,
+    rows: &mut Rows<'_>,
+) -> Result<(), postgres::Error> {
     use std::io::Write;
     let mut w = tx.copy_in(sql)?;
-    if let Err(e) = w.write_all(&rows.copy_binary()) {
+    if let Err(e) = w.write_all(&rows.copy_stream()) {
         // The writer's error is the connection's, wrapped: give it back as it came.
         if let Some(pg) = e
             .into_inner()
@@ -559,7 +578,8 @@ pub(crate) fn insert(
     let mut out = Outcome::default();
     let part = layout == PgLayout::Partitioned;
     // The last record of each uid; records without one are all stored.
-    let mut last: HashMap<&str, usize> = HashMap::with_capacity(records.len());
+    let mut last: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(records.len(), foldhash::fast::RandomState::default());
     for (i, r) in records.iter().enumerate() {
         if !r.uid.is_empty() {
             last.insert(r.uid.as_str(), i);
@@ -594,7 +614,7 @@ pub(crate) fn insert(
     });
 
     if calls > 0 {
-        let mut w = Rows::new(&CALL);
+        let mut w = Rows::new(&CALL, mode);
         for &i in &order {
             let rec = &records[i];
             let Some(c) = &rec.call else { continue };
@@ -643,7 +663,7 @@ pub(crate) fn insert(
             w.end_row();
         }
         if mode == Mode::New {
-            copy_in(tx, &st.call.copy, &w)?;
+            copy_in(tx, &st.call.copy, &mut w)?;
         }
         let rows = match mode {
             Mode::New => Vec::new(),
@@ -674,9 +694,9 @@ pub(crate) fn insert(
         }
     }
 
-    let mut rtp = Rows::new(&columns(&STREAM, layout));
-    let mut t38 = Rows::new(&columns(&T38, layout));
-    let mut reg = Rows::new(&REG);
+    let mut rtp = Rows::new(&columns(&STREAM, layout), mode);
+    let mut t38 = Rows::new(&columns(&T38, layout), mode);
+    let mut reg = Rows::new(&REG, mode);
     for &i in &order {
         let rec = &records[i];
         for (k, s) in rec.streams.iter().enumerate() {
@@ -752,7 +772,11 @@ pub(crate) fn insert(
             reg.end_row();
         }
     }
-    for (rows, pair) in [(&rtp, &st.rtp), (&t38, &st.t38), (&reg, &st.reg)] {
+    for (rows, pair) in [
+        (&mut rtp, &st.rtp),
+        (&mut t38, &st.t38),
+        (&mut reg, &st.reg),
+    ] {
         if rows.n > 0 {
             pair.write(tx, mode, rows)?;
         }
