@@ -6,7 +6,7 @@
 //! sensor ─TLS─▶ accept (sessions_max) ─▶ Hello: version, name, token or client certificate
 //!   ▲              │ Records (first_seq, records: sensor and uid set from the authenticated name)
 //!   │              ▼
-//!   │      writer queue (queue_batches_max, one per writer, a sensor always on the same one)
+//!   │      writer queues (queue_batches_max, one per writer; each frame to the one with most room)
 //!   │              ▼
 //!   │      writer thread: batches merged (transaction_records_max) ─▶ PostgreSQL (upsert by uid)
 //!   └── Ack {upto_seq} after the commit; Nack and the session's end when it failed
@@ -23,8 +23,9 @@
 //! Exactly once in effect: each record's uid starts with its sensor's name (the collector
 //! rewrites a uid that does not, and sets the `sensor` columns, so a sensor cannot write
 //! another's rows); the store upserts by uid, so a batch sent again after a lost
-//! acknowledgement is stored once. Acknowledgements follow the commit; a session's batches go
-//! through one writer, in order; after a failed batch the session gets `Nack` and ends, so an
+//! acknowledgement is stored once. Acknowledgements follow the commit: a session's frames are
+//! spread over the writers and may commit out of order, and its `Ack` moves only over frames
+//! that are all committed; after a failed batch the session gets `Nack` and ends, so an
 //! acknowledgement never covers a batch that was not stored.
 //!
 //! Bounded: sessions (`sessions_max`), sensors tracked (`sensors_max`), records per frame
