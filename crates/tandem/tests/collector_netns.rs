@@ -129,12 +129,14 @@ const MAX_REPLAY_S: f64 = 60.0;
 /// arrival times, twice the largest scheduling delay accepted. As in live_capture.rs they hold
 /// while the machine sends and receives frames on time: this test's own processes take about
 /// 1% of a core each, but a heavy unrelated load beside it (a network benchmark) once moved a
-/// stream's mean jitter by 1.26 ms.
+/// stream's mean jitter by 1.26 ms: the mean jitter's tolerance is twice live_capture.rs'
+/// (this test replays three sensors' traffic at once, and runs under CI beside whatever else
+/// the machine does). A fault in the pipeline moves these figures by far more.
 const TOLERANCES: &[(&str, f64)] = &[
     ("min_delta_ms", 30.0),
     ("mean_delta_ms", 0.5),
     ("max_delta_ms", 25.0),
-    ("mean_jitter_ms", 1.0),
+    ("mean_jitter_ms", 2.0),
     ("max_jitter_ms", 5.0),
     ("mos", 0.1),
     ("mos_min", 0.1),
