@@ -175,7 +175,7 @@ impl Settings {
         }
     }
 
-    fn limits(&self) -> uplink::Limits {
+    pub(crate) fn limits(&self) -> uplink::Limits {
         uplink::Limits {
             frame_bytes_max: self.frame_bytes_max.max(1024),
             batch_records_max: self.batch_records_max.max(1),

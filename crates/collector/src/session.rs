@@ -373,6 +373,8 @@ pub(crate) async fn connection(shared: Arc<Shared>, tcp: tokio::net::TcpStream, 
         clock_us: now_us(),
         heartbeat_interval_ms: settings.heartbeat_interval_ms,
         record_format: record_format.to_string(),
+        frame_bytes_max: settings.limits().frame_bytes_max as u64,
+        batch_records_max: settings.limits().batch_records_max as u64,
     }));
     if io.write_all(&welcome).await.is_ok() && io.flush().await.is_ok() {
         let why = run(&shared, &entry, io, out_rx).await;

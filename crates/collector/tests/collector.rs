@@ -886,3 +886,44 @@ fn a_sensor_without_the_compact_form_is_answered_in_json_and_stored() {
     };
     assert_eq!(w.record_format, uplink::compact_format());
 }
+
+/// A collector whose frame limits are tighter than a sensor's defaults says them in its
+/// `Welcome`, and the sensor cuts its batches to fit: every record is stored, none journaled
+/// (a frame over the limits would end the session, and again at every attempt).
+#[test]
+fn a_sensor_sends_frames_within_the_collectors_limits() {
+    let Some(pg) = postgres() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("collector");
+    std::fs::create_dir_all(&data).unwrap();
+    let token = add_sensor(&data, "tight");
+    let running = Running::start(
+        Settings {
+            frame_bytes_max: 64 << 10,
+            batch_records_max: 50,
+            ..settings(&pg.conninfo())
+        },
+        None,
+        &data,
+        loopback_listener("127.0.0.1:0"),
+    );
+    let side = SensorSide {
+        name: "tight",
+        token: Some(token),
+        ca: None,
+        client: None,
+    };
+    let (writer, _uplink) = sensor_writer(dir.path(), link(dir.path(), running.addr, &side));
+    for i in 0..1_000 {
+        writer.submit(call("tight", i));
+    }
+    wait_delivered(&writer, 1_000);
+    let stats = writer.close();
+    assert_eq!(
+        (stats.journaled_records, stats.dropped_records),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(stored(&pg.conninfo(), "tight"), (1_000, 1_000, 1_000, 2_000));
+    assert_eq!(running.metric("tandem_collector_sessions_accepted_total"), 1);
+}

@@ -162,6 +162,9 @@ struct Session {
     /// How this session's records go: compact when the collector chose this release's
     /// compact form in its `Welcome`, JSON otherwise.
     format: uplink::RecordFormat,
+    /// What a frame sent on this session may hold: the tighter of the sensor's limits and
+    /// those the collector said in its `Welcome`, at most [`FRAME_RECORDS_SENT`] records.
+    limits: uplink::Limits,
 }
 
 impl Session {
@@ -448,12 +451,9 @@ impl Uplink {
             .ok_or_else(|| err("the session with the collector ended".into()))?;
         // Numbered only once encoded: a batch that cannot be sent leaves no gap in the numbers.
         let first = session.next_seq.load(Relaxed);
-        let limits = uplink::Limits {
-            batch_records_max: s.link.limits.batch_records_max.min(FRAME_RECORDS_SENT),
-            ..s.link.limits
-        };
-        let (frames, last) = uplink::encode_records(first, records, &limits, session.format)
-            .map_err(|e| err(e.to_string()))?;
+        let (frames, last) =
+            uplink::encode_records(first, records, &session.limits, session.format)
+                .map_err(|e| err(e.to_string()))?;
         session.next_seq.store(last + 1, Relaxed);
         let sent = self.runtime().block_on(async {
             session
@@ -828,6 +828,13 @@ fn start_session(
             uplink::RecordFormat::Compact
         } else {
             uplink::RecordFormat::Json
+        },
+        limits: {
+            let l = welcome.sending_limits(&shared.link.limits);
+            uplink::Limits {
+                batch_records_max: l.batch_records_max.min(FRAME_RECORDS_SENT),
+                ..l
+            }
         },
     });
     // The writer: frames in order, and a heartbeat every interval.

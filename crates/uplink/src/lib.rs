@@ -301,6 +301,28 @@ pub struct Welcome {
     /// JSON (and from older collectors).
     #[serde(default)]
     pub record_format: String,
+    /// The collector's [`Limits`]: the sensor cuts its batches into frames within them (a
+    /// frame over them would end the session, again at every attempt). 0 from older
+    /// collectors: the defaults.
+    #[serde(default)]
+    pub frame_bytes_max: u64,
+    #[serde(default)]
+    pub batch_records_max: u64,
+}
+
+impl Welcome {
+    /// The limits frames to this collector must keep: the tighter of `own` and the
+    /// collector's.
+    pub fn sending_limits(&self, own: &Limits) -> Limits {
+        let tighter = |mine: usize, theirs: u64| match usize::try_from(theirs) {
+            Ok(0) | Err(_) => mine,
+            Ok(t) => mine.min(t),
+        };
+        Limits {
+            frame_bytes_max: tighter(own.frame_bytes_max, self.frame_bytes_max),
+            batch_records_max: tighter(own.batch_records_max, self.batch_records_max).max(1),
+        }
+    }
 }
 
 /// The collector's answer to a `Hello` it does not accept (or to anything else it cannot
@@ -834,6 +856,8 @@ mod tests {
             clock_us: -1,
             heartbeat_interval_ms: 10_000,
             record_format: compact_format().to_string(),
+            frame_bytes_max: 1 << 20,
+            batch_records_max: 100,
         }));
         round_trip(Message::Refused(Refused {
             reason: "unknown sensor".into(),
@@ -919,6 +943,40 @@ mod tests {
         assert_eq!(
             decode_payload(&[0x7f], &limits),
             Err(DecodeError::UnknownKind(0x7f))
+        );
+    }
+
+    #[test]
+    fn a_sensor_sends_within_the_tighter_of_its_limits_and_the_collectors() {
+        let own = Limits::default();
+        let mut w = Welcome {
+            version: PROTOCOL_VERSION,
+            clock_us: 0,
+            heartbeat_interval_ms: 0,
+            record_format: String::new(),
+            frame_bytes_max: 0,
+            batch_records_max: 0,
+        };
+        assert_eq!(
+            w.sending_limits(&own),
+            own,
+            "an older collector says nothing"
+        );
+        w.frame_bytes_max = 1 << 20;
+        w.batch_records_max = 200;
+        assert_eq!(
+            w.sending_limits(&own),
+            Limits {
+                frame_bytes_max: 1 << 20,
+                batch_records_max: 200
+            }
+        );
+        w.frame_bytes_max = u64::MAX;
+        w.batch_records_max = 1_000_000;
+        assert_eq!(
+            w.sending_limits(&own),
+            own,
+            "never looser than the sensor's own"
         );
     }
 
