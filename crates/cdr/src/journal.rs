@@ -299,8 +299,27 @@ impl Journal {
     /// Reads up to `max_records` entries from the first one not yet replayed. Nothing changes
     /// until [`Journal::consume`] is called with the batch once its records are stored.
     pub fn read_batch(&mut self, max_records: usize) -> Result<JournalBatch, JournalError> {
+        self.read_batch_from(self.read_offset, max_records)
+    }
+
+    /// Reads up to `max_records` entries after `before`, a batch read and not yet consumed,
+    /// so that a replay can send the next batch while the store settles one. Batches are
+    /// consumed in the order they were read.
+    pub fn read_batch_after(
+        &mut self,
+        before: &JournalBatch,
+        max_records: usize,
+    ) -> Result<JournalBatch, JournalError> {
+        self.read_batch_from(before.next_offset, max_records)
+    }
+
+    fn read_batch_from(
+        &mut self,
+        from: u64,
+        max_records: usize,
+    ) -> Result<JournalBatch, JournalError> {
         let mut batch = JournalBatch {
-            next_offset: self.read_offset,
+            next_offset: from,
             ..JournalBatch::default()
         };
         while batch.records.len() < max_records {

@@ -665,8 +665,10 @@ impl WriterThread {
     }
 
     /// Stores the journal's records in order, batch by batch, consuming each once committed;
-    /// the file is truncated when nothing is left. Stops at the first store failure: the
-    /// records of that batch stay in the journal (if the commit went through before the
+    /// the file is truncated when nothing is left. With a store that takes several batches at
+    /// once, the next batch is read and sent while the store settles the one before (each is
+    /// consumed only once settled, in order). Stops at the first store failure: the records
+    /// of the batches not settled stay in the journal (if a commit went through before the
     /// failure was seen, their uids make the next replay skip them).
     fn replay(&mut self) {
         // What is in flight was sent before the journal's records were written: it settles
@@ -677,26 +679,42 @@ impl WriterThread {
         };
         let shared = self.shared.clone();
         let c = &shared.counters;
+        let depth = store.batches_in_flight_max().max(1);
+        // Read and not consumed, oldest first, with whether it was sent (a batch of only
+        // undecodable entries is not).
+        let mut reading: VecDeque<(crate::journal::JournalBatch, bool)> = VecDeque::new();
         loop {
-            let batch = {
-                let mut j = shared.lock_journal();
-                let b = j.read_batch(shared.cfg.batch_records_max);
-                shared.mirror_journal(&j);
-                b
-            };
-            let batch = match batch {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the CDR journal; replay stopped");
+            while reading.len() < depth {
+                let batch = {
+                    let mut j = shared.lock_journal();
+                    let b = match reading.back() {
+                        Some((last, _)) => j.read_batch_after(last, shared.cfg.batch_records_max),
+                        None => j.read_batch(shared.cfg.batch_records_max),
+                    };
+                    shared.mirror_journal(&j);
+                    b
+                };
+                let batch = match batch {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the CDR journal; replay stopped");
+                        break;
+                    }
+                };
+                if batch.entries == 0 {
                     break;
                 }
-            };
-            if batch.entries == 0 {
-                break;
+                let sent = !batch.records.is_empty();
+                if sent && let Err(e) = store.send_records(&batch.records) {
+                    self.failed(&e);
+                    return;
+                }
+                reading.push_back((batch, sent));
             }
-            if !batch.records.is_empty()
-                && let Err(e) = store.insert_records(&batch.records)
-            {
+            let Some((batch, sent)) = reading.pop_front() else {
+                break;
+            };
+            if sent && let Err(e) = store.settle_oldest() {
                 self.failed(&e);
                 return;
             }
@@ -715,6 +733,14 @@ impl WriterThread {
             }
             if let Err(e) = consumed {
                 tracing::error!(error = %e, "cannot truncate the CDR journal; its records may be stored again (and skipped by uid)");
+                // Those sent after it settle (or not) with the store; they stay in the
+                // journal either way.
+                while let Some((_, sent)) = reading.pop_front() {
+                    if sent && let Err(e) = store.settle_oldest() {
+                        self.failed(&e);
+                        return;
+                    }
+                }
                 break;
             }
         }

@@ -255,6 +255,31 @@ fn a_sqlite_database_from_before_uids_is_upgraded_when_opened() {
     assert_eq!(sqlite_counts(&db, "cdr_rtp"), (2, 2));
 }
 
+/// A replay may read the next batch before the one before is stored: batches read one after
+/// the other cover the journal in order, and consuming them in that order empties it.
+#[test]
+fn a_journal_is_read_ahead_and_consumed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.journal");
+    let records: Vec<CdrRecord> = (0..10).map(record).collect();
+    let (mut j, _) = Journal::open(&path, 1 << 20).unwrap();
+    j.append(&records).unwrap();
+    let first = j.read_batch(4).unwrap();
+    let second = j.read_batch_after(&first, 4).unwrap();
+    assert_eq!(first.records, records[..4]);
+    assert_eq!(second.records, records[4..8]);
+    // Nothing is consumed by reading: a replay that stops here sends them all again.
+    assert_eq!(j.read_batch(4).unwrap().records, records[..4]);
+    j.consume(&first).unwrap();
+    j.consume(&second).unwrap();
+    assert_eq!(j.pending_records(), 2);
+    let last = j.read_batch(4).unwrap();
+    assert_eq!(last.records, records[8..]);
+    assert_eq!(j.read_batch_after(&last, 4).unwrap().entries, 0);
+    j.consume(&last).unwrap();
+    assert_eq!((j.pending_records(), j.bytes()), (0, 0), "emptied");
+}
+
 #[test]
 fn a_journal_with_a_torn_tail_is_read_up_to_the_damage() {
     let dir = tempfile::tempdir().unwrap();

@@ -924,6 +924,12 @@ fn a_sensor_sends_frames_within_the_collectors_limits() {
         (0, 0),
         "{stats:?}"
     );
-    assert_eq!(stored(&pg.conninfo(), "tight"), (1_000, 1_000, 1_000, 2_000));
-    assert_eq!(running.metric("tandem_collector_sessions_accepted_total"), 1);
+    assert_eq!(
+        stored(&pg.conninfo(), "tight"),
+        (1_000, 1_000, 1_000, 2_000)
+    );
+    assert_eq!(
+        running.metric("tandem_collector_sessions_accepted_total"),
+        1
+    );
 }
