@@ -457,6 +457,7 @@ impl<'a> Rows<'a> {
     }
 
     fn text(&mut self, v: Option<Cow<'a, str>>) {
+        let v = v.map(without_nul);
         match self.next(Text) {
             Ok(out) => Self::field(out, v.as_deref().map(str::as_bytes)),
             Err(Column::Text(c)) => c.push(v),
@@ -513,6 +514,19 @@ impl<'a> Rows<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// Text as PostgreSQL can store it: its `text` cannot hold a NUL character (0x00 is refused
+/// as "invalid byte sequence"), which is valid UTF-8 and so can come off the wire in a SIP
+/// header (a Call-ID, a number). Refused, it would fail its whole batch again at every retry,
+/// and every CDR behind it in the journal would wait for good; each NUL is stored as U+FFFD,
+/// the replacement character, the same way each time (so a record's uid still matches itself).
+fn without_nul(text: Cow<'_, str>) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        text
     }
 }
 
@@ -577,18 +591,19 @@ pub(crate) fn insert(
 ) -> Result<Outcome, postgres::Error> {
     let mut out = Outcome::default();
     let part = layout == PgLayout::Partitioned;
-    // The last record of each uid; records without one are all stored.
-    let mut last: HashMap<&str, usize, foldhash::fast::RandomState> =
+    // The last record of each uid, as stored (see `without_nul`: the uid the upsert returns);
+    // records without one are all stored.
+    let mut last: HashMap<Cow<'_, str>, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(records.len(), foldhash::fast::RandomState::default());
     for (i, r) in records.iter().enumerate() {
         if !r.uid.is_empty() {
-            last.insert(r.uid.as_str(), i);
+            last.insert(without_nul(Cow::Borrowed(r.uid.as_str())), i);
         }
     }
     let mut order: Vec<usize> = (0..records.len())
         .filter(|i| {
             let uid = records[*i].uid.as_str();
-            uid.is_empty() || last.get(uid) == Some(i)
+            uid.is_empty() || last.get(&without_nul(Cow::Borrowed(uid))) == Some(i)
         })
         .collect();
     let calls = order.iter().filter(|&&i| records[i].call.is_some()).count();

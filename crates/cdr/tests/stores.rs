@@ -175,6 +175,40 @@ fn exercise(st: &mut dyn CdrStore) {
     assert_eq!(st.show("odd\t\\N\n").unwrap().unwrap().0, odd);
 }
 
+/// A NUL character is valid UTF-8, and a SIP header off the wire can carry one (`Call-ID:
+/// a\0b`); PostgreSQL's text refuses it. Such a call is stored (its NUL as U+FFFD), and so is
+/// the rest of its batch; sent again, the batch stores nothing twice: it never blocks the
+/// journal behind it.
+fn a_nul_in_a_header_is_stored(st: &mut dyn CdrStore, nul_kept: bool) {
+    let mut nul = call("nul\0@x", 6_000, 200, None);
+    nul.caller = "10\001".into();
+    let ok = call("beside-nul", 6_001, 200, None);
+    let batch: Vec<cdr::CdrRecord> = [nul, ok.clone()]
+        .into_iter()
+        .map(|c| {
+            let streams = vec![stream(Some(c.call_id.as_str()))];
+            let mut r = cdr::CdrRecord::call(c, streams);
+            r.uid = r.identity("edge");
+            r
+        })
+        .collect();
+    st.insert_records(&batch).unwrap();
+    st.insert_records(&batch).unwrap();
+    let (c, _) = st.show("beside-nul").unwrap().unwrap();
+    assert_eq!((c.caller, c.start_us), (ok.caller, ok.start_us));
+    let stored_id = if nul_kept { "nul\0@x" } else { "nul\u{FFFD}@x" };
+    // Its stream is still linked to it after the batch came again (an upsert).
+    let (c, streams) = st.show(stored_id).unwrap().unwrap();
+    assert_eq!(c.caller, if nul_kept { "10\001" } else { "10\u{FFFD}01" });
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    let f = CdrFilter {
+        since_us: Some(6_000),
+        until_us: Some(6_002),
+        ..Default::default()
+    };
+    assert_eq!(st.list(&f).unwrap().len(), 2, "each call once");
+}
+
 #[test]
 fn sqlite_store_in_a_real_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -185,6 +219,7 @@ fn sqlite_store_in_a_real_file() {
     // Reopening keeps everything (the schema is created only once).
     let mut st = SqliteStore::open(&path).unwrap();
     assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 5);
+    a_nul_in_a_header_is_stored(&mut st, true);
     let out = Command::new("sqlite3")
         .arg(&path)
         .arg("SELECT COUNT(*) FROM cdr_rtp WHERE cdr_id IS NULL")
@@ -228,6 +263,7 @@ fn postgres_store_on_a_throwaway_server() {
             5,
             "{layout:?}"
         );
+        a_nul_in_a_header_is_stored(&mut st, false);
     }
     // A database from before the archive columns (and before schema versions) is upgraded
     // when connected to.
