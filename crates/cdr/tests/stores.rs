@@ -181,7 +181,7 @@ fn exercise(st: &mut dyn CdrStore) {
 /// journal behind it.
 fn a_nul_in_a_header_is_stored(st: &mut dyn CdrStore, nul_kept: bool) {
     let mut nul = call("nul\0@x", 6_000, 200, None);
-    nul.caller = "10\001".into();
+    nul.caller = "10\u{0}01".into();
     let ok = call("beside-nul", 6_001, 200, None);
     let batch: Vec<cdr::CdrRecord> = [nul, ok.clone()]
         .into_iter()
@@ -199,7 +199,7 @@ fn a_nul_in_a_header_is_stored(st: &mut dyn CdrStore, nul_kept: bool) {
     let stored_id = if nul_kept { "nul\0@x" } else { "nul\u{FFFD}@x" };
     // Its stream is still linked to it after the batch came again (an upsert).
     let (c, streams) = st.show(stored_id).unwrap().unwrap();
-    assert_eq!(c.caller, if nul_kept { "10\001" } else { "10\u{FFFD}01" });
+    assert_eq!(c.caller, if nul_kept { "10\u{0}01" } else { "10\u{FFFD}01" });
     assert_eq!(streams.len(), 1, "{streams:?}");
     let f = CdrFilter {
         since_us: Some(6_000),
