@@ -30,6 +30,11 @@
 //!   streams and T.38 flows of those calls deleted (by `cdr_id` and, partitioned,
 //!   `call_start_us`); then streams, flows and registrations upserted the same way.
 //!
+//! Text goes in as PostgreSQL can keep it ([`storable`]): a NUL character as U+FFFD, and an
+//! indexed value over [`INDEXED_TEXT_BYTES_MAX`] bytes as its start, `~` and a hash of the
+//! whole. Either, refused, would fail its batch at every retry and hold every CDR behind it;
+//! both can come off the wire in a SIP header. SQLite keeps both as they are.
+//!
 //! Within a batch the last record of each uid is stored (as storing them one after the other
 //! would leave it), so one statement never holds a key twice, which an upsert refuses (`ON
 //! CONFLICT DO UPDATE command cannot affect row a second time`). Rows go in the order of
@@ -353,6 +358,8 @@ enum Column<'a> {
 /// (each column an array parameter).
 struct Rows<'a> {
     types: Vec<Ty>,
+    /// Whether each column is indexed text ([`storable`]).
+    indexed: Vec<bool>,
     /// Upsert: the values of each column.
     cols: Vec<Column<'a>>,
     /// New: the `COPY ... (FORMAT binary)` stream so far: a header, then each row as its field
@@ -383,6 +390,10 @@ impl<'a> Rows<'a> {
         };
         Rows {
             types: types.iter().map(|(_, t)| *t).collect(),
+            indexed: types
+                .iter()
+                .map(|(n, t)| *t == Text && INDEXED_TEXT.contains(n))
+                .collect(),
             cols,
             copy,
             at: 0,
@@ -457,7 +468,8 @@ impl<'a> Rows<'a> {
     }
 
     fn text(&mut self, v: Option<Cow<'a, str>>) {
-        let v = v.map(without_nul);
+        let indexed = self.indexed[self.at];
+        let v = v.map(|t| storable(t, indexed));
         match self.next(Text) {
             Ok(out) => Self::field(out, v.as_deref().map(str::as_bytes)),
             Err(Column::Text(c)) => c.push(v),
@@ -530,6 +542,44 @@ fn without_nul(text: Cow<'_, str>) -> Cow<'_, str> {
     }
 }
 
+/// Bytes of an indexed text value at most ([`INDEXED_TEXT`]). A B-tree entry over 2,704 bytes
+/// is refused (a third of a page) and would fail its batch at every retry like a NUL; a SIP
+/// header off the wire may be 64 KiB long. No real Call-ID, number, user or uid comes near.
+pub(crate) const INDEXED_TEXT_BYTES_MAX: usize = 1_024;
+
+/// The text columns that are in an index, in some table of some layout: bounded to
+/// [`INDEXED_TEXT_BYTES_MAX`].
+const INDEXED_TEXT: [&str; 7] = [
+    "call_id",
+    "uid",
+    "caller",
+    "called",
+    "caller_rev",
+    "called_rev",
+    "username",
+];
+
+/// `text` as stored in a column: without NUL, and for an indexed column longer than
+/// [`INDEXED_TEXT_BYTES_MAX`] its first 1,000 bytes or so (cut at a character) followed by `~`
+/// and the FNV-1a hash of the whole in hex, so that two long values differing past the cut stay
+/// apart and the same value is stored the same way each time (a uid still matches itself).
+fn storable(text: Cow<'_, str>, indexed: bool) -> Cow<'_, str> {
+    let text = without_nul(text);
+    if !indexed || text.len() <= INDEXED_TEXT_BYTES_MAX {
+        return text;
+    }
+    let mut cut = INDEXED_TEXT_BYTES_MAX - 1 - 16 - 4;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let bounded = format!("{}~{hash:016x}", &text[..cut]);
+    debug_assert!(bounded.len() <= INDEXED_TEXT_BYTES_MAX);
+    Cow::Owned(bounded)
+}
+
 /// `COPY ... (FORMAT binary)`'s header: the signature, no flags, no extension.
 const COPY_HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 
@@ -591,19 +641,19 @@ pub(crate) fn insert(
 ) -> Result<Outcome, postgres::Error> {
     let mut out = Outcome::default();
     let part = layout == PgLayout::Partitioned;
-    // The last record of each uid, as stored (see `without_nul`: the uid the upsert returns);
+    // The last record of each uid, as stored (see `storable`: the uid the upsert returns);
     // records without one are all stored.
     let mut last: HashMap<Cow<'_, str>, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(records.len(), foldhash::fast::RandomState::default());
     for (i, r) in records.iter().enumerate() {
         if !r.uid.is_empty() {
-            last.insert(without_nul(Cow::Borrowed(r.uid.as_str())), i);
+            last.insert(storable(Cow::Borrowed(r.uid.as_str()), true), i);
         }
     }
     let mut order: Vec<usize> = (0..records.len())
         .filter(|i| {
             let uid = records[*i].uid.as_str();
-            uid.is_empty() || last.get(&without_nul(Cow::Borrowed(uid))) == Some(i)
+            uid.is_empty() || last.get(&storable(Cow::Borrowed(uid), true)) == Some(i)
         })
         .collect();
     let calls = order.iter().filter(|&&i| records[i].call.is_some()).count();
@@ -809,6 +859,34 @@ mod tests {
 
     fn squeeze(s: &str) -> String {
         s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn indexed_text_is_bounded_the_same_way_each_time_and_keeps_long_values_apart() {
+        for name in INDEXED_TEXT {
+            assert!(
+                [&CALL[..], &STREAM[..], &T38[..], &REG[..]]
+                    .iter()
+                    .any(|cols| cols.iter().any(|(n, t)| *n == name && *t == Text)),
+                "{name} is a text column"
+            );
+        }
+        let short = "a84b4c76e66710@pc33.example.com";
+        assert_eq!(storable(Cow::Borrowed(short), true), short);
+        // Multi-byte characters around the cut, and two values equal up to their last byte.
+        let a = "é".repeat(2_000) + "a";
+        let b = "é".repeat(2_000) + "b";
+        let (sa, sb) = (
+            storable(Cow::Borrowed(&a), true),
+            storable(Cow::Borrowed(&b), true),
+        );
+        assert!(sa.len() <= INDEXED_TEXT_BYTES_MAX && sb.len() <= INDEXED_TEXT_BYTES_MAX);
+        assert!(sa.starts_with("éé") && sa.contains('~'));
+        assert_ne!(sa, sb);
+        assert_eq!(sa, storable(Cow::Borrowed(&a), true), "the same each time");
+        // Not indexed: kept whole, NUL aside.
+        assert_eq!(storable(Cow::Borrowed(&a), false), a);
+        assert_eq!(storable(Cow::Borrowed("1\u{0}2"), false), "1\u{FFFD}2");
     }
 
     #[test]

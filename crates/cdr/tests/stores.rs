@@ -199,7 +199,14 @@ fn a_nul_in_a_header_is_stored(st: &mut dyn CdrStore, nul_kept: bool) {
     let stored_id = if nul_kept { "nul\0@x" } else { "nul\u{FFFD}@x" };
     // Its stream is still linked to it after the batch came again (an upsert).
     let (c, streams) = st.show(stored_id).unwrap().unwrap();
-    assert_eq!(c.caller, if nul_kept { "10\u{0}01" } else { "10\u{FFFD}01" });
+    assert_eq!(
+        c.caller,
+        if nul_kept {
+            "10\u{0}01"
+        } else {
+            "10\u{FFFD}01"
+        }
+    );
     assert_eq!(streams.len(), 1, "{streams:?}");
     let f = CdrFilter {
         since_us: Some(6_000),
@@ -207,6 +214,37 @@ fn a_nul_in_a_header_is_stored(st: &mut dyn CdrStore, nul_kept: bool) {
         ..Default::default()
     };
     assert_eq!(st.list(&f).unwrap().len(), 2, "each call once");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: String = (0..5_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'!' + (x % 90) as u8)
+        })
+        .collect();
+    // A Call-ID of 5,000 bytes (a SIP header may hold 64 KiB): over what PostgreSQL's B-tree
+    // takes in one entry. It is stored, bounded and marked, once however often it comes.
+    let long = call(&noise, 7_000, 200, None);
+    let streams = vec![stream(Some(noise.as_str()))];
+    let mut r = cdr::CdrRecord::call(long, streams);
+    r.uid = r.identity("edge");
+    st.insert_records(std::slice::from_ref(&r)).unwrap();
+    st.insert_records(std::slice::from_ref(&r)).unwrap();
+    let f = CdrFilter {
+        since_us: Some(7_000),
+        until_us: Some(7_001),
+        ..Default::default()
+    };
+    let rows = st.list(&f).unwrap();
+    assert_eq!(rows.len(), 1, "once");
+    if nul_kept {
+        assert_eq!(rows[0].call_id, noise, "SQLite keeps it whole");
+    } else {
+        let id = &rows[0].call_id;
+        assert!(id.len() <= 1_024 && id.starts_with(&noise[..900]), "{id}");
+        assert_eq!(st.show(id).unwrap().unwrap().1.len(), 1, "with its stream");
+    }
 }
 
 #[test]
