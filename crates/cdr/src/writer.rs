@@ -29,11 +29,11 @@
 //! - [`CdrWriter::close`] stores or journals everything queued, makes one last attempt to
 //!   reach the store and replay the journal, and returns the final counters. If the thread is
 //!   still busy after `close_timeout_ms` (a database that hangs in the middle of an insert),
-//!   the caller journals what is still queued and leaves the thread behind; the one batch it
-//!   is inserting (at most `batch_records_max` records; two for a collector's link, which
-//!   sends the next batch while the collector commits one) is then lost if the process exits
-//!   before the database answers. A connect or statement timeout in the connection string
-//!   bounds that.
+//!   the caller journals the batches the thread has handed to the store and not seen stored
+//!   (one, or two for a collector's link, which sends the next batch while the collector
+//!   commits one) and what is still queued, in that order, and leaves the thread behind. A
+//!   process that exits then loses nothing; if the thread still stores those batches, the
+//!   next replay finds them stored and stores them once (by uid).
 //! - A store that takes several batches at once ([`CdrStore::batches_in_flight_max`]) gets
 //!   the next batch before the last one is settled, when the queue already holds a whole
 //!   batch; the batches settle in order, a failed one and those after it are journaled in
@@ -176,6 +176,11 @@ struct Shared {
     wake: Condvar,
     /// Never locked while `queue` is held.
     journal: Mutex<Journal>,
+    /// The batches the thread has handed to the store and not yet seen stored, oldest first:
+    /// a close that times out journals them with the queue, so that a process that exits
+    /// then loses nothing (the thread left behind may still store them: stored twice, they
+    /// are stored once, by uid). Never locked while `journal` is.
+    handed: Mutex<VecDeque<Arc<Vec<CdrRecord>>>>,
     counters: Counters,
 }
 
@@ -231,6 +236,7 @@ impl CdrWriter {
             }),
             wake: Condvar::new(),
             journal: Mutex::new(journal),
+            handed: Mutex::new(VecDeque::new()),
             counters,
             cfg,
         });
@@ -334,15 +340,21 @@ impl CdrWriter {
             }
             return;
         }
-        // The thread is stuck (a database that does not answer): keep the queue safe from here.
+        // The thread is stuck (a database that does not answer): keep what it holds and the
+        // queue safe from here, in their order.
         let left: Vec<CdrRecord> = q.records.drain(..).map(|(_, r)| r).collect();
         s.counters.queue_records.store(0, Relaxed);
         drop(q);
+        let handed: Vec<Arc<Vec<CdrRecord>>> = s.lock_handed().drain(..).collect();
         tracing::warn!(
             close_timeout_ms = s.cfg.close_timeout_ms,
+            storing = handed.iter().map(|b| b.len()).sum::<usize>(),
             queued = left.len(),
-            "the CDR database did not finish in time; queued CDRs go to the journal"
+            "the CDR database did not finish in time; the CDRs being stored and those queued go to the journal"
         );
+        for batch in handed {
+            s.journal_append(&batch, true);
+        }
         if !left.is_empty() {
             s.journal_append(&left, true);
         }
@@ -362,6 +374,10 @@ impl Shared {
 
     fn lock_journal(&self) -> MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_handed(&self) -> MutexGuard<'_, VecDeque<Arc<Vec<CdrRecord>>>> {
+        self.handed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn stats(&self) -> CdrWriterStats {
@@ -455,7 +471,7 @@ struct WriterThread {
     /// Batches sent to a store that takes more than one at a time
     /// ([`CdrStore::batches_in_flight_max`]) and not yet settled, oldest first: journaled, in
     /// this order, if they turn out not to be stored.
-    in_flight: VecDeque<Vec<CdrRecord>>,
+    in_flight: VecDeque<Arc<Vec<CdrRecord>>>,
 }
 
 impl WriterThread {
@@ -606,8 +622,11 @@ impl WriterThread {
             && let Some(store) = self.store.as_mut()
         {
             let depth = store.batches_in_flight_max().max(1);
+            let batch = Arc::new(batch);
+            self.shared.lock_handed().push_back(batch.clone());
             match store.send_records(&batch) {
                 Ok(()) if depth == 1 => {
+                    self.shared.lock_handed().pop_front();
                     self.stored(batch.len());
                     return;
                 }
@@ -620,6 +639,9 @@ impl WriterThread {
                     // Those before it are not known to be stored either: they go first.
                     self.failed(&e);
                     self.journal_in_flight();
+                    self.shared.lock_handed().clear();
+                    self.shared.journal_append(&batch, false);
+                    return;
                 }
             }
         }
@@ -646,6 +668,8 @@ impl WriterThread {
             match store.settle_oldest() {
                 Ok(()) => {
                     let batch = self.in_flight.pop_front().expect("a batch in flight");
+                    // Empty when a close that timed out journaled them already.
+                    self.shared.lock_handed().pop_front();
                     self.stored(batch.len());
                 }
                 Err(e) => {
@@ -659,6 +683,7 @@ impl WriterThread {
 
     /// The batches in flight to the journal, oldest first (their store failed).
     fn journal_in_flight(&mut self) {
+        self.shared.lock_handed().clear();
         while let Some(batch) = self.in_flight.pop_front() {
             self.shared.journal_append(&batch, false);
         }

@@ -680,6 +680,69 @@ fn a_hung_database_never_blocks_submit_and_close_journals_the_queue() {
     }
 }
 
+/// The database hangs in the middle of an insert (the writer is connected; another session
+/// then locks the table): at close, the batch the thread is inserting is journaled with the
+/// queue, so that nothing is lost if the process exits before the database answers. Stored
+/// later as well, it is stored once.
+#[test]
+fn a_batch_hung_in_its_insert_is_journaled_at_close() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let conninfo = server.layout_database("hung_insert", cdr::PgLayout::Plain);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("cdr.journal");
+    let open = conninfo.clone();
+    let writer = CdrWriter::start(
+        CdrWriterConfig {
+            queue_records_max: 1_000,
+            batch_records_max: 10,
+            close_timeout_ms: 500,
+            ..fast_config(&journal)
+        },
+        move || Ok(Box::new(PgStore::connect(&open)?) as Box<dyn CdrStore>),
+    )
+    .unwrap();
+    writer.submit(record(0));
+    wait_for(
+        "the first record",
+        || writer.stats(),
+        |s| s.written_records == 1,
+    );
+
+    let mut blocker = postgres::Client::connect(&conninfo, postgres::NoTls).unwrap();
+    let mut tx = blocker.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE cdr IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    for i in 1..50 {
+        writer.submit(record(i));
+    }
+    // The thread takes a batch and waits on the lock.
+    wait_for("a batch taken", || writer.stats(), |s| s.queue_records < 49);
+    let watch = writer.watch();
+    let closed = writer.close();
+    let (journaled, _) = Journal::inspect(&journal).unwrap();
+    let uids: std::collections::HashSet<&str> = journaled.iter().map(|r| r.uid.as_str()).collect();
+    assert_eq!(
+        uids.len(),
+        49,
+        "every record not stored is journaled at close: {closed:?}"
+    );
+
+    tx.commit().unwrap();
+    wait_for(
+        "every record stored",
+        || watch.stats(),
+        |s| s.written_records >= 50 && s.journal_records == 0,
+    );
+    let row = blocker
+        .query_one("SELECT COUNT(*), COUNT(DISTINCT uid) FROM cdr", &[])
+        .unwrap();
+    let (count, distinct): (i64, i64) = (row.get(0), row.get(1));
+    let (calls, _) = rows_of(50);
+    assert_eq!((count as u64, distinct as u64), (calls, calls));
+}
+
 /// A writer whose `layout` database hangs (a table locked by another session).
 fn hung_database(server: &PgServer, layout: cdr::PgLayout) {
     let conninfo = server.layout_database("hung", layout);
