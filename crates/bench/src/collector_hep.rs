@@ -44,9 +44,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use monitor::decode::peek_udp;
-use monitor::pcap::CaptureReader;
-use monitor::synth::{SynthConfig, generate};
 use serde::Serialize;
 
 use crate::hep_load::{FloorKind, FloorRun, HepLoad, LoadOptions, Sent, Transport};
@@ -349,7 +346,8 @@ pub fn run(opts: &HepPartOptions) -> anyhow::Result<HepPartReport> {
     })
     .context("starting PostgreSQL (Debian's postgresql package)")?;
     let mut db = Db::new(&pg)?;
-    let (load, sip_packets) = synthesise_now(opts.calls, opts.duration_s, work.path())?;
+    let load = load_now(opts.calls, opts.duration_s, work.path())?;
+    let sip_packets = load.sip_packets;
     let facts = LoadFacts {
         calls: opts.calls,
         duration_s: opts.duration_s,
@@ -714,7 +712,8 @@ fn ladder_step(
     let per_call = 100 * opts.duration_s + 7;
     let rate = offered.map_or(sender_pps, |o| o as f64);
     let calls = ((rate * LADDER_STEP_S) / per_call as f64).ceil().max(1.0) as usize;
-    let (load, sip) = synthesise_now(calls, opts.duration_s, dir)?;
+    let load = load_now(calls, opts.duration_s, dir)?;
+    let sip = load.sip_packets;
     let name = offered.map_or("max".to_string(), |o| format!("{o}/s"));
     let (mut sent, mut t_loss, mut t_cpu, mut p_loss, mut p_cpu) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -828,65 +827,13 @@ fn peer_medians(runs: &[PeerRun]) -> Medians {
     }
 }
 
-/// Synthesises `calls` concurrent calls of `duration_s` starting now, and encodes every UDP
-/// datagram as HEP v3 (capture id 2001, no key) as a thin sensor's `--hep-send` does; with the
-/// number of SIP packets. Now, because heplify-server stores rows only in the partitions it
-/// created at start (yesterday to tomorrow).
-fn synthesise_now(calls: usize, duration_s: u64, dir: &Path) -> anyhow::Result<(HepLoad, u64)> {
-    let pcap = dir.join("hep-part.pcap");
+/// The synthetic HEP load, its calls starting now: heplify-server stores rows only in the
+/// partitions it created at start (yesterday to tomorrow).
+fn load_now(calls: usize, duration_s: u64, dir: &Path) -> anyhow::Result<HepLoad> {
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_nanos() as i64;
-    let cfg = SynthConfig {
-        calls,
-        call_interval_us: 1_000,
-        call_duration_ms: duration_s * 1_000,
-        failures: false,
-        start_ns: now_ns,
-        ..SynthConfig::default()
-    };
-    let file = std::fs::File::create(&pcap).with_context(|| pcap.display().to_string())?;
-    generate(&cfg, std::io::BufWriter::new(file))?;
-    let mut reader = CaptureReader::open(&pcap).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut load = HepLoad {
-        bytes: Vec::new(),
-        packets: Vec::new(),
-        calls,
-    };
-    let mut sip_packets = 0;
-    while let Some(p) = reader.next_packet().map_err(|e| anyhow::anyhow!("{e}"))? {
-        let Some((src, dst, payload)) = peek_udp(p.link_type, p.data) else {
-            continue;
-        };
-        let us = p.ts_ns / 1_000;
-        let at = load.bytes.len();
-        let is_sip = sip::looks_like_sip(payload);
-        sip_packets += u64::from(is_sip);
-        hep::HepPacket {
-            ip_protocol: 17,
-            src_ip: src.ip(),
-            dst_ip: dst.ip(),
-            src_port: src.port(),
-            dst_port: dst.port(),
-            ts_sec: (us / 1_000_000) as u32,
-            ts_usec: (us % 1_000_000) as u32,
-            protocol_type: if is_sip {
-                hep::ProtocolType::SIP
-            } else {
-                hep::ProtocolType::RTP
-            },
-            capture_id: 2001,
-            keep_alive_timer: None,
-            auth_key: None,
-            payload: hep::Payload::Raw(payload),
-            correlation_id: None,
-        }
-        .encode(&mut load.bytes)?;
-        load.packets.push((at, load.bytes.len() - at));
-    }
-    drop(reader);
-    let _ = std::fs::remove_file(&pcap);
-    Ok((load, sip_packets))
+    HepLoad::synthesise(calls, duration_s, now_ns, dir)
 }
 
 /// The PostgreSQL both store into: Tandem's CDRs in `tandem_cdr` (one sensor name per run, so
@@ -1645,7 +1592,8 @@ mod tests {
     #[test]
     fn the_load_is_stamped_now_and_its_sip_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let (load, sip) = synthesise_now(3, 1, dir.path()).unwrap();
+        let load = load_now(3, 1, dir.path()).unwrap();
+        let sip = load.sip_packets;
         assert!(sip >= 3 * 5, "{sip} SIP packets");
         assert!(load.packets.len() as u64 > sip);
         let (at, len) = load.packets[0];

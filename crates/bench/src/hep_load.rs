@@ -70,18 +70,27 @@ pub struct HepLoad {
     /// (offset, length) of each packet in `bytes`.
     pub packets: Vec<(usize, usize)>,
     pub calls: usize,
+    /// Of `packets`, those carrying SIP (the rest carry RTP).
+    pub sip_packets: u64,
 }
 
 impl HepLoad {
-    /// Synthesises `calls` concurrent calls of `duration_s` into `dir` and encodes every UDP
-    /// datagram as HEP v3 (capture id 2001, no key), stamped with its capture time.
-    pub fn synthesise(calls: usize, duration_s: u64, dir: &Path) -> anyhow::Result<HepLoad> {
+    /// Synthesises `calls` concurrent calls of `duration_s`, the first starting at `start_ns`
+    /// (ns since the epoch), into `dir`, and encodes every UDP datagram as HEP v3 (capture id
+    /// 2001, no key) as a thin sensor's `--hep-send` does, stamped with its capture time.
+    pub fn synthesise(
+        calls: usize,
+        duration_s: u64,
+        start_ns: i64,
+        dir: &Path,
+    ) -> anyhow::Result<HepLoad> {
         let pcap = dir.join("hep-load.pcap");
         let cfg = SynthConfig {
             calls,
             call_interval_us: 1_000,
             call_duration_ms: duration_s * 1_000,
             failures: false,
+            start_ns,
             ..SynthConfig::default()
         };
         let file = std::fs::File::create(&pcap).with_context(|| pcap.display().to_string())?;
@@ -91,6 +100,7 @@ impl HepLoad {
             bytes: Vec::new(),
             packets: Vec::new(),
             calls,
+            sip_packets: 0,
         };
         while let Some(p) = reader.next_packet().map_err(|e| anyhow::anyhow!("{e}"))? {
             let Some((src, dst, payload)) = peek_udp(p.link_type, p.data) else {
@@ -98,6 +108,8 @@ impl HepLoad {
             };
             let us = p.ts_ns / 1_000;
             let at = load.bytes.len();
+            let is_sip = sip::looks_like_sip(payload);
+            load.sip_packets += u64::from(is_sip);
             hep::HepPacket {
                 ip_protocol: 17,
                 src_ip: src.ip(),
@@ -106,7 +118,7 @@ impl HepLoad {
                 dst_port: dst.port(),
                 ts_sec: (us / 1_000_000) as u32,
                 ts_usec: (us % 1_000_000) as u32,
-                protocol_type: if sip::looks_like_sip(payload) {
+                protocol_type: if is_sip {
                     hep::ProtocolType::SIP
                 } else {
                     hep::ProtocolType::RTP
@@ -120,6 +132,7 @@ impl HepLoad {
             .encode(&mut load.bytes)?;
             load.packets.push((at, load.bytes.len() - at));
         }
+        drop(reader);
         let _ = std::fs::remove_file(&pcap);
         Ok(load)
     }
