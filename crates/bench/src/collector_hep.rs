@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::Serialize;
 
-use crate::hep_load::{FloorKind, FloorRun, HepLoad, LoadOptions, Sent, Transport};
+use crate::hep_load::{FloorKind, FloorRun, HepLoad, Sent, Transport};
 use crate::report::{Table, median, progress_bar};
 
 /// Default of [`HepPartOptions::calls`]: concurrent synthetic G.711 calls (about 100 HEP
@@ -381,7 +381,7 @@ pub fn run(opts: &HepPartOptions) -> anyhow::Result<HepPartReport> {
                 &load,
                 transport,
                 FloorKind::Bare,
-                &LoadOptions::default(),
+                0,
             )?);
             bar.inc(1);
             bar.set_message(format!("{transport:?} Tandem, run {}", run + 1));

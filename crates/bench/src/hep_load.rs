@@ -1,20 +1,14 @@
-//! HEP ingest: how many HEP packets per second one core of Tandem's `--hep-listen` turns into
-//! calls and CDRs, over UDP and over TCP on loopback, with the machine's own bound measured
-//! beside it in the same run. For `tandem bench collector --part hep` (`collector_hep`).
+//! The HEP load of `tandem bench collector --part hep` (`collector_hep`, which measures Tandem
+//! and heplify-server on it), and the machine's bound beside them:
 //!
-//! A synthetic capture of concurrent G.711 calls (`monitor::synth`) is encoded as HEP v3 once,
-//! in memory, as a thin sensor's `--hep-send` encodes it; then, in this process:
-//!
-//! - **Tandem**: a [`sensor::Sensor`] with `Source::Hep` on 127.0.0.1 and CDRs into SQLite,
-//!   fed by a sender thread as fast as it goes (`sendmmsg` in batches of 64 for UDP, 256 KiB
-//!   writes for TCP). The figure is packets analysed per CPU second of the sensor's own
-//!   threads (`hep-udp`, `hep-tcp`, `sensor`, `cdr-writer`, read from /proc): packets/s per
-//!   core.
-//!   Loss is counted where it happens: the socket's drops (`SO_MEMINFO`), the buffer before the
-//!   analysis, and the kernel's `Udp: RcvbufErrors` (/proc/net/snmp).
-//! - **The bound**: the same sender to a bare receiver that reads (`recvmmsg` / `read`) and
+//! - [`HepLoad`]: a synthetic capture of concurrent G.711 calls (`monitor::synth`) encoded as
+//!   HEP v3 once, in memory, as a thin sensor's `--hep-send` encodes it.
+//! - [`send`]: a sender thread as fast as it goes (`sendmmsg` in batches of 64 for UDP, 256 KiB
+//!   writes for TCP), or paced over UDP (`send_datagrams`: one `sendmmsg` batch).
+//! - [`floor`]: the same sender to a bare receiver that reads (`recvmmsg` / `read`) and
 //!   discards: what this machine's loopback and sender carry at all, and the receiving CPU a
-//!   socket costs before any HEP is decoded.
+//!   socket costs before any HEP is decoded. Losses the kernel counts are read from
+//!   `Udp: RcvbufErrors` (/proc/net/snmp).
 //!
 //! Never: reports a figure it did not measure in that run.
 
@@ -38,30 +32,6 @@ use serde::Serialize;
 pub enum Transport {
     Udp,
     Tcp,
-}
-
-/// What to send.
-#[derive(Debug, Clone)]
-pub struct LoadOptions {
-    /// Concurrent G.711 calls (two RTP streams each, 50 packets/s per stream).
-    pub calls: usize,
-    /// Media seconds per call.
-    pub duration_s: u64,
-    /// Store CDRs in SQLite here (a temporary directory when `None`).
-    pub cdr_dir: Option<std::path::PathBuf>,
-    /// Datagrams per second the UDP sender aims at (0: as fast as it goes).
-    pub udp_rate_pps: u64,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            calls: 1_000,
-            duration_s: 10,
-            cdr_dir: None,
-            udp_rate_pps: 0,
-        }
-    }
 }
 
 /// The HEP packets of a synthetic capture, encoded back to back.
@@ -149,33 +119,6 @@ pub struct Sent {
     pub packets_per_s: f64,
 }
 
-/// One measured run of Tandem's HEP ingest.
-#[derive(Debug, Clone, Serialize)]
-pub struct IngestRun {
-    pub transport: Transport,
-    pub sent: Sent,
-    /// HEP packets the listener analysed.
-    pub packets_analysed: u64,
-    /// Seconds from the first packet sent to the last analysed.
-    pub wall_s: f64,
-    /// CPU seconds of the sensor's threads, by thread.
-    pub cpu_s_by_thread: Vec<(String, f64)>,
-    pub cpu_s: f64,
-    /// Packets analysed per CPU second of the sensor's threads.
-    pub packets_per_s_per_core: f64,
-    pub packets_per_s: f64,
-    /// Lost: the socket's drops, the buffer's overruns, and the kernel's UDP receive-buffer
-    /// errors over the run (system-wide, /proc/net/snmp).
-    pub socket_drops: u64,
-    pub buffer_overruns: u64,
-    pub snmp_rcvbuf_errors: u64,
-    pub loss_pct: f64,
-    pub calls: u64,
-    pub cdrs_written: u64,
-    /// The UDP socket's receive buffer as the kernel reports it.
-    pub socket_buffer_bytes: u64,
-}
-
 /// The receivers the bound is measured with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -202,16 +145,6 @@ pub struct FloorRun {
     pub snmp_rcvbuf_errors: u64,
 }
 
-fn thread_cpu_s() -> f64 {
-    // SAFETY: clock_gettime with a valid clock id and a live timespec.
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
 /// `Udp: RcvbufErrors` of /proc/net/snmp (system-wide), when readable.
 pub fn snmp_udp_rcvbuf_errors() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
@@ -231,7 +164,7 @@ pub fn send(
     rate_pps: u64,
     stop: &AtomicBool,
 ) -> anyhow::Result<Sent> {
-    let cpu0 = thread_cpu_s();
+    let cpu0 = procstat::thread_cpu_seconds().unwrap_or(0.0);
     let started = Instant::now();
     let mut sent = Sent::default();
     match transport {
@@ -274,111 +207,9 @@ pub fn send(
         }
     }
     sent.wall_s = started.elapsed().as_secs_f64();
-    sent.cpu_s = thread_cpu_s() - cpu0;
+    sent.cpu_s = procstat::thread_cpu_seconds().unwrap_or(0.0) - cpu0;
     sent.packets_per_s = sent.packets as f64 / sent.wall_s.max(1e-9);
     Ok(sent)
-}
-
-/// CPU seconds of this process's threads whose names are in `names`, by name, to the
-/// nanosecond (`/proc/self/task/*/schedstat`: runs of a second would be coarse in clock ticks).
-fn cpu_by_thread(names: &[&str]) -> Vec<(String, f64)> {
-    let mut out: Vec<(String, f64)> = names.iter().map(|n| (n.to_string(), 0.0)).collect();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let Ok(comm) = std::fs::read_to_string(path.join("comm")) else {
-            continue;
-        };
-        let Some(e) = out.iter_mut().find(|(n, _)| n == comm.trim_end()) else {
-            continue;
-        };
-        let ns = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
-        e.1 += ns.unwrap_or(0) as f64 * 1e-9;
-    }
-    out
-}
-
-/// Tandem's HEP listener fed `load` over `transport`: one run.
-pub fn ingest(
-    load: &HepLoad,
-    transport: Transport,
-    opts: &LoadOptions,
-) -> anyhow::Result<IngestRun> {
-    let tmp = tempfile::tempdir()?;
-    let dir = opts
-        .cdr_dir
-        .clone()
-        .unwrap_or_else(|| tmp.path().to_owned());
-    let mut config = sensor::SensorConfig::new(sensor::Source::Hep {
-        listen: "127.0.0.1:0".parse()?,
-        max_packets: None,
-    });
-    config.cdr = Some(sensor::CdrConfig::sqlite(dir.join("hep-load.sqlite3")));
-    config.status.interval_s = 0;
-    config.monitor.max_calls = config.monitor.max_calls.max(2 * load.calls);
-    let snmp0 = snmp_udp_rcvbuf_errors();
-    let handle = sensor::Sensor::start(config, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let to = handle.hep_addr().context("the sensor's HEP address")?;
-    const THREADS: [&str; 4] = ["hep-udp", "hep-tcp", "sensor", "cdr-writer"];
-    let cpu0 = cpu_by_thread(&THREADS);
-    let started = Instant::now();
-    let stop = AtomicBool::new(false);
-    let sent = send(load, to, transport, opts.udp_rate_pps, &stop)?;
-    // Done when everything sent is analysed, or nothing more came for a second (the rest was
-    // lost, and is counted).
-    let mut last = (0u64, Instant::now());
-    loop {
-        let s = handle.status();
-        let analysed = s.hep.map_or(0, |h| h.packets());
-        if analysed >= sent.packets {
-            break;
-        }
-        if analysed != last.0 {
-            last = (analysed, Instant::now());
-        } else if last.1.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let wall_s = started.elapsed().as_secs_f64();
-    let cpu1 = cpu_by_thread(&THREADS);
-    let status = handle.status();
-    handle.stop();
-    let report = handle.join().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let hep = report.hep.context("the HEP listener's counters")?;
-    let snmp = match (snmp0, snmp_udp_rcvbuf_errors()) {
-        (Some(a), Some(b)) => b.saturating_sub(a),
-        _ => 0,
-    };
-    let cpu_s_by_thread: Vec<(String, f64)> = cpu1
-        .iter()
-        .zip(&cpu0)
-        .map(|((n, b), (_, a))| (n.clone(), b - a))
-        .collect();
-    let cpu_s: f64 = cpu_s_by_thread.iter().map(|(_, c)| c).sum();
-    let analysed = status.hep.map_or(0, |h| h.packets());
-    Ok(IngestRun {
-        transport,
-        sent,
-        packets_analysed: analysed,
-        wall_s,
-        cpu_s_by_thread,
-        cpu_s,
-        packets_per_s_per_core: analysed as f64 / cpu_s.max(1e-9),
-        packets_per_s: analysed as f64 / wall_s.max(1e-9),
-        socket_drops: hep.socket_drops,
-        buffer_overruns: hep.buffer_overruns,
-        snmp_rcvbuf_errors: snmp,
-        loss_pct: 100.0 * (sent.packets.saturating_sub(analysed)) as f64
-            / sent.packets.max(1) as f64,
-        calls: report.totals.calls,
-        cdrs_written: report.cdr.map_or(0, |c| c.written_records),
-        socket_buffer_bytes: hep.socket_buffer_bytes,
-    })
 }
 
 /// The same sender to a receiver that reads and discards: the machine's bound.
@@ -386,7 +217,7 @@ pub fn floor(
     load: &HepLoad,
     transport: Transport,
     kind: FloorKind,
-    opts: &LoadOptions,
+    udp_rate_pps: u64,
 ) -> anyhow::Result<FloorRun> {
     let received = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -401,7 +232,7 @@ pub fn floor(
             }
             let (received, done) = (received.clone(), done.clone());
             let t = std::thread::spawn(move || {
-                let cpu0 = thread_cpu_s();
+                let cpu0 = procstat::thread_cpu_seconds().unwrap_or(0.0);
                 match kind {
                     FloorKind::PlainSocket => {
                         let mut buf = vec![0u8; 65_536];
@@ -419,7 +250,7 @@ pub fn floor(
                         }
                     }
                 }
-                thread_cpu_s() - cpu0
+                procstat::thread_cpu_seconds().unwrap_or(0.0) - cpu0
             });
             (to, t)
         }
@@ -428,7 +259,7 @@ pub fn floor(
             let to = listener.local_addr()?;
             let received = received.clone();
             let t = std::thread::spawn(move || {
-                let cpu0 = thread_cpu_s();
+                let cpu0 = procstat::thread_cpu_seconds().unwrap_or(0.0);
                 let Ok((mut s, _)) = listener.accept() else {
                     return 0.0;
                 };
@@ -445,13 +276,13 @@ pub fn floor(
                         }
                     }
                 }
-                thread_cpu_s() - cpu0
+                procstat::thread_cpu_seconds().unwrap_or(0.0) - cpu0
             });
             (to, t)
         }
     };
     let stop = AtomicBool::new(false);
-    let sent = send(load, to, transport, opts.udp_rate_pps, &stop)?;
+    let sent = send(load, to, transport, udp_rate_pps, &stop)?;
     let mut last = (0u64, Instant::now());
     while received.load(Ordering::Relaxed) < sent.packets {
         let r = received.load(Ordering::Relaxed);
