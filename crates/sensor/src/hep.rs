@@ -748,22 +748,13 @@ impl<'a> Outbox<'a> {
             self.credit -= len;
             return true;
         }
-        let b = &self.stats.buffer;
-        let used = b.buffer_bytes_used.load(Ordering::Relaxed);
-        let room = b
-            .buffer_bytes_max
-            .load(Ordering::Relaxed)
-            .saturating_sub(used);
         let want = RESERVE_BYTES.max(len);
-        if room >= want as u64 {
-            if self.buffer.reserve(want) {
-                self.credit += want - len;
-                return true;
-            }
-            // The other receive thread took the room meanwhile. That refusal counted an
-            // overrun; this packet's own bytes may still fit, and only its refusal counts.
-            b.buffer_overruns.fetch_sub(1, Ordering::Relaxed);
+        if self.buffer.try_reserve(want) {
+            self.credit += want - len;
+            return true;
         }
+        // Less room than a reservation: this packet's own bytes may still fit, and only
+        // their refusal counts as an overrun.
         self.buffer.reserve(len)
     }
 

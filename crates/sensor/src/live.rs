@@ -217,11 +217,20 @@ impl FrameBuffer {
 
     /// Reserves room for `n` bytes of frame; false (and an overrun counted) when full.
     pub(crate) fn reserve(&self, n: usize) -> bool {
+        if self.try_reserve(n) {
+            return true;
+        }
+        self.stats.buffer_overruns.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Reserves room for `n` bytes if there is that much; false otherwise, nothing counted (a
+    /// receive thread asking for more than one frame's room at a time).
+    pub(crate) fn try_reserve(&self, n: usize) -> bool {
         let n = n as u64;
         let used = self.stats.buffer_bytes_used.fetch_add(n, Ordering::Relaxed) + n;
         if used > self.bytes_max {
             self.stats.buffer_bytes_used.fetch_sub(n, Ordering::Relaxed);
-            self.stats.buffer_overruns.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         self.stats
