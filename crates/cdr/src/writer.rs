@@ -625,11 +625,8 @@ impl WriterThread {
             let batch = Arc::new(batch);
             self.shared.lock_handed().push_back(batch.clone());
             match store.send_records(&batch) {
-                Ok(()) if depth == 1 => {
-                    self.shared.lock_handed().pop_front();
-                    self.stored(batch.len());
-                    return;
-                }
+                // A database stored it already (its `settle_oldest` says so at once); a
+                // collector's link gets the next batch before this one settles.
                 Ok(()) => {
                     self.in_flight.push_back(batch);
                     self.settle(depth - 1);
@@ -639,7 +636,6 @@ impl WriterThread {
                     // Those before it are not known to be stored either: they go first.
                     self.failed(&e);
                     self.journal_in_flight();
-                    self.shared.lock_handed().clear();
                     self.shared.journal_append(&batch, false);
                     return;
                 }
