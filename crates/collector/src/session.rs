@@ -359,22 +359,16 @@ pub(crate) async fn connection(shared: Arc<Shared>, tcp: tokio::net::TcpStream, 
         old.end("a newer session of the same sensor replaced this one");
     }
     shared.counters.sessions_accepted.fetch_add(1, Relaxed);
-    // The compact record form when the sensor's records have this release's shape; JSON
-    // (which every release reads) otherwise.
-    let compact = uplink::compact_format();
-    let record_format = if hello.record_formats.iter().any(|f| f == compact) {
-        compact
-    } else {
-        ""
-    };
+    let record_format = hello.record_format_chosen();
+    let limits = settings.limits();
     tracing::info!(sensor = %name, %peer, tls = shared.tls.is_some() && first[0] == 0x16, client_certificate = cert_name.is_some(), software = %hello.software, records = if record_format.is_empty() { "json" } else { record_format }, skew_ms, "sensor connected");
     let welcome = frame(&Message::Welcome(uplink::Welcome {
         version: uplink::PROTOCOL_VERSION,
         clock_us: now_us(),
         heartbeat_interval_ms: settings.heartbeat_interval_ms,
         record_format: record_format.to_string(),
-        frame_bytes_max: settings.limits().frame_bytes_max as u64,
-        batch_records_max: settings.limits().batch_records_max as u64,
+        frame_bytes_max: limits.frame_bytes_max as u64,
+        batch_records_max: limits.batch_records_max as u64,
     }));
     if io.write_all(&welcome).await.is_ok() && io.flush().await.is_ok() {
         let why = run(&shared, &entry, io, out_rx).await;

@@ -824,11 +824,7 @@ fn start_session(
         end: ended_tx.clone(),
         ended: ended_rx,
         next_seq: AtomicU64::new(1),
-        format: if welcome.record_format == uplink::compact_format() {
-            uplink::RecordFormat::Compact
-        } else {
-            uplink::RecordFormat::Json
-        },
+        format: welcome.record_format(),
         limits: {
             let l = welcome.sending_limits(&shared.link.limits);
             uplink::Limits {

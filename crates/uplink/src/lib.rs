@@ -310,7 +310,30 @@ pub struct Welcome {
     pub batch_records_max: u64,
 }
 
+impl Hello {
+    /// The record form a collector of this release answers this `Hello` with, for
+    /// `Welcome.record_format`: [`compact_format`] when the sensor offers it, empty (JSON)
+    /// otherwise.
+    pub fn record_format_chosen(&self) -> &'static str {
+        let compact = compact_format();
+        if self.record_formats.iter().any(|f| f == compact) {
+            compact
+        } else {
+            ""
+        }
+    }
+}
+
 impl Welcome {
+    /// How a sensor of this release sends its records to this collector.
+    pub fn record_format(&self) -> RecordFormat {
+        if self.record_format == compact_format() {
+            RecordFormat::Compact
+        } else {
+            RecordFormat::Json
+        }
+    }
+
     /// The limits frames to this collector must keep: the tighter of `own` and the
     /// collector's.
     pub fn sending_limits(&self, own: &Limits) -> Limits {
@@ -943,6 +966,41 @@ mod tests {
         assert_eq!(
             decode_payload(&[0x7f], &limits),
             Err(DecodeError::UnknownKind(0x7f))
+        );
+    }
+
+    #[test]
+    fn the_compact_form_is_chosen_only_when_both_ends_have_it() {
+        let hello = |formats: Vec<String>| Hello {
+            version: PROTOCOL_VERSION,
+            sensor: "s".into(),
+            token: String::new(),
+            clock_us: 0,
+            software: String::new(),
+            record_formats: formats,
+        };
+        let welcome = |format: &str| Welcome {
+            version: PROTOCOL_VERSION,
+            clock_us: 0,
+            heartbeat_interval_ms: 0,
+            record_format: format.into(),
+            frame_bytes_max: 0,
+            batch_records_max: 0,
+        };
+        let ours = hello(vec!["postcard-0-0".into(), compact_format().into()]);
+        assert_eq!(ours.record_format_chosen(), compact_format());
+        assert_eq!(
+            welcome(ours.record_format_chosen()).record_format(),
+            RecordFormat::Compact
+        );
+        for other in [hello(Vec::new()), hello(vec!["postcard-9-ffff".into()])] {
+            assert_eq!(other.record_format_chosen(), "");
+        }
+        assert_eq!(welcome("").record_format(), RecordFormat::Json);
+        assert_eq!(
+            welcome("postcard-9-ffff").record_format(),
+            RecordFormat::Json,
+            "another release's shape"
         );
     }
 
