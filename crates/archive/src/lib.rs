@@ -6,7 +6,9 @@
 //! A call's packets are buffered in memory while the call runs; when it ends, its SIP stream
 //! (zstd-compressed, `CALLID.pcap.zst`) and RTP stream (`CALLID.pcap`) are each appended to the
 //! tar of the call's start minute in one positioned write, followed by the end-of-archive blocks,
-//! so the tar is valid after every member. [`Archive::end_call`] returns a [`MemberRecord`] per
+//! so the tar is valid after every member. Calls may end in any order of their start minutes
+//! (a capture read out of time order): a minute's tar that was closed (at most
+//! [`ArchiveConfig::max_open_tars`] stay open) is reopened and appended to. [`Archive::end_call`] returns a [`MemberRecord`] per
 //! stream (tar path, member name, data offset and length) for the call's CDR, and [`extract`]
 //! reads one call back with a single positioned read.
 //!

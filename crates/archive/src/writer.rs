@@ -174,6 +174,12 @@ impl Archive {
         }
     }
 
+    /// Packets dropped at a buffer limit so far ([`ArchiveStats::packets_dropped`]), cheaply:
+    /// compared before and after adding a packet, it tells whether that packet was dropped.
+    pub fn packets_dropped(&self) -> u64 {
+        self.stats.packets_dropped
+    }
+
     /// Starts buffering a call. `start_unix_sec` (the time of its first packet) chooses the
     /// minute directory; `link_type` is what the call's packets start with.
     pub fn start_call(

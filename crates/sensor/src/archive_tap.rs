@@ -15,27 +15,33 @@
 //!
 //! What is not archived: RTP that arrives before the SDP announcing its stream (the monitor
 //! links no call to such a stream), media that arrives after its call closed (counted as
-//! late), and a call's packets whose link type differs from its first packet's. Retention runs
-//! on the capture's clock (the newest packet time): replaying a file prunes as live capture at
-//! that time would.
+//! late), packets past the archive's limits, and a call's packets whose link type differs from
+//! its first packet's. Each loss is counted, and the calls behind it are named (`losses.rs`).
+//! Retention runs on the capture's clock (the newest packet time): replaying a file prunes as
+//! live capture at that time would. Calls are aged by the shards' progress instead, which
+//! never moves back, so that files read out of time order keep every call (`writer.rs`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+mod losses;
+mod writer;
+
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use archive::{
-    Archive, ArchiveConfig, CallArchive, CallHandle, Compression, LinkType, MemberRecord, Packet,
-    Retention, StoreMode,
+    Archive, ArchiveConfig, CallArchive, Compression, MemberRecord, Retention, StoreMode,
 };
 use cdr::CdrCall;
 use monitor::{Analysis, CallRecord, CallTap, Monitor, MonitorConfig, TapFrame, TapKind};
 
 use crate::SensorError;
 use crate::config::ArchiveSettings;
+use losses::{Loss, LossNames};
+use writer::Writer;
 
 /// Batches waiting for the archive thread. With [`BATCH_BYTES_MAX`] this bounds the queue to
 /// about 16 MiB of frames (a batch may exceed its byte bound by one frame).
@@ -49,7 +55,8 @@ const HANDOVER_INTERVAL: Duration = Duration::from_millis(100);
 /// Call-IDs of recently closed calls remembered, so that media arriving after its call closed
 /// is counted as late instead of starting a call that never ends.
 const RECENT_ENDS_MAX: usize = 65_536;
-/// How often (capture time) the archive thread applies retention and forgets orphaned calls.
+/// How often (the shards' progress in capture time) the archive thread applies retention and
+/// forgets orphaned calls.
 const HOUSEKEEPING_EVERY_NS: i64 = 60_000_000_000;
 
 /// Counters of the archive pipeline, shared by the taps, the archive thread and the status line.
@@ -71,6 +78,8 @@ pub struct ArchiveGauges {
     calls_orphaned: AtomicU64,
     errors: AtomicU64,
     minutes_pruned: AtomicU64,
+    /// The calls behind the losses counted here.
+    names: LossNames,
 }
 
 /// A snapshot of [`ArchiveGauges`], for a status line or metrics.
@@ -230,6 +239,12 @@ impl ArchiveTap {
             self.gauges
                 .dropped_bytes_queue_full
                 .fetch_add(bytes, Relaxed);
+            for item in &b.items {
+                if self.gauges.names.full(Loss::QueueFull) {
+                    break;
+                }
+                self.gauges.names.add(Loss::QueueFull, &item.call);
+            }
             self.batch.ends = b.ends;
         }
     }
@@ -371,19 +386,14 @@ pub(crate) fn monitor(
     let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(QUEUE_BATCHES_MAX);
     let (results_tx, results) = std::sync::mpsc::channel();
     let shards = shards.clamp(1, 256);
-    let mut writer = Writer {
+    let mut writer = Writer::new(
         archive,
-        calls: HashMap::new(),
-        recent_ends: (HashSet::new(), VecDeque::new()),
-        pending: Vec::new(),
-        watermarks: vec![i64::MIN; shards],
-        results: results_tx,
+        shards,
+        results_tx,
         retention,
-        clock_ns: i64::MIN,
-        last_housekeeping_ns: i64::MIN,
         orphan_after_ns,
-        gauges: gauges.clone(),
-    };
+        gauges.clone(),
+    );
     let thread = std::thread::Builder::new()
         .name("archive".into())
         .spawn(move || writer.run(rx))
@@ -505,10 +515,12 @@ impl CaptureArchive {
         }
     }
 
-    /// One line for the end of the run.
+    /// One line for the end of the run, and a second naming the calls not archived whole,
+    /// if any.
     pub fn summary(&self) -> String {
         let s = self.gauges().status();
-        format!(
+        let names = self.gauges.names.line();
+        let line = format!(
             "archive {}: {} calls, {} packets, {} bytes written, {} tar files created; dropped {} packets (queue full), {} at limits, {} late; {} orphaned calls, {} minutes pruned, {} errors",
             self.dir.display(),
             s.calls_archived,
@@ -521,7 +533,11 @@ impl CaptureArchive {
             s.orphaned,
             s.minutes_pruned,
             s.errors
-        )
+        );
+        match names {
+            Some(n) => format!("{line}\n{n}"),
+            None => line,
+        }
     }
 }
 
@@ -530,234 +546,5 @@ pub fn compression_name(c: Compression) -> &'static str {
     match c {
         Compression::None => "none",
         Compression::Zstd => "zstd",
-    }
-}
-
-/// A call being archived.
-struct OpenCall {
-    handle: CallHandle,
-    link_type: u32,
-    last_ns: i64,
-}
-
-/// The archive thread's state.
-struct Writer {
-    archive: Archive,
-    calls: HashMap<Arc<str>, OpenCall>,
-    /// Call-IDs of calls closed lately (set and insertion order, at most [`RECENT_ENDS_MAX`]).
-    recent_ends: (HashSet<Arc<str>>, VecDeque<Arc<str>>),
-    /// Ends waiting for every shard to pass their time.
-    pending: Vec<End>,
-    /// Per shard: every frame before this capture time has been handed over.
-    watermarks: Vec<i64>,
-    results: Sender<Archived>,
-    retention: Retention,
-    /// The newest packet time seen: the archive's clock.
-    clock_ns: i64,
-    last_housekeeping_ns: i64,
-    orphan_after_ns: i64,
-    gauges: Arc<ArchiveGauges>,
-}
-
-impl Writer {
-    fn run(&mut self, rx: Receiver<Batch>) {
-        while let Ok(batch) = rx.recv() {
-            self.gauges.queue_batches.fetch_sub(1, Relaxed);
-            self.gauges
-                .queue_bytes
-                .fetch_sub(batch.data.len() as u64, Relaxed);
-            self.batch(batch);
-        }
-        // Every tap is gone: close what is left.
-        for w in &mut self.watermarks {
-            *w = i64::MAX;
-        }
-        self.close_ready();
-        let left: Vec<Arc<str>> = self.calls.keys().cloned().collect();
-        for call in left {
-            self.forget(&call);
-        }
-        if let Err(e) = self.archive.sync_and_close_tars() {
-            self.error(&e.to_string());
-        }
-        self.housekeeping(true);
-        self.publish();
-    }
-
-    fn batch(&mut self, b: Batch) {
-        for item in &b.items {
-            self.item(item, &b.data[item.start..item.start + item.len]);
-        }
-        self.pending.extend(b.ends);
-        let last = self.watermarks.len() - 1;
-        let w = &mut self.watermarks[b.source.min(last)];
-        *w = (*w).max(b.watermark_ns);
-        self.close_ready();
-        self.housekeeping(false);
-        self.publish();
-    }
-
-    fn item(&mut self, item: &Item, data: &[u8]) {
-        self.clock_ns = self.clock_ns.max(item.ts_ns);
-        if !self.calls.contains_key(&item.call) {
-            if self.recent_ends.0.contains(&item.call) {
-                if !item.sip {
-                    self.gauges.packets_late.fetch_add(1, Relaxed);
-                    return;
-                }
-                // SIP of a closed Call-ID: a new dialog that reuses it.
-                self.recent_ends.0.remove(&item.call);
-            }
-            let start_sec = item.ts_ns.div_euclid(1_000_000_000);
-            match self
-                .archive
-                .start_call(item.call.as_bytes(), start_sec, LinkType(item.link_type))
-            {
-                Ok(handle) => {
-                    self.calls.insert(
-                        item.call.clone(),
-                        OpenCall {
-                            handle,
-                            link_type: item.link_type,
-                            last_ns: item.ts_ns,
-                        },
-                    );
-                }
-                Err(_) => {
-                    self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
-                    return;
-                }
-            }
-        }
-        let call = self.calls.get_mut(&item.call).expect("inserted above");
-        call.last_ns = call.last_ns.max(item.ts_ns);
-        if call.link_type != item.link_type {
-            self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
-            return;
-        }
-        let p = Packet {
-            ts_sec: item
-                .ts_ns
-                .div_euclid(1_000_000_000)
-                .clamp(0, u32::MAX as i64) as u32,
-            ts_usec: (item.ts_ns.rem_euclid(1_000_000_000) / 1000) as u32,
-            data,
-            orig_len: item.orig_len,
-        };
-        let r = if item.sip {
-            self.archive.add_sip(call.handle, &p)
-        } else {
-            self.archive.add_rtp(call.handle, &p, item.rtp_offset)
-        };
-        if let Err(e) = r {
-            self.error(&e.to_string());
-        }
-    }
-
-    /// Closes the calls whose end every shard has passed.
-    fn close_ready(&mut self) {
-        let low = self.watermarks.iter().copied().min().unwrap_or(i64::MAX);
-        let (ready, wait): (Vec<End>, Vec<End>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|e| e.now_ns <= low);
-        self.pending = wait;
-        for e in ready {
-            let result = match self.calls.remove(&e.call) {
-                Some(open) => match self.archive.end_call(open.handle) {
-                    Ok(a) => {
-                        self.gauges.calls_archived.fetch_add(1, Relaxed);
-                        Ok(a)
-                    }
-                    Err(err) => {
-                        self.error(&err.to_string());
-                        Err(err.to_string())
-                    }
-                },
-                // Nothing of it was archived (limits, or SIP-only with no SIP kept).
-                None => Ok(CallArchive::default()),
-            };
-            self.remember_end(e.call.clone());
-            // The capture may have stopped listening (it failed): nothing to do then.
-            let _ = self.results.send(Archived {
-                key: (e.call, e.invite_ns),
-                result,
-            });
-        }
-    }
-
-    fn remember_end(&mut self, call: Arc<str>) {
-        let (set, order) = &mut self.recent_ends;
-        if set.insert(call.clone()) {
-            order.push_back(call);
-            if order.len() > RECENT_ENDS_MAX
-                && let Some(old) = order.pop_front()
-            {
-                set.remove(&old);
-            }
-        }
-    }
-
-    /// Drops a call that will never be closed, unwritten.
-    fn forget(&mut self, call: &Arc<str>) {
-        if let Some(open) = self.calls.remove(call) {
-            let _ = self.archive.discard_call(open.handle);
-            self.gauges.calls_orphaned.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Once a minute of capture time (and at the end): forgets orphaned calls and applies
-    /// retention.
-    fn housekeeping(&mut self, last: bool) {
-        if !last && self.clock_ns.saturating_sub(self.last_housekeeping_ns) < HOUSEKEEPING_EVERY_NS
-        {
-            return;
-        }
-        self.last_housekeeping_ns = self.clock_ns;
-        let cutoff = self.clock_ns.saturating_sub(self.orphan_after_ns);
-        let stale: Vec<Arc<str>> = self
-            .calls
-            .iter()
-            .filter(|(_, c)| c.last_ns < cutoff)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for call in stale {
-            self.forget(&call);
-        }
-        if (self.retention.max_age_sec.is_some() || self.retention.max_total_bytes.is_some())
-            && self.clock_ns != i64::MIN
-        {
-            let now_sec = self.clock_ns.div_euclid(1_000_000_000);
-            match self.archive.prune(&self.retention, now_sec) {
-                Ok(r) => {
-                    self.gauges
-                        .minutes_pruned
-                        .fetch_add(r.minutes_deleted as u64, Relaxed);
-                }
-                Err(e) => self.error(&e.to_string()),
-            }
-        }
-    }
-
-    /// Copies the archive's counters to the gauges.
-    fn publish(&self) {
-        let s = self.archive.stats();
-        self.gauges
-            .packets_written
-            .store(s.packets_written, Relaxed);
-        self.gauges.bytes_written.store(s.bytes_written, Relaxed);
-        self.gauges.files_created.store(s.tars_created, Relaxed);
-        self.gauges
-            .members_written
-            .store(s.members_written, Relaxed);
-        self.gauges
-            .dropped_in_buffers
-            .store(s.packets_dropped, Relaxed);
-    }
-
-    fn error(&self, e: &str) {
-        let n = self.gauges.errors.fetch_add(1, Relaxed) + 1;
-        if n.is_power_of_two() {
-            tracing::warn!(error = %e, errors = n, "archive write failed");
-        }
     }
 }

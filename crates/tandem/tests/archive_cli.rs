@@ -47,10 +47,16 @@ fn ok(out: Output, what: &str) -> Output {
 
 /// `tandem capture --read FILE --archive DIR --cdr-db DB` with extra arguments.
 fn capture(pcap: &Path, dir: &Path, db: &Path, extra: &[&str]) {
-    ok(
+    capture_files(&[pcap], dir, db, extra);
+}
+
+/// `tandem capture --read FILE... --archive DIR --cdr-db DB` with extra arguments; returns its
+/// standard error (the archive's summary, and the calls it names).
+fn capture_files(pcaps: &[&Path], dir: &Path, db: &Path, extra: &[&str]) -> String {
+    let out = ok(
         tandem()
             .args(["capture", "--read"])
-            .arg(pcap)
+            .args(pcaps)
             .arg("--archive")
             .arg(dir)
             .arg("--cdr-db")
@@ -60,6 +66,7 @@ fn capture(pcap: &Path, dir: &Path, db: &Path, extra: &[&str]) {
             .unwrap(),
         "tandem capture",
     );
+    String::from_utf8(out.stderr).unwrap()
 }
 
 /// Every stored call, as `tandem cdr list --json` prints it.
@@ -164,6 +171,22 @@ fn check_archive(
     dir: &Path,
     work: &Path,
 ) -> BTreeMap<String, CallCheck> {
+    check_archive_of(&[original], db, dir, work)
+}
+
+/// [`check_archive`] of a capture read from several files: each call's frames are in one of
+/// them.
+fn check_archive_of(
+    originals: &[&Path],
+    db: &Path,
+    dir: &Path,
+    work: &Path,
+) -> BTreeMap<String, CallCheck> {
+    let original = originals
+        .iter()
+        .map(|o| o.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" + ");
     let mut seen = BTreeMap::new();
     let mut members: BTreeMap<PathBuf, Vec<(String, u64)>> = BTreeMap::new();
     for c in calls(db) {
@@ -175,12 +198,12 @@ fn check_archive(
         // as many as the CDR counted (all of them unless the capture has the Call-ID outside
         // the dialog too).
         let archived = sip_frames(&file, id);
-        let original_frames = sip_frames(original, id);
+        let original_frames: Vec<String> =
+            originals.iter().flat_map(|o| sip_frames(o, id)).collect();
         assert_eq!(
             archived.len() as u64,
             c["sip_messages"].as_u64().unwrap(),
-            "{}: {id}: SIP frames archived vs the CDR's count",
-            original.display()
+            "{original}: {id}: SIP frames archived vs the CDR's count"
         );
         for f in &archived {
             assert!(
@@ -193,8 +216,7 @@ fn check_archive(
         assert_eq!(
             rtp as u64,
             stream_packets(db, id),
-            "{}: {id}: RTP packets archived vs the CDR's streams",
-            original.display()
+            "{original}: {id}: RTP packets archived vs the CDR's streams"
         );
         seen.insert(
             id.to_string(),
@@ -299,6 +321,169 @@ fn real_captures_every_call_reads_back_with_the_same_packets() {
             "{name}: one shard and two agree"
         );
     }
+}
+
+/// Reads `pcaps` in the order given, with one shard and with two, and checks that every call
+/// kept its packets: each call read back with its SIP (and its RTP) as in the originals,
+/// nothing orphaned or named as lost. Returns what was seen.
+fn archived_whatever_the_order(
+    pcaps: &[&Path],
+    calls_expected: usize,
+) -> BTreeMap<String, CallCheck> {
+    let mut by_shards = Vec::new();
+    for shards in ["1", "2"] {
+        let work = tempfile::tempdir().unwrap();
+        let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+        let err = capture_files(
+            pcaps,
+            &dir,
+            &db,
+            &["--archive-store", "full", "--shards", shards],
+        );
+        let summary = err
+            .lines()
+            .find(|l| l.starts_with("archive "))
+            .unwrap_or_else(|| panic!("no archive summary: {err}"));
+        assert!(
+            summary.contains(" 0 late; 0 orphaned calls"),
+            "{pcaps:?}, {shards} shard(s): {summary}"
+        );
+        assert!(!err.contains("not archived whole"), "{err}");
+        let stored = calls(&db);
+        assert_eq!(stored.len(), calls_expected, "{pcaps:?}");
+        for c in &stored {
+            assert!(
+                c["sip_tar"].is_string(),
+                "{pcaps:?}, {shards} shard(s): no SIP archived: {c}"
+            );
+        }
+        by_shards.push(check_archive_of(pcaps, &db, &dir, work.path()));
+    }
+    assert_eq!(
+        by_shards[0], by_shards[1],
+        "{pcaps:?}: one shard and two agree"
+    );
+    by_shards.pop().unwrap()
+}
+
+/// A capture read as `--read *.pcap` often reads it: a later file first, then one from months
+/// before. Every call keeps its packets, as when each file is read alone.
+#[test]
+fn real_captures_read_back_in_time_keep_every_call_archived() {
+    let Some(captures) = shared_captures() else {
+        return;
+    };
+    if !have("tshark") {
+        return;
+    }
+    // 2005-07-04, then 2005-01-14.
+    let (later, earlier) = (
+        captures.join("aaa.pcap"),
+        captures.join("rtp_rtcp_sip_ipv4_udp.pcap"),
+    );
+    let alone: BTreeMap<String, CallCheck> = [&later, &earlier]
+        .iter()
+        .flat_map(|f| archived_whatever_the_order(&[f.as_path()], count_calls(f)))
+        .collect();
+    let both = archived_whatever_the_order(&[&later, &earlier], alone.len());
+    assert_eq!(both, alone);
+    // The SIP of the earlier file's answered call, and its RTP.
+    assert!(both["12013223@200.57.7.195"].sip > 0 && both["12013223@200.57.7.195"].rtp > 0);
+}
+
+/// Calls `tandem capture --read FILE --no-store` reports for one file.
+fn count_calls(pcap: &Path) -> usize {
+    let out = ok(
+        tandem()
+            .args(["capture", "--json", "--no-store", "--read"])
+            .arg(pcap)
+            .output()
+            .unwrap(),
+        "tandem capture --json",
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"call\""))
+        .count()
+}
+
+/// Twelve synthetic calls split at their middle, the first six moved a day back: read later
+/// part first, as two files and as one file whose clock steps back; every call keeps its SIP
+/// and RTP.
+#[test]
+fn synthetic_calls_read_back_in_time_keep_every_call_archived() {
+    if !have("tshark") {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let pcap = work.path().join("calls.pcap");
+    minutes_of_calls(&pcap);
+    let mut r = monitor::pcap::CaptureReader::open(&pcap).unwrap();
+    let mut packets = Vec::new();
+    while let Some(p) = r.next_packet().unwrap() {
+        packets.push((p.ts_ns, p.link_type, p.data.to_vec()));
+    }
+    // Calls start 30 s apart and last about 2 s: call 6 starts 180 s after call 0.
+    let split = packets[0].0 + 175_000_000_000;
+    let day = 86_400_000_000_000i64;
+    let (earlier, later): (Vec<_>, Vec<_>) = packets.into_iter().partition(|p| p.0 < split);
+    let earlier: Vec<_> = earlier
+        .into_iter()
+        .map(|(t, l, d)| (t - day, l, d))
+        .collect();
+    let write = |name: &str, parts: &[&[(i64, u32, Vec<u8>)]]| {
+        let path = work.path().join(name);
+        let mut w =
+            monitor::pcap::PcapWriter::new(std::fs::File::create(&path).unwrap(), 1, true).unwrap();
+        for (ts, _, data) in parts.iter().flat_map(|p| p.iter()) {
+            w.write_packet(*ts, data).unwrap();
+        }
+        path
+    };
+    let (early_file, late_file) = (
+        write("earlier.pcap", &[&earlier]),
+        write("later.pcap", &[&later]),
+    );
+    let stepping_back = write("stepping-back.pcap", &[&later, &earlier]);
+    let seen = archived_whatever_the_order(&[&late_file, &early_file], 12);
+    // Calls 8 (cancelled) and 9 (busy) have no media.
+    assert!(seen.values().all(|c| c.sip > 0), "{seen:?}");
+    assert_eq!(seen.values().filter(|c| c.rtp > 0).count(), 10, "{seen:?}");
+    assert_eq!(archived_whatever_the_order(&[&stepping_back], 12), seen);
+}
+
+/// A call whose packets go over the archive's limit per call is named on stderr, and the
+/// packets left out are counted.
+#[test]
+fn calls_not_archived_whole_are_named() {
+    let work = tempfile::tempdir().unwrap();
+    let pcap = work.path().join("long.pcap");
+    // A minute of G.711 both ways with whole packets: about 1.4 MB of RTP, over 1 MiB.
+    let cfg = SynthConfig {
+        calls: 1,
+        call_duration_ms: 60_000,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+    let err = capture_files(
+        &[&pcap],
+        &dir,
+        &db,
+        &["--archive-store", "full", "--archive-call-max-mib", "1"],
+    );
+    let summary = err.lines().find(|l| l.starts_with("archive ")).unwrap();
+    let at_limits: u64 = summary
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" at limits"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(at_limits > 0, "{summary}");
+    assert!(
+        err.contains("calls not archived whole: at limits: synth-0@tandem.test"),
+        "{err}"
+    );
 }
 
 #[test]
