@@ -65,7 +65,7 @@ use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 
 use crate::rtp::Media;
@@ -1413,6 +1413,20 @@ impl Front {
             .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
     }
 
+    /// Ticks every shard at `now_ns`, as a packet at that time would, if that is past the
+    /// newest packet and the last tick (see [`Monitor::advance_to`]). True if it did.
+    fn advance(&mut self, now_ns: i64, emit: &mut dyn FnMut(u16, Event)) -> bool {
+        if self.first_ns.is_none() || now_ns <= self.last_ns || now_ns <= self.last_tick_ns {
+            return false;
+        }
+        self.last_tick_ns = now_ns;
+        for s in 0..self.shards {
+            emit(s as u16, Event::Tick { ts_ns: now_ns });
+        }
+        self.sweep_endpoints(now_ns);
+        true
+    }
+
     #[allow(clippy::too_many_arguments)]
     // Out of line: inlined into `packet`, the RTP path cost 1 % more instructions (callgrind).
     #[inline(never)]
@@ -1757,6 +1771,8 @@ struct RawBatch {
     packets: Vec<(i64, u32, usize, usize, bool)>,
     /// Time of the capture's first packet, so that every worker measures from the same origin.
     first_ns: i64,
+    /// After its packets, move capture time on to this ([`Monitor::advance_to`]).
+    advance_ns: Option<i64>,
 }
 
 enum Backend {
@@ -1895,6 +1911,21 @@ impl Monitor {
                                     front.sip = sip;
                                 }
                             }
+                            if let Some(now_ns) = batch.advance_ns.take() {
+                                let cur = Current {
+                                    seq,
+                                    frame: TapFrame {
+                                        ts_ns: now_ns,
+                                        link_type: 0,
+                                        data: &[],
+                                    },
+                                };
+                                front.advance(now_ns, &mut |s, ev| {
+                                    if s == me {
+                                        shard.handle(ev, &cur);
+                                    }
+                                });
+                            }
                             published.publish(shard.live(&front.counters), &live);
                             batch.data.clear();
                             batch.packets.clear();
@@ -1934,15 +1965,75 @@ impl Monitor {
 
     /// Publishes the calls in progress again without waiting for the next second of capture
     /// time, which only packets bring: a call that ended while the network went quiet leaves
-    /// the board at once. Live sources call it once a second. Inline mode only (with worker
-    /// threads the workers publish on their own ticks); at most every
+    /// the board at once. Live sources call it every quarter of a second. Inline mode only
+    /// (with worker threads the workers publish on their own ticks); at most every
     /// `live_calls_min_wall_ms`, like the ticks' publications.
     pub fn refresh_live_calls(&mut self) {
-        let now_ns = self.front.last_ns;
+        // The newest packet, or the time [`Monitor::advance_to`] moved on to since.
+        let now_ns = self.front.last_ns.max(self.front.last_tick_ns);
         if let Backend::Inline(s) = &mut self.backend
             && self.front.first_ns.is_some()
         {
             s.publish_calls(now_ns, false);
+        }
+    }
+
+    /// Moves capture time on to `now_ns` without a packet, for a live source while the network
+    /// is quiet: every shard ticks as a packet at `now_ns` would make it tick (calls past their
+    /// linger or idle timeout close, streams and registrations time out, the live board and
+    /// the taps' progress move on), so that a call that ended is reported without waiting for
+    /// an unrelated packet. Time never moves back: nothing happens before the first packet,
+    /// nor unless `now_ns` is past the newest packet and the last tick. With worker threads the
+    /// packets batched so far go to the workers with the tick, without waiting: a worker whose
+    /// queue is full has packets to move its time on. Returns whether time moved.
+    pub fn advance_to(&mut self, now_ns: i64) -> bool {
+        match &mut self.backend {
+            Backend::Inline(shard) => {
+                let shard = &mut **shard;
+                let cur = Current {
+                    seq: self.seq,
+                    frame: TapFrame {
+                        ts_ns: now_ns,
+                        link_type: 0,
+                        data: &[],
+                    },
+                };
+                let moved = self
+                    .front
+                    .advance(now_ns, &mut |_, ev| shard.handle(ev, &cur));
+                if moved {
+                    self.publish();
+                }
+                moved
+            }
+            Backend::Workers {
+                senders,
+                returns,
+                batches,
+                ..
+            } => {
+                let f = &mut self.front;
+                let Some(first_ns) = f.first_ns else {
+                    return false;
+                };
+                if now_ns <= f.last_ns || now_ns <= f.last_tick_ns {
+                    return false;
+                }
+                f.last_tick_ns = now_ns;
+                for (w, b) in batches.iter_mut().enumerate() {
+                    b.advance_ns = Some(now_ns);
+                    b.first_ns = first_ns;
+                    let fresh = returns[w].try_recv().unwrap_or_default();
+                    let batch = std::mem::replace(b, fresh);
+                    // Full: kept, and sent with its packets once the batch fills.
+                    if let Err(TrySendError::Full(back) | TrySendError::Disconnected(back)) =
+                        senders[w].try_send(batch)
+                    {
+                        *b = back;
+                    }
+                }
+                true
+            }
         }
     }
 
