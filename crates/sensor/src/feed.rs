@@ -11,8 +11,16 @@ use monitor::{Analysis, Monitor};
 
 use crate::SensorError;
 
-/// Live and HEP sources hand closed records to the sinks this often.
-const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Live and HEP sources hand closed records to the sinks this often, and move capture time on
+/// while no packet comes: a quarter of a second, so that with [`QUIET_GRACE`] a call is
+/// reported within a second of being due (its linger passed), archive included.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// While no packet comes, capture time follows the wall clock this far behind: a packet still
+/// on its way (in a kernel ring block, which the kernel hands over within its 10 ms timeout,
+/// or in the buffer before the analysis) is never older than the time already reached, so no
+/// call is ended early for want of it.
+pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(250);
 
 /// Where closed records go: the pipeline's sinks (archive, observer, CDR writer).
 pub(crate) trait RecordSink {
@@ -40,10 +48,50 @@ pub(crate) struct Feed<'a> {
     pub sinks: &'a mut dyn RecordSink,
     /// `--hep-send`: every frame is forwarded as HEP, and analysed only if it says so.
     pub hep_send: Option<&'a mut crate::hep_send::HepForwarder>,
+    pub clock: QuietClock,
+}
+
+/// Capture time while no packet comes (live and HEP sources): the newest packet's time moved on
+/// by the wall-clock time since it was analysed, less [`QUIET_GRACE`]. Relative to the
+/// packets' own clock, not the machine's, so that a HEP agent whose clock is off by minutes
+/// gets its calls closed on its own time; and monotonic (`Instant`), so that the machine's
+/// clock being set does not move it.
+#[derive(Debug, Default)]
+pub(crate) struct QuietClock {
+    newest_ns: Option<i64>,
+    /// When the batch that brought `newest_ns` had been analysed; `None` while that batch is
+    /// being analysed.
+    analysed_at: Option<Instant>,
+}
+
+impl QuietClock {
+    /// The capture time reached now, if a packet has come.
+    pub fn now_ns(&self) -> Option<i64> {
+        let since = self.analysed_at?.elapsed().saturating_sub(QUIET_GRACE);
+        let since_ns = i64::try_from(since.as_nanos()).unwrap_or(i64::MAX);
+        Some(self.newest_ns?.saturating_add(since_ns))
+    }
 }
 
 impl Feed<'_> {
+    pub fn new<'a>(
+        monitor: &'a mut Monitor,
+        sinks: &'a mut dyn RecordSink,
+        hep_send: Option<&'a mut crate::hep_send::HepForwarder>,
+    ) -> Feed<'a> {
+        Feed {
+            monitor,
+            sinks,
+            hep_send,
+            clock: QuietClock::default(),
+        }
+    }
+
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
+        if self.clock.newest_ns.is_none_or(|n| ts_ns > n) {
+            self.clock.newest_ns = Some(ts_ns);
+            self.clock.analysed_at = None;
+        }
         if let Some(f) = self.hep_send.as_deref_mut() {
             f.frame(ts_ns, link_type, data);
             if !f.analyse() {
@@ -52,9 +100,21 @@ impl Feed<'_> {
         }
         self.monitor.packet(ts_ns, link_type, data);
     }
+    /// A batch of packets has been analysed: the time of the newest one is reached now.
+    pub fn batch_analysed(&mut self) {
+        if self.clock.analysed_at.is_none() {
+            self.clock.analysed_at = Some(Instant::now());
+        }
+    }
+
     /// Hands the records the monitor has closed to the sinks, and publishes its calls in
-    /// progress again (a call that ended in a quiet moment leaves the live page).
-    pub fn flush_finished(&mut self) -> Result<(), SensorError> {
+    /// progress again (a call that ended in a quiet moment leaves the live page). `quiet`: the
+    /// source had nothing waiting, so capture time first moves on with the wall clock
+    /// ([`QuietClock`]) and the calls due by then are closed.
+    pub fn flush_finished(&mut self, quiet: bool) -> Result<(), SensorError> {
+        if quiet && let Some(now_ns) = self.clock.now_ns() {
+            self.monitor.advance_to(now_ns);
+        }
         self.monitor.refresh_live_calls();
         let part = self.monitor.take_finished();
         self.sinks.flush(part, false)
@@ -68,7 +128,7 @@ impl FlushClock {
     pub fn new() -> Self {
         FlushClock(Instant::now())
     }
-    /// True once a second.
+    /// True once every [`FLUSH_INTERVAL`].
     pub fn due(&mut self) -> bool {
         if self.0.elapsed() >= FLUSH_INTERVAL {
             self.0 = Instant::now();

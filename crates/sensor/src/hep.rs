@@ -642,19 +642,23 @@ pub(crate) fn receive(
     let mut clock = FlushClock::new();
     let mut flushed = Ok(());
     loop {
-        match buffer.pop(Duration::from_millis(POLL_MS as u64)) {
+        // Quiet: the buffer had nothing for the analysis, so capture time may follow the
+        // wall clock.
+        let quiet = match buffer.pop(Duration::from_millis(POLL_MS as u64)) {
             Popped::Batch(batch) => {
                 for (ts, frame) in batch.frames() {
                     sink.packet(ts, LINKTYPE_RAW, frame);
                     *packets += 1;
                 }
                 buffer.recycle(batch);
+                sink.batch_analysed();
+                false
             }
-            Popped::Waiting => {}
+            Popped::Waiting => true,
             Popped::Ended => break,
-        }
+        };
         if clock.due() {
-            flushed = sink.flush_finished();
+            flushed = sink.flush_finished(quiet && !stop.is_stopped());
             if flushed.is_err() {
                 stop.stop();
                 break;

@@ -533,7 +533,9 @@ pub(crate) fn analyse(
             live.request_stop();
             stopping = true;
         }
-        match live.buffer.pop(Duration::from_millis(POLL_MS as u64)) {
+        // Quiet: the buffer had nothing for the analysis, so capture time may follow the
+        // wall clock.
+        let quiet = match live.buffer.pop(Duration::from_millis(POLL_MS as u64)) {
             Popped::Batch(batch) => {
                 for (ts, frame) in batch.frames() {
                     if config.max_packets.is_some_and(|m| *packets >= m) {
@@ -543,12 +545,14 @@ pub(crate) fn analyse(
                     *packets += 1;
                 }
                 live.buffer.recycle(batch);
+                sink.batch_analysed();
+                false
             }
-            Popped::Waiting => {}
+            Popped::Waiting => true,
             Popped::Ended => break,
-        }
+        };
         if clock.due()
-            && let Err(e) = sink.flush_finished()
+            && let Err(e) = sink.flush_finished(quiet && !stopping)
         {
             let _ = live.join();
             return Err(e);

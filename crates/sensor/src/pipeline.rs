@@ -219,6 +219,16 @@ impl Sensor {
                 CaptureReader::open(path).map_err(SensorError::Input)?;
             }
         }
+        // With worker threads the monitor hands its records out only at its end, which a live
+        // source never reaches while it runs: its calls would be stored only when it stops.
+        if config.source.is_live() && config.shards > 1 {
+            return Err(SensorError::Config(format!(
+                "--shards {} works with --read only: a live or HEP capture stores each call as it \
+                 ends, which one shard does (with more, no call would be stored before the capture \
+                 stops); leave --shards out, and use --capture-threads for more capture threads",
+                config.shards
+            )));
+        }
         // The source next (socket bound, rings opened): a wrong address or interface fails
         // before anything is created too.
         enum Opened<'a> {
@@ -360,11 +370,7 @@ fn run(
     let mut hep_invalid = 0;
     let mut hep = None;
     let mut live = None;
-    let mut feed = Feed {
-        monitor: &mut monitor,
-        sinks: &mut sinks,
-        hep_send: hep_send.as_mut(),
-    };
+    let mut feed = Feed::new(&mut monitor, &mut sinks, hep_send.as_mut());
     match ready {
         Ready::Files(paths) => {
             read_error = read_files(&paths, &mut feed, &mut packets, progress)?;
@@ -444,7 +450,7 @@ fn read_files(
                         progress
                             .bytes_read
                             .store(done_bytes + reader.offset().min(size), Ordering::Relaxed);
-                        feed.flush_finished()?;
+                        feed.flush_finished(false)?;
                     }
                 }
                 Ok(None) => break,

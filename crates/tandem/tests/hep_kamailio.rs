@@ -139,19 +139,28 @@ fn calls_through_kamailio(hep: Hep) {
         Hep::TcpWithKey(k) => vec!["--hep-auth-key", k],
     };
     let mut tandem = Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["capture", "--json", "--no-store", "--hep-listen"])
+        .args([
+            "capture",
+            "--json",
+            "--no-store",
+            "--status-interval-s",
+            "1",
+        ])
+        .arg("--hep-listen")
         .arg(format!("127.0.0.1:{hep_port}"))
         .args(&key_args)
+        .env("TANDEM_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut tandem_err = BufReader::new(tandem.stderr.take().unwrap());
-    let mut tandem_out = tandem.stdout.take().unwrap();
+    let tandem_out = common::Lines::read(tandem.stdout.take().unwrap());
     let mut tandem = Running(tandem, "tandem");
     let mut line = String::new();
     tandem_err.read_line(&mut line).unwrap();
     assert!(line.contains("listening for HEP v3"), "{line}");
+    let tandem_err = common::Lines::read(tandem_err);
 
     let cfg_path = tmp.path().join("kamailio.cfg");
     std::fs::write(
@@ -243,14 +252,42 @@ fn calls_through_kamailio(hep: Hep) {
         "SIPp's answering side did not see {CALLS} calls"
     );
 
-    // The last BYE's 200 was mirrored before SIPp exited; give the datagram time to arrive,
-    // then stop Tandem, which reports every call it holds on SIGTERM.
-    std::thread::sleep(Duration::from_millis(500));
+    // The last BYE's 200 was mirrored before SIPp exited, and nothing comes after it: every
+    // call is reported once its linger has passed, and the status line counts none, while
+    // Tandem runs on (a generous bound on "it happens at all"; the time is printed).
+    let ended = Instant::now();
+    let is_call = |l: &str| l.contains("\"kind\":\"call\"");
+    let reported = |out: &common::Lines| out.text().lines().filter(|l| is_call(l)).count();
+    while reported(&tandem_out) < CALLS as usize && ended.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "{} of {CALLS} calls reported {:.1} s after SIPp's last call (call linger 5 s)",
+        reported(&tandem_out),
+        ended.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        reported(&tandem_out),
+        CALLS as usize,
+        "calls that ended were not reported while Tandem ran: {}",
+        tandem_err.text()
+    );
+    let from = tandem_err.len();
+    assert!(
+        tandem_err
+            .wait_for(from, Duration::from_secs(60), |l| {
+                common::calls_active(l) == Some(0)
+            })
+            .is_some(),
+        "the status line still counts calls: {}",
+        tandem_err.text()
+    );
     tandem.terminate();
-    let mut stdout = String::new();
-    tandem_out.read_to_string(&mut stdout).unwrap();
     let status = tandem.wait_for(Duration::from_secs(10));
     assert!(status.is_some_and(|s| s.success()), "tandem: {status:?}");
+    // The pipes are closed once Tandem has exited; their readers have read everything.
+    std::thread::sleep(Duration::from_millis(200));
+    let stdout = tandem_out.text();
 
     let calls: Vec<serde_json::Value> = stdout
         .lines()
@@ -281,8 +318,7 @@ fn calls_through_kamailio(hep: Hep) {
         // least once.
         assert!(call["sip_messages"].as_u64().unwrap() >= 7, "{call}");
     }
-    let mut rest = String::new();
-    tandem_err.read_to_string(&mut rest).unwrap();
+    let rest = tandem_err.text();
     assert!(
         !rest.contains("were not HEP v3"),
         "Kamailio sent datagrams Tandem could not read: {rest}"

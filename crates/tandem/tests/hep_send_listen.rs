@@ -506,3 +506,88 @@ fn a_tcp_peer_sending_garbage_or_an_oversized_packet_is_closed_and_the_others_go
     );
     assert!(err.contains("2 not HEP v3"), "{err}");
 }
+
+/// A call that arrives as HEP, ends, and then nothing more comes: its CDR is stored, with its
+/// archived SIP, and the status line says no call is active, without another packet. The
+/// call's timestamps are days before the machine's clock (as from an agent whose clock is
+/// off): capture time moves on from the packets' own clock.
+#[test]
+fn a_call_over_hep_is_stored_while_nothing_more_comes() {
+    let work = tempfile::tempdir().unwrap();
+    let (db, archive) = (work.path().join("cdr.sqlite3"), work.path().join("archive"));
+    let mut child = tandem()
+        .args(["capture", "--hep-listen", "127.0.0.1:0"])
+        .args(["--status-interval-s", "1", "--cdr-db"])
+        .arg(&db)
+        .arg("--archive")
+        .arg(&archive)
+        .env("TANDEM_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = common::Lines::read(child.stderr.take().unwrap());
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Kill(child);
+    let minute = Duration::from_secs(60);
+    let at = err
+        .wait_for(0, minute, |l| l.contains("listening for HEP v3"))
+        .unwrap_or_else(|| panic!("no listening line: {}", err.text()));
+    let line = err.text().lines().nth(at).unwrap().to_string();
+    let port: u16 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("udp://"))
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .unwrap_or_else(|| panic!("{line}"))
+        .port();
+    let call_id = "quiet-after-bye@192.0.2.10";
+    common::send_udp(port, &common::one_call_as_hep(call_id));
+    assert!(
+        err.wait_for(0, minute, |l| common::calls_active(l) == Some(1))
+            .is_some(),
+        "no status line counted the call: {}",
+        err.text()
+    );
+    let stored = common::stored_then_none_active(&err, &db, 1, minute);
+    let c = &stored[0];
+    assert_eq!(c["call_id"], call_id);
+    assert!(
+        c["sip_tar"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("2026-11-21/05/30/sip.tar")),
+        "{c}"
+    );
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.0.wait().unwrap().success(), "{}", err.text());
+    // Six packets came, and nothing else.
+    assert!(
+        err.wait_for(0, minute, |l| l.starts_with("HEP: 6 packets analysed"))
+            .is_some(),
+        "{}",
+        err.text()
+    );
+}
+
+/// Worker threads hand their records out only at the end, so a live or HEP capture with
+/// `--shards` above 1 would store no call before it stops: it is refused, saying what to do.
+#[test]
+fn a_live_capture_with_several_shards_is_refused() {
+    let out = tandem()
+        .args(["capture", "--hep-listen", "127.0.0.1:0", "--no-store"])
+        .args(["--shards", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--shards 2 works with --read only") && err.contains("leave --shards out"),
+        "{err}"
+    );
+}

@@ -344,3 +344,88 @@ fn live_capture_equals_reading_the_file() {
     let failed = failed.into_inner().unwrap();
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// Calls that end, and then silence on the link: with no other packet, their CDRs are stored,
+/// with where their packets are archived, and the status line says no call is active, a few
+/// seconds after their end (the linger, then within a second), not at the next packet.
+#[test]
+fn calls_that_end_are_stored_while_the_link_stays_quiet() {
+    if let Some(why) = VethPair::unavailable() {
+        test_env::skip(&why);
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("two-calls.pcap");
+    let cfg = SynthConfig {
+        calls: 2,
+        call_interval_us: 500_000,
+        call_duration_ms: 1_000,
+        failures: false,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let (db, archive) = (tmp.path().join("cdr.sqlite3"), tmp.path().join("archive"));
+    let pair = VethPair::create().expect("namespace with a veth pair");
+    let child = pair
+        .command(tandem())
+        .args(["capture", "--duration-s", "300", "--status-interval-s", "1"])
+        .args(["--interface", &pair.b, "--cdr-db"])
+        .arg(&db)
+        .arg("--archive")
+        .arg(&archive)
+        .env("TANDEM_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = ChildGuard(child);
+    let err = common::Lines::read(child.0.stderr.take().unwrap());
+    let minute = Duration::from_secs(60);
+    assert!(
+        err.wait_for(0, minute, |l| l.starts_with("capturing on"))
+            .is_some(),
+        "the capture did not start: {}",
+        err.text()
+    );
+    let replay = pair
+        .command(tandem())
+        .args(["replay", "--json", "--interface", &pair.a, "--read"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let sent: Value = serde_json::from_slice(&replay.stdout).unwrap();
+    // While the calls linger (5 s after their BYE), the status line counts them.
+    let from = err.len();
+    assert!(
+        err.wait_for(from, minute, |l| common::calls_active(l) == Some(2))
+            .is_some(),
+        "no status line with the two calls active: {}",
+        err.text()
+    );
+    // Nothing more is sent. A generous bound on "it happens at all": the time is printed.
+    for c in common::stored_then_none_active(&err, &db, 2, minute) {
+        assert!(c["rtp_tar"].is_string(), "{c}");
+    }
+    // SAFETY: kill(2) on the child's own process ID (`ip netns exec` runs tandem in its place).
+    unsafe {
+        libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM);
+    }
+    assert!(child.0.wait().unwrap().success(), "{}", err.text());
+    // The capture saw the replayed frames and nothing else: no other packet moved time on.
+    let n = sent["sent"].as_u64().unwrap();
+    let summary = err
+        .wait_for(0, minute, |l| l.starts_with("live capture on"))
+        .map(|_| err.text())
+        .unwrap_or_default();
+    assert!(
+        summary.contains(&format!(": {n} frames captured, {n} analysed")),
+        "{n} frames sent: {summary}"
+    );
+    drop(child);
+    drop(pair);
+}

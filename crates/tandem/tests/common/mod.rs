@@ -133,3 +133,136 @@ pub fn paced_copy(path: &Path, max_gap_ms: u64, out: &Path) {
         w.write_packet(ts, p.data).unwrap();
     }
 }
+
+/// The lines a child process writes to a pipe, read as they come by a thread of their own (so
+/// that the child never blocks on a full pipe), for a test to wait on while the child runs.
+#[derive(Clone)]
+pub struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Lines {
+    pub fn read(pipe: impl std::io::Read + Send + 'static) -> Lines {
+        use std::io::BufRead;
+        let lines = Lines(Default::default());
+        let to = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                to.0.lock().unwrap().push(line);
+            }
+        });
+        lines
+    }
+
+    /// Every line so far.
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().join("\n")
+    }
+
+    /// Waits until a line read from `from` on (a line index) satisfies `found`, at most
+    /// `within`; that line's index, or `None` at the deadline.
+    pub fn wait_for(
+        &self,
+        from: usize,
+        within: std::time::Duration,
+        found: impl Fn(&str) -> bool,
+    ) -> Option<usize> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let hit = {
+                let v = self.0.lock().unwrap();
+                v.iter().skip(from).position(|l| found(l)).map(|i| from + i)
+            };
+            if hit.is_some() || std::time::Instant::now() >= deadline {
+                return hit;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Lines read so far.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// The number of calls active that a status line says (`calls N active, ...`), if it is one.
+pub fn calls_active(status_line: &str) -> Option<u64> {
+    let (_, rest) = status_line.split_once("calls ")?;
+    rest.split_once(" active")?.0.parse().ok()
+}
+
+/// Every call stored in the SQLite file `db`, as `tandem cdr list --json` prints them (none
+/// before the file exists).
+pub fn stored_calls(db: &Path) -> Vec<serde_json::Value> {
+    if !db.exists() {
+        return Vec::new();
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["cdr", "list", "--json", "--limit", "0", "--db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Waits until `db` holds `n` calls, at most `within`; the calls it holds then.
+pub fn wait_for_stored_calls(
+    db: &Path,
+    n: usize,
+    within: std::time::Duration,
+) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let stored = stored_calls(db);
+        if stored.len() >= n || std::time::Instant::now() >= deadline {
+            return stored;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// What a quiet capture must show once its `n` calls have ended and nothing more comes: the
+/// `n` calls stored in `db` (within `within`; the time it took is printed), each ended and
+/// with its SIP archived in a tar that exists, and then a status line in `status` (the
+/// capture's stderr) that counts no call active. Returns the stored calls.
+pub fn stored_then_none_active(
+    status: &Lines,
+    db: &Path,
+    n: usize,
+    within: std::time::Duration,
+) -> Vec<serde_json::Value> {
+    let since = std::time::Instant::now();
+    let stored = wait_for_stored_calls(db, n, within);
+    eprintln!(
+        "{} of {n} calls stored {:.1} s after the check began (call linger 5 s)",
+        stored.len(),
+        since.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        stored.len(),
+        n,
+        "calls that ended were not stored while nothing came: {}",
+        status.text()
+    );
+    for c in &stored {
+        assert_eq!(c["state"], "ended", "{c}");
+        let tar = c["sip_tar"].as_str().unwrap_or_else(|| panic!("{c}"));
+        assert!(Path::new(tar).exists(), "{c}");
+    }
+    assert!(
+        status
+            .wait_for(status.len(), within, |l| calls_active(l) == Some(0))
+            .is_some(),
+        "the status line still counts the ended calls: {}",
+        status.text()
+    );
+    stored
+}
