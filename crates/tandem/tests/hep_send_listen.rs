@@ -507,6 +507,16 @@ fn a_tcp_peer_sending_garbage_or_an_oversized_packet_is_closed_and_the_others_go
     assert!(err.contains("2 not HEP v3"), "{err}");
 }
 
+/// A child process killed and reaped if a test ends early.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A call that arrives as HEP, ends, and then nothing more comes: its CDR is stored, with its
 /// archived SIP, and the status line says no call is active, without another packet. The
 /// call's timestamps are days before the machine's clock (as from an agent whose clock is
@@ -527,13 +537,6 @@ fn a_call_over_hep_is_stored_while_nothing_more_comes() {
         .spawn()
         .unwrap();
     let err = common::Lines::read(child.stderr.take().unwrap());
-    struct Kill(Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let mut child = Kill(child);
     let minute = Duration::from_secs(60);
     let at = err
@@ -590,4 +593,57 @@ fn a_live_capture_with_several_shards_is_refused() {
         err.contains("--shards 2 works with --read only") && err.contains("leave --shards out"),
         "{err}"
     );
+}
+
+/// `tandem serve` with a `[capture]` section does the same: a call that arrives as HEP and
+/// ends is stored and archived, and the server's status line drops it, while the server runs
+/// and nothing more comes.
+#[test]
+fn serve_stores_a_call_that_ends_while_nothing_more_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, archive) = (dir.path().join("cdr.sqlite3"), dir.path().join("archive"));
+    let hep_port = common::free_udp_port();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[capture]\nhep_listen = \"127.0.0.1:{hep_port}\"\ncdr_db = \"{}\"\narchive_dir = \"{}\"\nstatus_interval_s = 1\n",
+            db.display(),
+            archive.display()
+        ),
+    )
+    .unwrap();
+    let mut child = tandem()
+        .args(["serve", "--agi-listen", "127.0.0.1:0", "--metrics-listen"])
+        .args(["127.0.0.1:0", "--web-listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("TANDEM_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = common::Lines::read(child.stderr.take().unwrap());
+    let mut child = Kill(child);
+    let minute = Duration::from_secs(60);
+    assert!(
+        log.wait_for(0, minute, |l| l.contains("listening for HEP v3"))
+            .is_some(),
+        "{}",
+        log.text()
+    );
+    let call_id = "serve-quiet@192.0.2.10";
+    common::send_udp(hep_port, &common::one_call_as_hep(call_id));
+    assert!(
+        log.wait_for(0, minute, |l| common::calls_active(l) == Some(1))
+            .is_some(),
+        "no status line counted the call: {}",
+        log.text()
+    );
+    let stored = common::stored_then_none_active(&log, &db, 1, minute);
+    assert_eq!(stored[0]["call_id"], call_id);
+    // SAFETY: kill(2) on our own child, not reaped yet.
+    unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
+    assert!(child.0.wait().unwrap().success(), "{}", log.text());
 }
