@@ -65,6 +65,21 @@ pub(crate) struct QuietClock {
 }
 
 impl QuietClock {
+    /// A packet captured at `ts_ns` is being analysed.
+    fn saw(&mut self, ts_ns: i64) {
+        if self.newest_ns.is_none_or(|n| ts_ns > n) {
+            self.newest_ns = Some(ts_ns);
+            self.analysed_at = None;
+        }
+    }
+
+    /// The batch being analysed is done.
+    fn analysed(&mut self) {
+        if self.analysed_at.is_none() {
+            self.analysed_at = Some(Instant::now());
+        }
+    }
+
     /// The capture time reached now, if a packet has come.
     pub fn now_ns(&self) -> Option<i64> {
         let since = self.analysed_at?.elapsed().saturating_sub(QUIET_GRACE);
@@ -88,10 +103,7 @@ impl Feed<'_> {
     }
 
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
-        if self.clock.newest_ns.is_none_or(|n| ts_ns > n) {
-            self.clock.newest_ns = Some(ts_ns);
-            self.clock.analysed_at = None;
-        }
+        self.clock.saw(ts_ns);
         if let Some(f) = self.hep_send.as_deref_mut() {
             f.frame(ts_ns, link_type, data);
             if !f.analyse() {
@@ -102,9 +114,7 @@ impl Feed<'_> {
     }
     /// A batch of packets has been analysed: the time of the newest one is reached now.
     pub fn batch_analysed(&mut self) {
-        if self.clock.analysed_at.is_none() {
-            self.clock.analysed_at = Some(Instant::now());
-        }
+        self.clock.analysed();
     }
 
     /// Hands the records the monitor has closed to the sinks, and publishes its calls in
@@ -135,5 +145,41 @@ impl FlushClock {
             return true;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quiet_time_follows_the_wall_clock_behind_the_grace_and_never_back() {
+        let mut c = QuietClock::default();
+        assert_eq!(c.now_ns(), None, "no time before a packet");
+        // Days behind the machine's clock, as from a HEP agent whose clock is off.
+        let t = 1_000_000_000_000_000_000;
+        c.saw(t);
+        assert_eq!(c.now_ns(), None, "not while its batch is analysed");
+        c.analysed();
+        // Within the grace, time stays at the newest packet.
+        assert_eq!(c.now_ns(), Some(t));
+        // An older packet moves nothing back.
+        c.saw(t - 5_000_000_000);
+        c.analysed();
+        assert_eq!(c.now_ns(), Some(t));
+        let since = Instant::now();
+        std::thread::sleep(QUIET_GRACE + Duration::from_millis(150));
+        let now = c.now_ns().unwrap();
+        let elapsed = since.elapsed() + Duration::from_millis(1);
+        assert!(now > t, "{now} after {t}");
+        assert!(
+            now - t <= (elapsed - QUIET_GRACE).as_nanos() as i64,
+            "{} ns past the packet, {elapsed:?} since",
+            now - t
+        );
+        // A newer packet is the new origin.
+        c.saw(t + 10);
+        c.analysed();
+        assert_eq!(c.now_ns(), Some(t + 10));
     }
 }
