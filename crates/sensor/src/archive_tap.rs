@@ -480,6 +480,11 @@ impl CaptureArchive {
         part
     }
 
+    /// Whether closed calls are held, waiting for the archive thread to write them.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// Writes where `c`'s packets are into its CDR row (for a call returned by the last
     /// [`CaptureArchive::release`]).
     pub fn fill(&self, c: &CallRecord, row: &mut CdrCall) {

@@ -26,6 +26,9 @@ pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(250);
 pub(crate) trait RecordSink {
     /// Takes a batch of closed records. `finished`: the monitor is done.
     fn flush(&mut self, part: Analysis, finished: bool) -> Result<(), SensorError>;
+    /// Closed records are held back (for the archive to write their calls): a quiet source
+    /// flushes again at its next wake-up instead of waiting for its [`FlushClock`].
+    fn holding(&self) -> bool;
 }
 
 /// Asks a running sensor to stop: its source ends, the calls in progress are closed, reported
@@ -112,6 +115,11 @@ impl Feed<'_> {
         }
         self.monitor.packet(ts_ns, link_type, data);
     }
+    /// Whether the sinks hold closed records back ([`RecordSink::holding`]).
+    pub fn holding(&self) -> bool {
+        self.sinks.holding()
+    }
+
     /// A batch of packets has been analysed: the time of the newest one is reached now.
     pub fn batch_analysed(&mut self) {
         self.clock.analysed();

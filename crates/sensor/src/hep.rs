@@ -657,7 +657,7 @@ pub(crate) fn receive(
             Popped::Waiting => true,
             Popped::Ended => break,
         };
-        if clock.due() {
+        if clock.due() || (quiet && sink.holding()) {
             flushed = sink.flush_finished(quiet && !stop.is_stopped());
             if flushed.is_err() {
                 stop.stop();

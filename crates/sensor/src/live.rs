@@ -551,7 +551,7 @@ pub(crate) fn analyse(
             Popped::Waiting => true,
             Popped::Ended => break,
         };
-        if clock.due()
+        if (clock.due() || (quiet && sink.holding()))
             && let Err(e) = sink.flush_finished(quiet && !stopping)
         {
             let _ = live.join();

@@ -201,6 +201,10 @@ impl RecordSink for Sinks {
         }
         Ok(())
     }
+
+    fn holding(&self) -> bool {
+        self.archive.as_ref().is_some_and(CaptureArchive::holding)
+    }
 }
 
 impl Sensor {

@@ -408,6 +408,31 @@ fn calls_that_end_are_stored_while_the_link_stays_quiet() {
         err.text()
     );
     // Nothing more is sent. A generous bound on "it happens at all": the time is printed.
+    // Live, capture time is the wall clock: for the record, how long after its linger ended
+    // each CDR was first seen (the database polled every 50 ms).
+    let now_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64
+    };
+    let mut first_seen = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + minute;
+    while first_seen.len() < 2 && std::time::Instant::now() < deadline {
+        for c in common::stored_calls(&db) {
+            let due_us = c["end_us"].as_i64().unwrap() + 5_000_000;
+            first_seen
+                .entry(c["call_id"].as_str().unwrap().to_string())
+                .or_insert_with(|| now_us() - due_us);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (call, late_us) in &first_seen {
+        eprintln!(
+            "{call}: stored {:.2} s after its linger ended",
+            *late_us as f64 / 1e6
+        );
+    }
     for c in common::stored_then_none_active(&err, &db, 2, minute) {
         assert!(c["rtp_tar"].is_string(), "{c}");
     }
