@@ -1,5 +1,6 @@
 //! What a source sees of the sensor: a [`Feed`] to push packets into, a [`FlushClock`] for
-//! handing closed records on, and the [`StopSignal`] it polls. Sources (`live`, `hep`, the file
+//! handing closed records on, the [`QuietClock`] that moves a live source's capture time on
+//! while no packet comes, and the [`StopSignal`] it polls. Sources (`live`, `hep`, the file
 //! reader) depend on this module and the pipeline builds on them; nothing here knows the
 //! pipeline, so data flows one way: source → monitor → sinks.
 
@@ -20,7 +21,7 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 /// on its way (in a kernel ring block, which the kernel hands over within its 10 ms timeout,
 /// or in the buffer before the analysis) is never older than the time already reached, so no
 /// call is ended early for want of it.
-pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(250);
+const QUIET_GRACE: Duration = Duration::from_millis(250);
 
 /// Where closed records go: the pipeline's sinks (archive, observer, CDR writer).
 pub(crate) trait RecordSink {
@@ -51,7 +52,7 @@ pub(crate) struct Feed<'a> {
     pub sinks: &'a mut dyn RecordSink,
     /// `--hep-send`: every frame is forwarded as HEP, and analysed only if it says so.
     pub hep_send: Option<&'a mut crate::hep_send::HepForwarder>,
-    pub clock: QuietClock,
+    clock: QuietClock,
 }
 
 /// Capture time while no packet comes (live and HEP sources): the newest packet's time moved on
@@ -115,6 +116,7 @@ impl Feed<'_> {
         }
         self.monitor.packet(ts_ns, link_type, data);
     }
+
     /// Whether the sinks hold closed records back ([`RecordSink::holding`]).
     pub fn holding(&self) -> bool {
         self.sinks.holding()
