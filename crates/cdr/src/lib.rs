@@ -40,7 +40,8 @@
 //! [`registration::RegistrationQuery`] ([`query`]: the shared syntax).
 //!
 //! Registrations: the REGISTER chains the monitor saw ([`CdrRegistration`], in a record's
-//! `registration`), in table `registration`, searched by [`CdrStore::registrations`].
+//! `registration`), in table `registration`, searched by [`CdrStore::registrations`]. Streams
+//! stored without a call are searched by [`CdrStore::lone_streams`] ([`lone`]).
 //!
 //! PostgreSQL ([`pg`]): the same tables, plain or partitioned by day for the collector
 //! ([`PgLayout`], [`pg_partition`]: retention drops whole days, a late record gets its day),

@@ -396,9 +396,10 @@
       svg.append(svgEl("text", { x: cx(i), y: 16, class: "host", "text-anchor": "middle" }, fit(c, colW - 8)));
       svg.append(svgEl("line", { x1: cx(i), x2: cx(i), y1: 26, y2: H - 8, class: "lifeline" }));
     });
-    // Text centred at `mid` over a span `width` wide, kept inside the drawing.
+    // Text centred at `mid`, kept inside the drawing (one message per row: it may run past
+    // its arrow, not past the edge; what is cut is in its title and in the message).
     const centred = (text, mid, width, y, cls) => {
-      const shown = fit(text, Math.max(width, colW - 20));
+      const shown = fit(text, W - left - 8);
       const half = (shown.length * CHAR_PX) / 2;
       const x = Math.min(W - 4 - half, Math.max(left + half, mid));
       const t = svgEl("text", { x: x.toFixed(1), y, "text-anchor": "middle", class: cls }, shown);
@@ -531,8 +532,12 @@
       svg.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }));
       svg.append(svgEl("text", { x: L - 4, y: Y(v) + 3, class: "tick-y" }, num(v, 2)));
     }
-    [x0, (x0 + x1) / 2, x1].forEach((v, i) =>
-      svg.append(svgEl("text", { x: X(v), y: H - 6, class: ["tick-x first", "tick-x", "tick-x last"][i] }, `${Math.round(v)} s`)));
+    // Whole seconds only: a middle tick of a short span would repeat a neighbour's label.
+    const xMid = (x0 + x1) / 2;
+    const xTicks = Number.isInteger(xMid) || x1 - x0 >= 10 ? [x0, Math.round(xMid), x1] : [x0, null, x1];
+    xTicks.forEach((v, i) => {
+      if (v !== null) svg.append(svgEl("text", { x: X(v), y: H - 6, class: ["tick-x first", "tick-x", "tick-x last"][i] }, `${Math.round(v)} s`));
+    });
     let d = "";
     points.forEach(([x, y]) => {
       if (y === null || y === undefined) return;
