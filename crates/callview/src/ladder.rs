@@ -56,6 +56,10 @@ pub struct LadderEvent {
     pub text: String,
     /// Bytes of the message left out of `text`.
     pub text_cut_bytes: usize,
+    /// The message resends one seen before (over UDP, by Wireshark's rule, which the monitor's
+    /// `resent` count uses: `monitor::Resends`): a request of the same CSeq and method, or the
+    /// same final response, between the same two addresses.
+    pub resent: bool,
 }
 
 /// What an SDP body offers or answers.
@@ -94,6 +98,7 @@ pub(crate) struct Ladder {
     pub(crate) hosts: Vec<String>,
     known_hosts: HashSet<String>,
     pub(crate) left_out: u64,
+    resends: monitor::Resends,
     messages_max: usize,
     text_bytes_max: usize,
 }
@@ -105,6 +110,7 @@ impl Ladder {
             hosts: Vec::new(),
             known_hosts: HashSet::new(),
             left_out: 0,
+            resends: monitor::Resends::default(),
             messages_max: limits.sip_messages_max,
             text_bytes_max: limits.sip_text_bytes_max,
         }
@@ -134,6 +140,7 @@ impl Ladder {
             return;
         }
         let ts_us = ts_ns.div_euclid(1000);
+        let (src_addr, dst_addr) = (src, dst);
         let delta_us = self.events.last().map_or(0, |e| ts_us - e.ts_us);
         let (src, dst) = (self.host(src), self.host(dst));
         let mut event = LadderEvent {
@@ -151,10 +158,21 @@ impl Ladder {
             sdp: None,
             text: String::new(),
             text_cut_bytes: 0,
+            resent: false,
         };
         let own_len = match Message::parse(data) {
             Ok(m) => {
                 read_message(&m, &mut event);
+                if !tcp && let (Some(call_id), Some((cseq, method))) = (m.call_id(), m.cseq()) {
+                    event.resent = self.resends.is_resend(
+                        call_id,
+                        src_addr,
+                        dst_addr,
+                        cseq,
+                        method,
+                        m.status(),
+                    );
+                }
                 m.len.min(data.len())
             }
             Err(_) => {

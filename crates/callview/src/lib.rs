@@ -194,9 +194,14 @@ pub struct Interval {
     pub t_s: f64,
     /// Packets that arrived in this second.
     pub packets: u64,
-    /// Lost packets counted in this second, Wireshark's way as in [`cdr::CdrStream::lost`]
-    /// (a gap is counted when the packet after it arrives; duplicates and late packets make it
-    /// negative): the seconds add up to the stream's `lost`.
+    /// Packets missing from the sequence in this second, in the RFC 3550 view that `loss_pct`
+    /// and the E-model use (A.1: a gap is counted when the packet after it arrives, a
+    /// duplicate counts once). Never negative: a duplicate takes nothing away, and a late
+    /// packet that fills a gap an earlier second counted does not take that second's loss
+    /// back here (it is in `out_of_order` of the stream). So the seconds add up to the
+    /// stream's RFC 3550 loss (`lost + duplicates` of the CDR row, whose `lost` is
+    /// Wireshark's and counts duplicates as received), or more when packets came late
+    /// across a second's end.
     pub lost: i64,
     /// The stream's interarrival jitter (the monitor's running value, RFC 3550 A.8 computed as
     /// Wireshark does) at the end of the second.

@@ -34,8 +34,6 @@ pub(crate) const PT_PCMA: u8 = 8;
 #[derive(Debug, Clone, Copy, Default)]
 struct Reading {
     packets: u64,
-    /// Wireshark's lost (expected to the last arrived sequence number, minus received).
-    lost: i64,
     /// Wireshark's running interarrival jitter.
     jitter_ms: f64,
     /// The RFC 3550 view, which feeds the E-model.
@@ -50,7 +48,6 @@ impl Reading {
     fn of(s: &RtpStream) -> Reading {
         Reading {
             packets: s.packets,
-            lost: s.wireshark.lost(),
             jitter_ms: s.wireshark.jitter_ms,
             expected: s.sequence.expected(),
             seq_lost: s.sequence.lost(),
@@ -290,7 +287,7 @@ impl Tracker {
             Interval {
                 t_s: o.index as f64,
                 packets,
-                lost: end.lost - o.start.lost,
+                lost: seq_lost,
                 jitter_ms: end.jitter_ms,
                 max_jitter_ms: o.max_jitter_ms,
                 loss_pct,

@@ -432,3 +432,93 @@ fn pcapng_and_gzip_read_as_the_monitor_reads_them() {
         _ => test_env::skip("the pcapng part: editcap (Debian: wireshark-common) is not installed"),
     }
 }
+
+#[test]
+fn a_second_never_loses_a_negative_number_of_packets() {
+    let mut p = Pcap::new();
+    // Two seconds of 20 ms packets. Packet 48 comes 70 ms late, in the next second, after
+    // packet 49 showed its gap; packet 60 comes twice. Wireshark's running `lost` falls by one
+    // at each: counted per second that way, the second second would lose -2 packets.
+    let mut sent: Vec<(u64, u16)> = (0..100u16)
+        .map(|k| (u64::from(k) * 20_000 + 1_000, k))
+        .collect();
+    sent[48].0 += 70_000;
+    sent.push((60 * 20_000 + 1_500, 60));
+    sent.sort();
+    for &(t, k) in &sent {
+        p.rtp(t, A, B, 8, 1000 + k, u32::from(k) * 160, 0x77, 160, 0xD5);
+    }
+    let view = callview::analyze(&p.bytes, &Limits::default()).unwrap();
+    let s = &view.streams[0];
+    assert_eq!((s.figures.duplicates, s.figures.out_of_order), (1, 1));
+    assert_eq!(
+        s.figures.lost, -1,
+        "Wireshark's lost counts the copy as received"
+    );
+    let lost: Vec<i64> = s.intervals.iter().map(|i| i.lost).collect();
+    assert_eq!(lost, [1, 0], "the gap when it showed, nothing taken back");
+    common::assert_seconds_lost(s, "late and duplicated");
+}
+
+/// A SIP message of one dialog from `from` to `to`, without a body.
+fn sip_message(start: &str, cseq: &str, from: &str, to: &str) -> Vec<u8> {
+    format!(
+        "{start}\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bK-1\r\nFrom: <sip:1001@{from}>;tag=a\r\n\
+         To: <sip:1002@{to}>\r\nCall-ID: resend-1@test\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+#[test]
+fn resent_requests_and_responses_are_marked_as_wireshark_marks_them() {
+    let (a, b) = ("10.0.0.1:5060", "10.0.0.2:5060");
+    let mut p = Pcap::new();
+    let messages = [
+        (a, b, "INVITE sip:1002@10.0.0.2 SIP/2.0", "1 INVITE"),
+        (a, b, "INVITE sip:1002@10.0.0.2 SIP/2.0", "1 INVITE"),
+        (b, a, "SIP/2.0 100 Trying", "1 INVITE"),
+        (b, a, "SIP/2.0 200 OK", "1 INVITE"),
+        (b, a, "SIP/2.0 200 OK", "1 INVITE"),
+        (a, b, "ACK sip:1002@10.0.0.2 SIP/2.0", "1 ACK"),
+        (a, b, "ACK sip:1002@10.0.0.2 SIP/2.0", "1 ACK"),
+        (b, a, "BYE sip:1001@10.0.0.1 SIP/2.0", "2 BYE"),
+        (b, a, "BYE sip:1001@10.0.0.1 SIP/2.0", "2 BYE"),
+        (a, b, "SIP/2.0 200 OK", "2 BYE"),
+    ];
+    for (k, (from, to, start, cseq)) in messages.iter().enumerate() {
+        p.udp(
+            k as u64 * 500_000,
+            from,
+            to,
+            &sip_message(start, cseq, from, to),
+        );
+    }
+    let view = callview::analyze(&p.bytes, &Limits::default()).unwrap();
+    let marks: Vec<bool> = view.ladder.iter().map(|e| e.resent).collect();
+    assert_eq!(
+        marks,
+        [
+            false, true, false, false, true, false, false, false, true, false
+        ],
+        "a resent ACK is no retransmission"
+    );
+    // tshark's reading of the same packets (sip.resend), where it runs.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resend.pcap");
+    std::fs::write(&path, &p.bytes).unwrap();
+    match std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .args(["-Y", "sip", "-T", "fields", "-e", "sip.resend"])
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let theirs: Vec<bool> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| l.trim() == "1" || l.trim() == "True")
+                .collect();
+            assert_eq!(marks, theirs, "tshark's sip.resend");
+        }
+        _ => test_env::skip("the tshark part: tshark (Debian: tshark) did not run"),
+    }
+}

@@ -40,7 +40,8 @@
 //! [`registration::RegistrationQuery`] ([`query`]: the shared syntax).
 //!
 //! Registrations: the REGISTER chains the monitor saw ([`CdrRegistration`], in a record's
-//! `registration`), in table `registration`, searched by [`CdrStore::registrations`].
+//! `registration`), in table `registration`, searched by [`CdrStore::registrations`]. Streams
+//! stored without a call are searched by [`CdrStore::lone_streams`] ([`lone`]).
 //!
 //! PostgreSQL ([`pg`]): the same tables, plain or partitioned by day for the collector
 //! ([`PgLayout`], [`pg_partition`]: retention drops whole days, a late record gets its day),
@@ -55,6 +56,7 @@
 //! records into rows.
 
 pub mod journal;
+pub mod lone;
 pub mod migrate;
 pub mod pg;
 pub mod pg_bench;
@@ -354,6 +356,19 @@ pub trait CdrStore {
         &mut self,
         q: &RegistrationQuery,
     ) -> Result<registration::RegistrationPage, CdrError>;
+    /// A page of the RTP streams stored without a call that `q` matches, newest first by
+    /// (start, id) ([`lone`]). A store that is no database (a collector's link) has none.
+    fn lone_streams(&mut self, q: &lone::StreamQuery) -> Result<lone::LoneStreamPage, CdrError> {
+        let _ = q;
+        Err(CdrError::Data {
+            problem: "this store keeps no streams to search".to_string(),
+        })
+    }
+    /// One stream without a call, by its `uid` (or `#<id>`).
+    fn lone_stream_by_uid(&mut self, uid: &str) -> Result<Option<lone::LoneStream>, CdrError> {
+        let _ = uid;
+        Ok(None)
+    }
 }
 
 /// The SQLite schema: the tables. Their indexes are [`SQLITE_INDEXES`], created once the
@@ -511,7 +526,8 @@ fn sqlite_index_sql() -> String {
         .iter()
         .map(|n| format!("DROP INDEX IF EXISTS {n};"))
         .collect();
-    for (name, def) in SQLITE_INDEXES.iter().chain([&SQLITE_REG_UID]) {
+    let lone = lone::SQLITE_LONE_INDEXES.iter();
+    for (name, def) in SQLITE_INDEXES.iter().chain([&SQLITE_REG_UID]).chain(lone) {
         sql += &create_index_sql(name, def);
     }
     sql
@@ -1041,6 +1057,14 @@ impl CdrStore for SqliteStore {
         q: &RegistrationQuery,
     ) -> Result<registration::RegistrationPage, CdrError> {
         registration::registrations(self, q)
+    }
+
+    fn lone_streams(&mut self, q: &lone::StreamQuery) -> Result<lone::LoneStreamPage, CdrError> {
+        lone::lone_streams(self, q)
+    }
+
+    fn lone_stream_by_uid(&mut self, uid: &str) -> Result<Option<lone::LoneStream>, CdrError> {
+        lone::lone_stream_by_uid(self, uid)
     }
 }
 

@@ -69,11 +69,40 @@ impl std::fmt::Debug for Migration {
 }
 
 /// The migrations of this release, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "CDR tables, columns and indexes",
-    apply: tables,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "CDR tables, columns and indexes",
+        apply: tables,
+    },
+    Migration {
+        version: 3,
+        name: "indexes of the streams without a call",
+        apply: lone_stream_indexes,
+    },
+];
+
+/// Version 3: the partial indexes of the search of streams stored without a call
+/// ([`crate::lone`]), in the context's layout. On a partitioned table they are created on
+/// the parent, which builds them on every day it has and on each day attached later.
+fn lone_stream_indexes(
+    tx: &mut Transaction<'_>,
+    cx: &MigrationContext<'_>,
+) -> Result<(), CdrError> {
+    tx.batch_execute(&lone_index_sql(cx.layout))
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// The lone streams' indexes of a layout.
+fn lone_index_sql(layout: PgLayout) -> String {
+    let list = match layout {
+        PgLayout::Plain => &crate::lone::PG_LONE_INDEXES,
+        PgLayout::Partitioned => &crate::lone::PG_PARTITIONED_LONE_INDEXES,
+    };
+    list.iter()
+        .map(|(n, d)| crate::create_index_sql(n, d))
+        .collect()
+}
 
 /// What [`apply`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,6 +478,8 @@ fn convert(client: &mut Client, target: &str) -> Result<Partitioned, CdrError> {
     tx.batch_execute("DROP TABLE cdr_t38_plain, cdr_rtp_plain, cdr_plain, registration_plain")
         .map_err(wrap)?;
     tx.batch_execute(&partitioned_index_sql()).map_err(wrap)?;
+    tx.batch_execute(&lone_index_sql(PgLayout::Partitioned))
+        .map_err(wrap)?;
     for t in ["cdr", "cdr_rtp", "cdr_t38", "registration"] {
         // Our own table names; the sequence continues past the highest id moved.
         tx.execute(

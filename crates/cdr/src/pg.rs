@@ -958,4 +958,17 @@ impl CdrStore for PgStore {
     fn registrations(&mut self, q: &RegistrationQuery) -> Result<RegistrationPage, CdrError> {
         registration::registrations(self, q)
     }
+    fn lone_streams(
+        &mut self,
+        q: &crate::lone::StreamQuery,
+    ) -> Result<crate::lone::LoneStreamPage, CdrError> {
+        crate::lone::lone_streams(self, q)
+    }
+
+    fn lone_stream_by_uid(
+        &mut self,
+        uid: &str,
+    ) -> Result<Option<crate::lone::LoneStream>, CdrError> {
+        crate::lone::lone_stream_by_uid(self, uid)
+    }
 }

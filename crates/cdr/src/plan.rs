@@ -294,6 +294,8 @@ pub(crate) enum Pred {
     /// One of these names (lower case) is an item of the comma list in the column, whatever
     /// the case.
     ListHasAny(&'static str, Vec<String>),
+    /// A condition of ours written out, without parameters (never text from a query).
+    Sql(String),
 }
 
 impl Pred {
@@ -306,6 +308,7 @@ impl Pred {
             }
             Pred::Not(p) => format!("NOT {}", p.render(s)),
             Pred::Cmp(col, op, v) => format!("({col} {op} {})", s.arg(v.clone())),
+            Pred::Sql(text) => format!("({text})"),
             Pred::Contains(col, needle) => {
                 let a = s.arg(Arg::Text(needle.clone()));
                 if s.pg() {
@@ -402,6 +405,17 @@ pub(crate) struct Table {
     /// The time column is the table's partition key in PostgreSQL's partitioned layout: rows
     /// looked up by id are looked up with their time as well, which reads only their days.
     pub keyed_by_time: bool,
+    /// The rows the search may see at all, when not every row of the table (`cdr_id IS
+    /// NULL`: the streams without a call). Every index the search names is partial on it,
+    /// so it is in every statement that reads through one.
+    pub only: Option<&'static str>,
+}
+
+impl Table {
+    /// `" AND {only}"`, or nothing.
+    fn and_only(&self) -> String {
+        self.only.map(|o| format!(" AND {o}")).unwrap_or_default()
+    }
 }
 
 /// Which rows a search may see at all: a time range and the keyset cursor.
@@ -427,12 +441,30 @@ impl Scope {
             // The first term bounds the index range; the second breaks ties on equal times.
             parts.push(format!("{time} <= {a} AND ({time} < {a} OR id < {b})"));
         }
+        if let Some(o) = t.only {
+            parts.push(o.to_string());
+        }
         if parts.is_empty() {
             "1 = 1".to_string()
         } else {
             parts.join(" AND ")
         }
     }
+}
+
+/// The time of the newest row the table holds for a search (of any filter), `None` when it
+/// holds none: one step down the time index.
+pub(crate) fn newest(x: &mut dyn Exec, t: &Table) -> Result<Option<i64>, CdrError> {
+    let mut s = Sql::new(x.dialect());
+    let hint = indexed_by(&s, Some(t.time_index));
+    s.text = format!(
+        "SELECT {time} FROM {}{hint} WHERE 1 = 1{} ORDER BY {time} DESC LIMIT 1",
+        t.name,
+        t.and_only(),
+        time = t.time
+    );
+    let row = x.rows(&s)?.into_iter().next();
+    row.map(|r| Cols::new(r).i64()).transpose()
 }
 
 /// How a search reads.
@@ -455,7 +487,7 @@ fn count_branch(x: &mut dyn Exec, t: &Table, scope: &Scope, b: &Branch) -> Resul
     let scope_sql = if b.is_ordered_eq() {
         format!(" AND {}", scope.render(t, &mut s))
     } else {
-        String::new()
+        t.and_only()
     };
     let cap = s.int(INDEX_MATCHES_MAX);
     let hint = indexed_by(&s, b.index);

@@ -499,6 +499,15 @@ pub(crate) fn parse_number(param: &str, value: &str, min: Option<f64>) -> Result
 }
 
 /// `limit`: 1 to [`LIMIT_MAX`].
+/// A yes-or-no parameter: `1`, `true`, `yes` or `0`, `false`, `no`.
+pub(crate) fn parse_flag(param: &str, value: &str) -> Result<bool, QueryError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(QueryError::new(param, "must be 1 (yes) or 0 (no)")),
+    }
+}
+
 pub(crate) fn parse_limit(param: &str, value: &str) -> Result<usize, QueryError> {
     match value.trim().parse::<usize>() {
         Ok(n) if (1..=LIMIT_MAX).contains(&n) => Ok(n),

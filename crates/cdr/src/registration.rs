@@ -200,6 +200,9 @@ pub struct RegistrationPage {
     /// As [`crate::search::CallPage::scanned_to_us`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scanned_to_us: Option<i64>,
+    /// As [`crate::search::CallPage::newest_us`]: the newest chain's last message, on a first
+    /// page that found nothing.
+    pub newest_us: Option<i64>,
 }
 
 pub(crate) const REG_TABLE: Table = Table {
@@ -208,6 +211,7 @@ pub(crate) const REG_TABLE: Table = Table {
     time_index: "registration_last",
     // Partitioned by the first message (`first_us`, in its uid), not by the last.
     keyed_by_time: false,
+    only: None,
 };
 
 /// The columns of a registration row after `uid`, in [`CdrRegistration`]'s order (`username`:
@@ -310,7 +314,9 @@ pub(crate) fn registrations(
         rows.sort_by_key(|r| std::cmp::Reverse(r.0));
         registrations = rows.into_iter().map(|(_, r)| r).collect();
     }
+    let empty = registrations.is_empty() && q.after.is_none();
     Ok(RegistrationPage {
+        newest_us: crate::search::newest_if_empty(x, &REG_TABLE, empty)?,
         registrations,
         scanned_to_us: if cut { next.map(|c| c.time_us) } else { None },
         next: next.map(|c| c.to_text()),

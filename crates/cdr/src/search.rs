@@ -169,6 +169,9 @@ pub struct CallQuery {
     pub after: Option<Cursor>,
     /// Calls per page, 1 to [`query::LIMIT_MAX`].
     pub limit: usize,
+    /// Fax calls only (`fax=1`), or none of them (`fax=0`): a call with a fax result or a
+    /// T.38 flow ([`fax_sql`]).
+    pub fax: Option<bool>,
 }
 
 impl Default for CallQuery {
@@ -190,12 +193,13 @@ impl Default for CallQuery {
             sensor: None,
             after: None,
             limit: LIMIT_DEFAULT,
+            fax: None,
         }
     }
 }
 
 /// The parameters of `GET /api/calls`, in the order [`CallQuery::to_query`] writes them.
-pub const CALL_PARAMS: [&str; 16] = [
+pub const CALL_PARAMS: [&str; 17] = [
     "from",
     "to",
     "caller",
@@ -212,6 +216,7 @@ pub const CALL_PARAMS: [&str; 16] = [
     "sensor",
     "after",
     "limit",
+    "fax",
 ];
 
 /// At most this many items in `response`.
@@ -324,6 +329,7 @@ impl CallQuery {
                 .map(|x| query::parse_limit("limit", x))
                 .transpose()?
                 .unwrap_or(LIMIT_DEFAULT),
+            fax: get(16).map(|x| query::parse_flag("fax", x)).transpose()?,
         })
     }
 
@@ -386,6 +392,9 @@ impl CallQuery {
         if self.limit != LIMIT_DEFAULT {
             query::push_pair(p, "limit", &self.limit.to_string());
         }
+        if let Some(v) = self.fax {
+            query::push_pair(p, "fax", if v { "1" } else { "0" });
+        }
         s
     }
 }
@@ -404,6 +413,8 @@ pub struct CallSummary {
     pub codec: String,
     pub loss_pct_max: Option<f64>,
     pub jitter_max_ms: Option<f64>,
+    /// A fax call: it has a fax result or a T.38 flow.
+    pub fax: bool,
 }
 
 /// A page of calls, newest first.
@@ -416,6 +427,10 @@ pub struct CallPage {
     /// full: it looked at calls down to this start time, and `next` goes on from there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scanned_to_us: Option<i64>,
+    /// On a first page that found nothing: the start of the newest call the database holds,
+    /// whatever the filter (so that a page can offer the range that has calls), `None` when
+    /// it holds none. Always `None` on a page with calls.
+    pub newest_us: Option<i64>,
 }
 
 /// The calls a filter matches over a time range, in total and per bucket.
@@ -547,6 +562,7 @@ pub(crate) const CDR_TABLE: Table = Table {
     time: "start_us",
     time_index: "cdr_start",
     keyed_by_time: true,
+    only: None,
 };
 
 /// The predicates of a number filter on `column` (with its index), its suffixes on the
@@ -628,8 +644,18 @@ fn codec_names(codec: &str) -> Vec<String> {
         .unwrap_or_else(|| vec![lower])
 }
 
-/// The query's filter as predicates (time and cursor aside: [`Scope`]).
-fn call_preds(q: &CallQuery) -> Vec<Pred> {
+/// [`plan::newest`] for a first page that found nothing (`empty`), else `None`.
+pub(crate) fn newest_if_empty(
+    x: &mut dyn Exec,
+    t: &Table,
+    empty: bool,
+) -> Result<Option<i64>, CdrError> {
+    if empty { plan::newest(x, t) } else { Ok(None) }
+}
+
+/// The query's filter as predicates (time and cursor aside: [`Scope`]); `partitioned`: the
+/// tables are PostgreSQL's day partitions.
+fn call_preds(q: &CallQuery, partitioned: bool) -> Vec<Pred> {
     let mut p = Vec::new();
     if let Some(id) = &q.call_id {
         p.push(Pred::Branch(Branch {
@@ -711,6 +737,14 @@ fn call_preds(q: &CallQuery) -> Vec<Pred> {
     if let Some(s) = &q.sensor {
         p.push(Pred::Cmp("sensor", "=", Arg::Text(s.clone())));
     }
+    if let Some(fax) = q.fax {
+        let is_fax = Pred::Sql(fax_sql(partitioned));
+        p.push(if fax {
+            is_fax
+        } else {
+            Pred::Not(Box::new(is_fax))
+        });
+    }
     p
 }
 
@@ -777,11 +811,26 @@ pub(crate) fn paginate(mut w: plan::Walked, limit: usize) -> (Vec<Cursor>, Optio
     }
 }
 
-/// The columns [`summary_from`] reads.
-fn summary_columns() -> String {
+/// Whether the `cdr` row is a fax call: a fax result, or a T.38 flow (whose T.30 frames may
+/// not have been seen, when the capture began late). One lookup in `cdr_t38_cdr` per row; in
+/// the partitioned layout with the call's start, so that one day's partition is read.
+pub(crate) fn fax_sql(partitioned: bool) -> String {
+    let day = if partitioned {
+        " AND t.call_start_us = cdr.start_us"
+    } else {
+        ""
+    };
     format!(
-        "id, uid, {}, duration_ms, codecs, loss_max_pct, jitter_max_ms",
-        crate::CALL_COLUMNS
+        "(cdr.fax_result IS NOT NULL OR EXISTS (SELECT 1 FROM cdr_t38 t WHERE t.cdr_id = cdr.id{day}))"
+    )
+}
+
+/// The columns [`summary_from`] reads.
+fn summary_columns(partitioned: bool) -> String {
+    format!(
+        "id, uid, {}, duration_ms, codecs, loss_max_pct, jitter_max_ms, CASE WHEN {} THEN 1 ELSE 0 END",
+        crate::CALL_COLUMNS,
+        fax_sql(partitioned)
     )
 }
 
@@ -835,6 +884,7 @@ fn summary_from(row: Vec<crate::plan::Val>) -> Result<CallSummary, CdrError> {
         codec: c.text()?,
         loss_pct_max: c.opt_f64()?,
         jitter_max_ms: c.opt_f64()?,
+        fax: c.i64()? != 0,
         uid,
         id,
         call,
@@ -851,7 +901,7 @@ fn summaries(x: &mut dyn Exec, keys: &[Cursor]) -> Result<Vec<CallSummary>, CdrE
     let times = plan::time_list(&CDR_TABLE, keys, &mut s);
     s.text = format!(
         "SELECT {} FROM cdr WHERE id IN ({}){times}",
-        summary_columns(),
+        summary_columns(x.partitioned()),
         list.join(", ")
     );
     let mut out = x
@@ -874,11 +924,13 @@ fn scope_of(q: &CallQuery) -> Scope {
 /// [`CdrStore::search`](crate::CdrStore::search) on either backend.
 pub(crate) fn search(x: &mut dyn Exec, q: &CallQuery) -> Result<CallPage, CdrError> {
     let limit = q.limit.clamp(1, query::LIMIT_MAX);
-    let preds = call_preds(q);
+    let preds = call_preds(q, x.partitioned());
     let walked = page_keys(x, &CDR_TABLE, &scope_of(q), &preds, limit + 1)?;
     let (keys, next, cut) = paginate(walked, limit);
+    let calls = summaries(x, &keys)?;
     Ok(CallPage {
-        calls: summaries(x, &keys)?,
+        newest_us: newest_if_empty(x, &CDR_TABLE, calls.is_empty() && q.after.is_none())?,
+        calls,
         scanned_to_us: if cut { next.map(|c| c.time_us) } else { None },
         next: next.map(|c| c.to_text()),
     })
@@ -938,20 +990,44 @@ fn grouped(n: u64) -> String {
     out
 }
 
+impl CallTotals {
+    /// The totals of `q`'s range with no call in it: its buckets, every one empty. What a
+    /// database that holds no call yet (or none at all) answers.
+    pub fn empty(q: &CallQuery) -> CallTotals {
+        let (from_us, to_us) = totals_range(q.from_us, q.to_us);
+        let to_us = to_us.max(from_us + 1);
+        let bucket_s = bucket_width_s(ceil_div(to_us - from_us, 1_000_000));
+        let width_us = bucket_s * 1_000_000;
+        let base_us = from_us.div_euclid(width_us) * width_us;
+        let n = ceil_div(to_us - base_us, width_us).max(1);
+        CallTotals {
+            from_us,
+            to_us,
+            bucket_s,
+            buckets: (0..n)
+                .map(|b| TotalsBucket {
+                    start_us: base_us + b * width_us,
+                    ..TotalsBucket::default()
+                })
+                .collect(),
+            ..CallTotals::default()
+        }
+    }
+}
+
 /// [`CdrStore::totals`](crate::CdrStore::totals) on either backend.
 pub(crate) fn totals(x: &mut dyn Exec, q: &CallQuery) -> Result<CallTotals, CdrError> {
-    let (from_us, to_us) = totals_range(q.from_us, q.to_us);
-    let to_us = to_us.max(from_us + 1);
-    let bucket_s = bucket_width_s(ceil_div(to_us - from_us, 1_000_000));
+    let mut t = CallTotals::empty(q);
+    let (from_us, to_us, bucket_s) = (t.from_us, t.to_us, t.bucket_s);
     let width_us = bucket_s * 1_000_000;
-    let base_us = from_us.div_euclid(width_us) * width_us;
-    let n = ceil_div(to_us - base_us, width_us).max(1);
+    let base_us = t.buckets[0].start_us;
+    let n = t.buckets.len() as i64;
     let scope = Scope {
         from_us: Some(from_us),
         to_us: Some(to_us),
         after: None,
     };
-    let preds = call_preds(q);
+    let preds = call_preds(q, x.partitioned());
     let plan = plan::choose(x, &CDR_TABLE, &scope, &preds)?;
     let cap = match plan {
         Plan::Walk(Some(_)) => TOTALS_NUMBER_ROWS_MAX,
@@ -1005,20 +1081,9 @@ pub(crate) fn totals(x: &mut dyn Exec, q: &CallQuery) -> Result<CallTotals, CdrE
         );
         results = x.rows(&sql)?.into_iter().map(|r| (None, r)).collect();
     }
-    let mut buckets: Vec<TotalsBucket> = (0..n)
-        .map(|b| TotalsBucket {
-            start_us: base_us + b * width_us,
-            ..TotalsBucket::default()
-        })
-        .collect();
+    let mut buckets = std::mem::take(&mut t.buckets);
     let (mut read, mut earliest) = (0u64, i64::MAX);
     let (mut mos_sum, mut mos_n) = (0.0, 0u64);
-    let mut t = CallTotals {
-        from_us,
-        to_us,
-        bucket_s,
-        ..CallTotals::default()
-    };
     for (bucket, row) in results {
         let mut c = Cols::new(row);
         let b = c.i64()?;
@@ -1057,6 +1122,37 @@ pub(crate) fn totals(x: &mut dyn Exec, q: &CallQuery) -> Result<CallTotals, CdrE
     Ok(t)
 }
 
+/// The columns of a stream row that [`stream_from`] reads, in [`CdrStream`]'s order.
+pub(crate) const STREAM_READ_COLUMNS: &str = "call_id, src, dst, ssrc, payload, start_us, \
+     end_us, packets, lost, duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, \
+     mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms";
+
+/// A stream from the columns of [`STREAM_READ_COLUMNS`].
+pub(crate) fn stream_from(c: &mut Cols) -> Result<CdrStream, CdrError> {
+    Ok(CdrStream {
+        call_id: c.opt_text()?,
+        src: c.text()?,
+        dst: c.text()?,
+        ssrc: c.u32()?,
+        payload: c.text()?,
+        start_us: c.i64()?,
+        end_us: c.i64()?,
+        packets: c.u64()?,
+        lost: c.i64()?,
+        duplicates: c.u64()?,
+        out_of_order: c.u64()?,
+        min_delta_ms: c.opt_f64()?.unwrap_or(0.0),
+        mean_delta_ms: c.opt_f64()?.unwrap_or(0.0),
+        max_delta_ms: c.opt_f64()?.unwrap_or(0.0),
+        mean_jitter_ms: c.opt_f64()?.unwrap_or(0.0),
+        max_jitter_ms: c.opt_f64()?.unwrap_or(0.0),
+        mos: c.opt_f64()?,
+        rtcp_reports: c.u32()?,
+        rtcp_fraction_lost_pct: c.opt_f64()?,
+        rtcp_jitter_ms: c.opt_f64()?,
+    })
+}
+
 /// [`CdrStore::call_by_uid`](crate::CdrStore::call_by_uid) on either backend: `#<id>` names a
 /// row stored without a uid.
 #[allow(clippy::type_complexity)]
@@ -1064,7 +1160,7 @@ pub(crate) fn call_by_uid(
     x: &mut dyn Exec,
     uid: &str,
 ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
-    let cols = summary_columns();
+    let cols = summary_columns(x.partitioned());
     let mut found = None;
     // Partitioned: a uid made by `CdrRecord::identity` ends with the call's start, the
     // partition key; looked up with it, the row is read from its own day only.
@@ -1105,40 +1201,11 @@ pub(crate) fn call_by_uid(
     };
     let mut s = plan::Sql::new(x.dialect());
     let cond = of_call(&mut s, x.partitioned());
-    s.text = format!(
-        "SELECT call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates, \
-         out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-         mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms FROM cdr_rtp WHERE {cond} \
-         ORDER BY id"
-    );
+    s.text = format!("SELECT {STREAM_READ_COLUMNS} FROM cdr_rtp WHERE {cond} ORDER BY id");
     let streams = x
         .rows(&s)?
         .into_iter()
-        .map(|r| {
-            let mut c = Cols::new(r);
-            Ok(CdrStream {
-                call_id: c.opt_text()?,
-                src: c.text()?,
-                dst: c.text()?,
-                ssrc: c.u32()?,
-                payload: c.text()?,
-                start_us: c.i64()?,
-                end_us: c.i64()?,
-                packets: c.u64()?,
-                lost: c.i64()?,
-                duplicates: c.u64()?,
-                out_of_order: c.u64()?,
-                min_delta_ms: c.opt_f64()?.unwrap_or(0.0),
-                mean_delta_ms: c.opt_f64()?.unwrap_or(0.0),
-                max_delta_ms: c.opt_f64()?.unwrap_or(0.0),
-                mean_jitter_ms: c.opt_f64()?.unwrap_or(0.0),
-                max_jitter_ms: c.opt_f64()?.unwrap_or(0.0),
-                mos: c.opt_f64()?,
-                rtcp_reports: c.u32()?,
-                rtcp_fraction_lost_pct: c.opt_f64()?,
-                rtcp_jitter_ms: c.opt_f64()?,
-            })
-        })
+        .map(|r| stream_from(&mut Cols::new(r)))
         .collect::<Result<Vec<_>, CdrError>>()?;
     let mut s = plan::Sql::new(x.dialect());
     let cond = of_call(&mut s, x.partitioned());
@@ -1266,7 +1333,8 @@ mod tests {
         let raw = "from=2026-11-25T00:00:00Z&to=1795650000&caller=!12*,*89&called=%2B4930*\
                    &call_id=a84b4c76e66710%40pc33.example.com&ip=10.0.0.0/8&response=486,5xx\
                    &min_duration_s=2.5&mos_below=3.1&loss_above_pct=1&jitter_above_ms=30\
-                   &codec=PCMA&hangup_by=callee&sensor=site-a&after=1732612345000000.42&limit=100";
+                   &codec=PCMA&hangup_by=callee&sensor=site-a&after=1732612345000000.42&limit=100\
+                   &fax=yes";
         let a = q(raw);
         assert_eq!(a.called.as_ref().unwrap().to_text(), "+4930*");
         assert_eq!(
@@ -1284,7 +1352,9 @@ mod tests {
                 id: 42
             })
         );
+        assert_eq!(a.fax, Some(true));
         assert_eq!(q(&a.to_query()), a);
+        assert_eq!(q("fax=0").fax, Some(false));
     }
 
     #[test]
@@ -1304,6 +1374,7 @@ mod tests {
         assert!(err("limit=501").starts_with("limit: must be a whole number from 1 to 500"));
         assert!(err("limit=0").starts_with("limit:"));
         assert!(err("call_id=a%0Ab").starts_with("call_id: holds a control character"));
+        assert!(err("fax=maybe").starts_with("fax: must be 1"));
     }
 
     #[test]

@@ -428,6 +428,14 @@ fn with(extra: &[Migration]) -> Vec<Migration> {
     migrate::MIGRATIONS.iter().chain(extra).copied().collect()
 }
 
+/// This release's migrations, as `schema_migrations` records them.
+fn all_versions() -> Vec<(i64, String)> {
+    migrate::MIGRATIONS
+        .iter()
+        .map(|m| (m.version, m.name.to_string()))
+        .collect()
+}
+
 fn versions(pg: &mut postgres::Client) -> Vec<(i64, String)> {
     pg.query(
         "SELECT version, name FROM schema_migrations WHERE applied_at IS NOT NULL ORDER BY version",
@@ -463,18 +471,15 @@ fn migrations_are_applied_once_even_by_two_processes_at_once() {
             assert_eq!(t.join().unwrap(), layout);
         }
         let mut pg = client(&conninfo);
-        assert_eq!(
-            versions(&mut pg),
-            [(1, migrate::MIGRATIONS[0].name.to_string())]
-        );
+        assert_eq!(versions(&mut pg), all_versions());
         // Connecting again applies nothing.
         drop(PgStore::connect(&conninfo).unwrap());
-        assert_eq!(versions(&mut pg).len(), 1);
+        assert_eq!(versions(&mut pg).len(), migrate::MIGRATIONS.len());
     }
     // A slow migration that cannot run twice (its table exists the second time), applied by
     // two processes at once: one applies it, the other waits and finds it done.
     const SLOW: Migration = Migration {
-        version: 2,
+        version: 1000,
         name: "slow, and refused the second time",
         apply: |tx, _| {
             tx.batch_execute("SELECT pg_sleep(0.5); CREATE TABLE only_once (x int)")
@@ -500,8 +505,13 @@ fn migrations_are_applied_once_even_by_two_processes_at_once() {
         .map(|t| t.join().unwrap().versions)
         .collect();
     applied.sort();
-    assert_eq!(applied, [vec![], vec![1, 2]]);
-    assert_eq!(versions(&mut client(&conninfo)).len(), 2);
+    let mut every: Vec<i64> = migrate::MIGRATIONS.iter().map(|m| m.version).collect();
+    every.push(1000);
+    assert_eq!(applied, [vec![], every]);
+    assert_eq!(
+        versions(&mut client(&conninfo)).len(),
+        migrate::MIGRATIONS.len() + 1
+    );
 }
 
 #[test]
@@ -510,7 +520,7 @@ fn a_failing_migration_changes_nothing_and_is_named() {
         return;
     };
     const BROKEN: Migration = Migration {
-        version: 3,
+        version: 1001,
         name: "broken on purpose",
         apply: |tx, cx| {
             tx.batch_execute(
@@ -535,10 +545,10 @@ fn a_failing_migration_changes_nothing_and_is_named() {
     let CdrError::Migration { version, name, .. } = &e else {
         panic!("{e:?}")
     };
-    assert_eq!((*version, name.as_str()), (3, "broken on purpose"));
+    assert_eq!((*version, name.as_str()), (1001, "broken on purpose"));
     let text = e.to_string();
     assert!(
-        text.contains("schema migration 3 (broken on purpose) failed and was rolled back")
+        text.contains("schema migration 1001 (broken on purpose) failed and was rolled back")
             && text.contains("the test database"),
         "{text}"
     );
@@ -553,9 +563,9 @@ fn a_failing_migration_changes_nothing_and_is_named() {
         chain.iter().any(|s| s.contains("division by zero")),
         "{chain:?}"
     );
-    // Version 1 went in before it; nothing of version 3 did.
+    // This release's went in before it; nothing of version 1001 did.
     let mut pg = client(&conninfo);
-    assert_eq!(versions(&mut pg).len(), 1);
+    assert_eq!(versions(&mut pg), all_versions());
     assert!(!exists(&mut pg, "half_made"));
     assert_eq!(
         count(

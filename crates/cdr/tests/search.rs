@@ -1082,3 +1082,168 @@ fn seeded_registrations_load_in_bulk_and_page_to_the_end() {
         }
     }
 }
+
+#[test]
+fn fax_calls_are_found_by_their_flows_or_their_result() {
+    let pg = PgServer::start();
+    on_both(&pg, |st, db| {
+        let mut records = ten_calls();
+        // `a` sent T.38 whose T.30 frames were not seen; `h` has a fax result.
+        records[0].t38 = vec![CdrT38 {
+            src: "10.1.0.5:4000".into(),
+            dst: "192.168.10.5:4000".into(),
+            types: "cng".into(),
+            ..CdrT38::default()
+        }];
+        if let Some(c) = records[7].call.as_mut() {
+            c.fax_pages = Some(1);
+            c.fax_result = Some("completed".into());
+        }
+        st.insert_records(&records).unwrap();
+        assert_eq!(letters(st, "fax=1"), "ha", "{db}");
+        assert_eq!(letters(st, "fax=0"), "jigfedcb", "{db}");
+        assert_eq!(letters(st, "fax=1&caller=1100"), "h", "{db}");
+        let page = st.search(&CallQuery::default()).unwrap();
+        let faxes: Vec<bool> = page.calls.iter().map(|c| c.fax).collect();
+        assert_eq!(
+            faxes,
+            [
+                false, false, true, false, false, false, false, false, false, true
+            ],
+            "{db}: the list's fax mark"
+        );
+        let json = serde_json::to_value(&page).unwrap();
+        assert_eq!(json["calls"][2]["fax"], true, "{db}");
+    });
+}
+
+#[test]
+fn an_empty_first_page_says_where_the_newest_call_is() {
+    let pg = PgServer::start();
+    on_both(&pg, |st, db| {
+        let empty = st.search(&CallQuery::default()).unwrap();
+        assert_eq!((empty.calls.len(), empty.newest_us), (0, None), "{db}");
+        let regs = st.registrations(&RegistrationQuery::default()).unwrap();
+        assert_eq!(regs.newest_us, None, "{db}");
+        st.insert_records(&ten_calls()).unwrap();
+        // A range years later: nothing in it, and the newest call is `j`'s start.
+        let later = "from=2030-01-01T00:00:00Z&to=2030-01-02T00:00:00Z";
+        let page = st.search(&CallQuery::from_query(later).unwrap()).unwrap();
+        assert!(page.calls.is_empty(), "{db}");
+        assert_eq!(page.newest_us, Some(T0 + 100_000_000), "{db}");
+        // Whatever the filter: where the database has calls at all.
+        let q = CallQuery::from_query(&format!("{later}&caller=9*")).unwrap();
+        assert_eq!(st.search(&q).unwrap().newest_us, Some(T0 + 100_000_000));
+        // A page with calls does not say.
+        assert_eq!(st.search(&CallQuery::default()).unwrap().newest_us, None);
+    });
+}
+
+/// A stream seen without signalling, `at_s` seconds after T0.
+fn lone(src: &str, dst: &str, ssrc: u32, at_s: i64) -> CdrRecord {
+    let mut r = CdrRecord::lone_stream(CdrStream {
+        src: src.into(),
+        dst: dst.into(),
+        ssrc,
+        payload: "g711A".into(),
+        start_us: T0 + at_s * 1_000_000,
+        end_us: T0 + (at_s + 20) * 1_000_000,
+        packets: 1000,
+        lost: 3,
+        ..CdrStream::default()
+    });
+    r.uid = r.identity("site-b");
+    r
+}
+
+#[test]
+fn streams_without_a_call_are_found_by_address_port_ssrc_and_time() {
+    use cdr::lone::StreamQuery;
+    let pg = PgServer::start();
+    on_both(&pg, |st, db| {
+        let none = st.lone_streams(&StreamQuery::default()).unwrap();
+        assert_eq!((none.streams.len(), none.newest_us), (0, None), "{db}");
+        // Two days of lone streams, three of which to find, beside calls whose streams share
+        // their addresses and SSRC (a call's stream is never one of these).
+        let mut records = ten_calls();
+        records[0].streams[0].ssrc = 0xABCD_0001;
+        for k in 0..3000i64 {
+            let a = format!("10.50.{}.{}:{}", k % 7, k % 200, 20_000 + 2 * (k % 500));
+            records.push(lone(&a, "192.0.2.80:30000", 0x1000_0000 + k as u32, k * 60));
+        }
+        records.push(lone("10.1.0.5:4000", "192.0.2.9:31000", 0xABCD_0001, 50));
+        records.push(lone(
+            "[2001:db8:4::105]:4002",
+            "[2001:db8:4::5]:5004",
+            0xABCD_0002,
+            70,
+        ));
+        records.push(lone("192.0.2.9:31000", "10.1.0.5:4000", 0xABCD_0003, 75));
+        st.insert_records(&records).unwrap();
+        let find = |st: &mut dyn CdrStore, raw: &str| -> Vec<u32> {
+            let mut q = StreamQuery::from_query(raw).unwrap();
+            q.limit = 2;
+            let mut out = Vec::new();
+            loop {
+                let page = st.lone_streams(&q).unwrap();
+                out.extend(page.streams.iter().map(|s| s.stream.ssrc));
+                match page.next {
+                    Some(n) => q.after = Some(cdr::query::Cursor::parse("after", &n).unwrap()),
+                    None => return out,
+                }
+            }
+        };
+        assert_eq!(find(st, "ssrc=0xABCD0001"), [0xABCD_0001], "{db}");
+        assert_eq!(find(st, "ssrc=abcd0002"), [0xABCD_0002], "{db}");
+        assert_eq!(
+            find(st, "ip=10.1.0.5"),
+            [0xABCD_0003, 0xABCD_0001],
+            "{db}: either end, newest first"
+        );
+        assert_eq!(
+            find(st, "ip=10.1.0.5&port=4000"),
+            [0xABCD_0003, 0xABCD_0001]
+        );
+        assert_eq!(find(st, "ip=10.1.0.5&port=4001"), [0u32; 0]);
+        assert_eq!(find(st, "ip=2001:db8:4::5&port=5004"), [0xABCD_0002]);
+        assert_eq!(
+            find(st, "ip=10.1.0.50"),
+            [0u32; 0],
+            "{db}: 10.1.0.5 is not a prefix of 10.1.0.50"
+        );
+        assert_eq!(find(st, "port=31000"), [0xABCD_0003, 0xABCD_0001], "{db}");
+        // A time range over the generated ones: minutes 100 to 110, both ends of the range.
+        let (from, to) = (T0 / 1_000_000 + 6000, T0 / 1_000_000 + 6600);
+        let got = find(st, &format!("from={from}&to={to}"));
+        let want: Vec<u32> = (100..110).rev().map(|k| 0x1000_0000 + k).collect();
+        assert_eq!(got, want, "{db}");
+        // A dense prefix over the whole range: a walk, every match once.
+        let got = find(st, "ip=10.50.3.0");
+        let want: Vec<u32> = (0..3000u32)
+            .rev()
+            .filter(|k| k % 7 == 3 && k % 200 == 0)
+            .map(|k| 0x1000_0000 + k)
+            .collect();
+        assert_eq!(got, want, "{db}");
+        // One by its uid, with its figures and sensor; a call's stream is not one.
+        let page = st
+            .lone_streams(&StreamQuery::from_query("ssrc=0xABCD0002").unwrap())
+            .unwrap();
+        let s = &page.streams[0];
+        assert_eq!(s.sensor, "site-b", "{db}");
+        let again = st.lone_stream_by_uid(&s.uid).unwrap().unwrap();
+        assert_eq!(again, *s, "{db}");
+        assert_eq!((s.stream.packets, s.stream.lost), (1000, 3));
+        assert!(
+            st.lone_stream_by_uid("local|a@test|1795000010000000/0")
+                .unwrap()
+                .is_none(),
+            "{db}"
+        );
+        // Nothing in a range: the newest is named.
+        let page = st
+            .lone_streams(&StreamQuery::from_query("from=2031-01-01&to=2031-01-02").unwrap())
+            .unwrap();
+        assert_eq!(page.newest_us, Some(T0 + 2999 * 60_000_000), "{db}");
+    });
+}

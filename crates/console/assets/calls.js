@@ -61,6 +61,7 @@
     return e;
   }
 
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
   const num = (v, digits) => (v === null || v === undefined || Number.isNaN(v) ? "" : Number(Number(v).toFixed(digits)).toString());
   const duration = (s) => {
     if (s === null || s === undefined) return "";
@@ -146,18 +147,39 @@
     return `No ${what} from ${localText(range.from * 1000)} to ${localText(range.to * 1000)} (${zoneLabel()}); that is ${new Date(range.from).toISOString()} to ${new Date(range.to).toISOString()} in UTC.`;
   }
 
+  // An empty first page: nothing stored yet (the server's hint says how records come), or
+  // nothing in this range, with a link to the day up to the newest record there is.
+  function emptyState(status, body, what, range) {
+    if (body.hint) {
+      status.replaceChildren(el("b", { id: "empty-title" }, `No ${what} yet.`), " ", body.hint);
+      status.dataset.empty = "none-yet";
+      return;
+    }
+    status.replaceChildren(nothingFound(what, range));
+    status.dataset.empty = "range";
+    if (body.newest_us === null || body.newest_us === undefined) return;
+    const to = Math.floor(body.newest_us / 1000) + 1000;
+    const q = new URLSearchParams(location.search);
+    q.set("from", new Date(to - 86400 * 1000).toISOString());
+    q.set("to", new Date(to).toISOString());
+    q.delete("after");
+    status.append(" The newest started at ", timeEl(body.newest_us), ": ",
+      el("a", { id: "newest-range", href: `${location.pathname}?${q}` }, "show the 24 hours up to it"), ".");
+  }
+
   // Pages newest first through the API's keyset cursor.
-  function pager(url, q, tbody, row, status, what, range) {
+  function pager(url, q, tbody, row, status, what, range, list) {
     const more = document.getElementById("more");
     let shown = 0;
     async function load(after) {
       const query = new URLSearchParams(q);
       if (after) query.set("after", after);
       status.textContent = "Searching…";
+      status.classList.remove("error", "empty");
       const t0 = performance.now();
       try {
         const body = await api(`${url}?${query}`);
-        const rows = body.calls || body.registrations || body.rows || [];
+        const rows = body[list] || [];
         rows.forEach((r) => tbody.append(row(r)));
         shown += rows.length;
         const ms = Math.round(performance.now() - t0);
@@ -167,8 +189,10 @@
         const partial = body.next && rows.length === 0;
         if (partial) {
           status.textContent = `${shown} ${what} found so far; searched back to ${localText(stoppedAt)} (${zoneLabel()}). "Older" searches further.`;
+        } else if (shown === 0) {
+          emptyState(status, body, what, range);
         } else {
-          status.textContent = shown === 0 ? nothingFound(what, range) : `${shown} ${what} shown, newest first (${ms} ms).`;
+          status.textContent = `${shown} ${what} shown, newest first (${ms} ms).`;
         }
         status.classList.toggle("empty", shown === 0 && !partial);
         more.hidden = !body.next;
@@ -188,8 +212,16 @@
     return code ? `${c.state} (${code})` : c.state || "";
   }
 
+  // The codec cell: a fax call says so first (its T.38 is not among the RTP codecs).
+  function codecCell(c) {
+    const td = el("td", { class: "codec" });
+    if (c.fax) td.append(el("span", { class: "badge fax", title: c.fax_result ? `fax ${c.fax_result}` : "T.38 fax" }, "fax"), " ");
+    td.append(c.codec || "");
+    return td;
+  }
+
   function callRow(c) {
-    const tr = el("tr", { "data-uid": c.uid });
+    const tr = el("tr", { "data-uid": c.uid, class: c.fax ? "fax" : null });
     const link = el("a", { href: `/calls/${encodeURIComponent(c.uid)}` }, timeEl(c.start_us));
     tr.append(
       el("td", {}, link),
@@ -197,7 +229,7 @@
       el("td", { class: "called" }, c.called),
       el("td", { class: "n" }, duration(c.duration_s)),
       el("td", {}, resultText(c)),
-      el("td", {}, c.codec || ""),
+      codecCell(c),
       el("td", { class: `n ${c.mos_min !== null && c.mos_min < 3.1 ? "bad" : ""}` }, num(c.mos_min, 2)),
       el("td", { class: "n" }, num(c.loss_pct_max, 2)),
       el("td", { class: "n" }, num(c.jitter_max_ms, 2)),
@@ -207,43 +239,62 @@
     return tr;
   }
 
-  // The header's small chart: calls per bucket as bars, average MOS as a line (1 to 5).
+  // The labels of a time axis over `spanMs`: the year whenever the range is long enough to
+  // leave it in doubt (or crosses one), the time of day while it is short.
+  function axisText(us, spanMs, crossesYear) {
+    const t = localText(us);
+    if (spanMs > 180 * 86400 * 1000 || crossesYear) return spanMs > 3 * 86400 * 1000 ? t.slice(0, 10) : t.slice(0, 16);
+    return spanMs > 3 * 86400 * 1000 ? t.slice(5, 10) : t.slice(5, 16);
+  }
+
+  // The header's small chart: calls per bucket as bars, average MOS as a line (1 to 5), a dot
+  // on each bucket's MOS so that a lone bucket, or one between empty ones, still shows.
   function totalsChart(box, t, range) {
     const W = 900, H = 120, L = 40, R = 40, T = 8, B = 20;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart mini", role: "img", "aria-label": "calls and MOS over the range" });
     const buckets = t.buckets || [];
     const maxCalls = Math.max(1, ...buckets.map((b) => b.calls));
-    // `range` in ms since the epoch, bucket starts in µs.
+    // `range` in ms since the epoch, bucket starts in µs; a bucket is drawn within the frame.
     const span = Math.max(1, range.to - range.from);
-    const x = (us) => L + ((us / 1000 - range.from) / span) * (W - L - R);
-    const bw = buckets.length > 1 ? Math.max(1, x(buckets[1].start_us) - x(buckets[0].start_us) - 1) : W - L - R;
+    const x = (us) => L + Math.min(1, Math.max(0, (us / 1000 - range.from) / span)) * (W - L - R);
+    const widthUs = (t.bucket_s || 0) * 1e6;
     svg.append(svgEl("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "grid" }));
     svg.append(svgEl("text", { x: L - 4, y: T + 8, class: "tick-y" }, String(maxCalls)));
     svg.append(svgEl("text", { x: L - 4, y: H - B, class: "tick-y" }, "0"));
     svg.append(svgEl("text", { x: W - R + 4, y: T + 8 }, "MOS 5"));
     svg.append(svgEl("text", { x: W - R + 4, y: H - B }, "1"));
     const bars = svgEl("g", { class: "c0" });
-    let line = "";
+    const mos = svgEl("g", { class: "c1 mos" });
+    let line = "", joined = false;
     for (const b of buckets) {
+      const x0 = x(b.start_us), x1 = widthUs ? x(b.start_us + widthUs) : W - R;
+      const bw = Math.max(1, x1 - x0 - 1);
       const h = (b.calls / maxCalls) * (H - T - B);
-      bars.append(svgEl("rect", { x: x(b.start_us), y: H - B - h, width: bw, height: h, class: "bar" }));
-      if (b.mos_avg !== null && b.mos_avg !== undefined) {
-        const y = H - B - ((b.mos_avg - 1) / 4) * (H - T - B);
-        line += `${line ? "L" : "M"}${(x(b.start_us) + bw / 2).toFixed(1)},${y.toFixed(1)}`;
+      if (b.calls) bars.append(svgEl("rect", { x: x0, y: H - B - h, width: bw, height: h, class: "bar" }));
+      if (b.mos_avg === null || b.mos_avg === undefined) {
+        joined = false;
+        continue;
       }
+      const cx = x0 + bw / 2, cy = H - B - ((b.mos_avg - 1) / 4) * (H - T - B);
+      line += `${joined ? "L" : "M"}${cx.toFixed(1)},${cy.toFixed(1)}`;
+      joined = true;
+      mos.append(svgEl("circle", { cx: cx.toFixed(1), cy: cy.toFixed(1), r: 2.5, class: "dot" }, undefined));
+      mos.lastChild.append(svgEl("title", {}, `MOS ${num(b.mos_avg, 2)} (${b.calls} calls from ${localText(b.start_us)})`));
     }
     svg.append(bars);
-    if (line) svg.append(svgEl("path", { d: line, class: "line c1" }));
+    if (line) mos.prepend(svgEl("path", { d: line, class: "line" }));
+    svg.append(mos);
+    const crossesYear = new Date(range.from).getFullYear() !== new Date(range.to).getFullYear();
     for (const [i, at] of [range.from * 1000, ((range.from + range.to) / 2) * 1000, range.to * 1000].entries()) {
       const anchor = ["start", "middle", "end"][i];
-      svg.append(svgEl("text", { x: x(at), y: H - 4, "text-anchor": anchor }, localText(at).slice(5, 16)));
+      svg.append(svgEl("text", { x: x(at), y: H - 4, "text-anchor": anchor, class: "tick-x-label" }, axisText(at, span, crossesYear)));
     }
     box.replaceChildren(svg, el("p", { class: "legend-line" }, el("span", { class: "swatch c0" }), " calls  ", el("span", { class: "swatch c1" }), " average MOS"));
   }
 
   async function callsPage() {
     const { q, range } = searchForm(86400);
-    pager("/api/calls", q, document.querySelector("#calls tbody"), callRow, document.getElementById("status"), "calls", range);
+    pager("/api/calls", q, document.querySelector("#calls tbody"), callRow, document.getElementById("status"), "calls", range, "calls");
     const totals = document.getElementById("totals");
     try {
       const t = await api(`/api/calls/totals?${q}`);
@@ -276,18 +327,29 @@
     if (c.hangup_by) add("Hung up by", c.hangup_by);
     if (c.q850_cause) add("Q.850 cause", String(c.q850_cause));
     if (c.dtmf) add("Digits", c.dtmf);
-    if (c.fax_result) add("Fax", `${c.fax_result}, ${c.fax_pages ?? 0} pages`);
+    if (c.fax_result) add("Fax", `${c.fax_result}, ${plural(c.fax_pages ?? 0, "page")}`);
+    else if (c.fax) add("Fax", "T.38 sent; no T.30 frames seen, so no pages or result (the capture may have begun late)");
     add("Sensor", c.sensor || "local");
   }
 
-  // One column per address: SIP hosts as ip:port; an RTP endpoint goes to the first column of
-  // its IP, or gets a column of its own.
+  // One column per address: SIP hosts as ip:port. An RTP endpoint goes to the host whose SDP
+  // offered it (its media address; symmetric RTP sends from there too), else to the one host
+  // of its IP, else to a column of its own: when both ends share an IP, the IP alone cannot
+  // tell them apart.
   function ladderColumns(view) {
     const cols = [...view.hosts];
     const ipOf = (a) => (a.startsWith("[") ? a.slice(1, a.indexOf("]")) : a.slice(0, a.lastIndexOf(":")));
+    const offeredBy = new Map();
+    for (const m of view.ladder || []) {
+      for (const media of (m.sdp && m.sdp.media) || []) if (media.addr && !offeredBy.has(media.addr)) offeredBy.set(media.addr, m.src);
+    }
     const col = (addr) => {
       let i = cols.indexOf(addr);
-      if (i < 0) i = cols.findIndex((h) => ipOf(h) === ipOf(addr));
+      if (i < 0 && offeredBy.has(addr)) i = cols.indexOf(offeredBy.get(addr));
+      if (i < 0) {
+        const same = view.hosts.filter((h) => ipOf(h) === ipOf(addr));
+        if (same.length === 1) i = cols.indexOf(same[0]);
+      }
       if (i < 0) {
         cols.push(addr);
         i = cols.length - 1;
@@ -295,6 +357,13 @@
       return i;
     };
     return { cols, col };
+  }
+
+  // `text` cut to about `px` pixels of 10-11 px type, with an ellipsis.
+  const CHAR_PX = 6.2;
+  function fit(text, px) {
+    const n = Math.max(4, Math.floor(px / CHAR_PX));
+    return text.length > n ? `${text.slice(0, n - 1)}…` : text;
   }
 
   function drawLadder(view) {
@@ -310,10 +379,9 @@
     const rows = view.ladder.map((m, i) => ({ kind: "sip", t: m.ts_us, m, i }));
     (view.streams || []).forEach((s, i) => rows.push({ kind: "rtp", t: s.figures.start_us, s, i }));
     rows.sort((a, b) => a.t - b.t || (a.kind === "sip" ? -1 : 1));
-    cols.forEach((c) => col(c));
     (view.streams || []).forEach((s) => { col(s.figures.src); col(s.figures.dst); });
-    const colW = 210, left = 150, top = 44, rowH = 30;
-    const W = left + colW * cols.length, H = top + rowH * rows.length + 20;
+    const colW = 230, left = 150, top = 44, rowH = 30, loopW = 46;
+    const W = left + colW * cols.length + 8, H = top + rowH * rows.length + 20;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: "ladder-svg", role: "img", "aria-label": "SIP ladder" });
     const defs = svgEl("defs");
     const marker = svgEl("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
@@ -325,28 +393,48 @@
     svg.append(defs);
     const cx = (i) => left + colW * i + colW / 2;
     cols.forEach((c, i) => {
-      svg.append(svgEl("text", { x: cx(i), y: 16, class: "host", "text-anchor": "middle" }, c));
+      svg.append(svgEl("text", { x: cx(i), y: 16, class: "host", "text-anchor": "middle" }, fit(c, colW - 8)));
       svg.append(svgEl("line", { x1: cx(i), x2: cx(i), y1: 26, y2: H - 8, class: "lifeline" }));
     });
+    // Text centred at `mid`, kept inside the drawing (one message per row: it may run past
+    // its arrow, not past the edge; what is cut is in its title and in the message).
+    const centred = (text, mid, width, y, cls) => {
+      const shown = fit(text, W - left - 8);
+      const half = (shown.length * CHAR_PX) / 2;
+      const x = Math.min(W - 4 - half, Math.max(left + half, mid));
+      const t = svgEl("text", { x: x.toFixed(1), y, "text-anchor": "middle", class: cls }, shown);
+      if (shown !== text) t.append(svgEl("title", {}, text));
+      return t;
+    };
+    // A message between two columns is an arrow; one a column sends to itself (two ports of
+    // one host drawn as one column) a loop beside it.
+    const span = (g, a, b, y, cls, markerId) => {
+      if (a !== b) {
+        g.append(svgEl("line", { x1: a, x2: b, y1: y, y2: y, class: cls, "marker-end": `url(#${markerId})` }));
+        return [Math.min(a, b), Math.max(a, b)];
+      }
+      g.append(svgEl("path", { d: `M${a},${y - 7} h${loopW} v14 h-${loopW}`, class: `${cls} loop`, fill: "none", "marker-end": `url(#${markerId})` }));
+      return [a, a + loopW];
+    };
     rows.forEach((row, r) => {
       const y = top + r * rowH + rowH / 2;
       if (row.kind === "sip") {
         const m = row.m;
         const a = cx(col(m.src)), b = cx(col(m.dst));
-        const g = svgEl("g", { class: `msg${m.code ? " response" : " request"}${m.code >= 400 ? " failure" : ""}`, "data-index": row.i, "data-label": m.label, "data-sdp": m.sdp ? "1" : "0", tabindex: 0 });
-        g.append(svgEl("title", {}, `${m.label} ${m.src} → ${m.dst} (${m.transport})`));
+        const cls = `msg${m.code ? " response" : " request"}${m.code >= 400 ? " failure" : ""}${m.resent ? " resent" : ""}`;
+        const g = svgEl("g", { class: cls, "data-index": row.i, "data-label": m.label, "data-sdp": m.sdp ? "1" : "0", "data-resent": m.resent ? "1" : "0", tabindex: 0 });
+        const resent = m.resent ? " (resent: a retransmission of the one before)" : "";
+        g.append(svgEl("title", {}, `${m.label} ${m.src} → ${m.dst} (${m.transport})${resent}`));
         g.append(svgEl("text", { x: 4, y: y - 2, class: "when" }, localText(m.ts_us, true).slice(11)));
         g.append(svgEl("text", { x: 4, y: y + 10, class: "delta" }, r === 0 ? "" : `+${(m.delta_us / 1000).toFixed(1)} ms`));
-        const x1 = a === b ? a : a, x2 = a === b ? a + 40 : b;
-        g.append(svgEl("line", { x1, x2, y1: y, y2: y, class: "arrow", "marker-end": "url(#arrow)" }));
-        g.append(svgEl("rect", { x: Math.min(x1, x2), y: y - 12, width: Math.max(Math.abs(x2 - x1), 40), height: 16, class: "hit" }));
-        const label = svgEl("text", { x: (x1 + x2) / 2, y: y - 4, "text-anchor": "middle", class: "label" }, m.label);
-        g.append(label);
+        const [x1, x2] = span(g, a, b, y, "arrow", "arrow");
+        g.append(svgEl("rect", { x: x1, y: y - 12, width: Math.max(x2 - x1, 40), height: 16, class: "hit" }));
+        g.append(centred(m.resent ? `↻ ${m.label} (resent)` : m.label, (x1 + x2) / 2, x2 - x1, y - 4, "label"));
         if (m.sdp) {
-          const sx = x1 + (x2 > x1 ? 10 : -10);
+          const sx = a + (b > a ? 10 : b < a ? -10 : 0);
           g.append(svgEl("circle", { cx: sx, cy: y, r: 4, class: "sdp-marker" }));
           const media = (m.sdp.media || []).map((s) => `${s.kind || ""} ${s.addr || ""} ${(s.codecs || []).join(" ")}`.trim()).join("; ");
-          g.append(svgEl("text", { x: (x1 + x2) / 2, y: y + 11, "text-anchor": "middle", class: "sdp-text" }, `SDP ${media}`));
+          g.append(centred(`SDP ${media}`, (x1 + x2) / 2, x2 - x1, y + 11, "sdp-text"));
         }
         g.addEventListener("click", () => showMessage(m, g));
         g.addEventListener("keydown", (ev) => { if (ev.key === "Enter") showMessage(m, g); });
@@ -355,28 +443,28 @@
         const s = row.s.figures;
         const a = cx(col(s.src)), b = cx(col(s.dst));
         const g = svgEl("g", { class: "rtp", "data-stream": row.i });
+        g.append(svgEl("title", {}, `RTP ${s.src} → ${s.dst}`));
         g.append(svgEl("text", { x: 4, y: y + 4, class: "when" }, localText(s.start_us, true).slice(11)));
-        g.append(svgEl("line", { x1: a, x2: b, y1: y, y2: y, class: "rtp-span", "marker-end": "url(#arrow-rtp)" }));
+        const [x1, x2] = span(g, a, b, y, "rtp-span", "arrow-rtp");
         const loss = s.packets + Math.max(0, s.lost) > 0 ? (100 * Math.max(0, s.lost)) / (s.packets + Math.max(0, s.lost)) : 0;
-        g.append(svgEl("text", { x: (a + b) / 2, y: y - 6, "text-anchor": "middle", class: "label rtp-label" },
-          `RTP ${s.payload} ${s.packets} pkts, loss ${loss.toFixed(1)} %, MOS ${num(s.mos, 2) || "–"}`));
+        g.append(centred(`RTP ${s.payload} ${s.packets} pkts, loss ${loss.toFixed(1)} %, MOS ${num(s.mos, 2) || "–"}`, (x1 + x2) / 2, x2 - x1, y - 6, "label rtp-label"));
         const rtcp = row.s.rtcp || [];
         if (rtcp.length) {
           const last = rtcp[rtcp.length - 1];
-          g.append(svgEl("text", { x: (a + b) / 2, y: y + 11, "text-anchor": "middle", class: "rtcp-text" },
-            `RTCP ×${rtcp.length}: loss ${num(last.fraction_lost_pct, 1)} %, jitter ${num(last.jitter_ms, 1)} ms`));
-          rtcp.forEach((p, k) => g.append(svgEl("circle", { cx: a + ((b - a) * (k + 1)) / (rtcp.length + 1), cy: y, r: 2.5, class: "rtcp-dot" })));
+          g.append(centred(`RTCP ×${rtcp.length}: loss ${num(last.fraction_lost_pct, 1)} %, jitter ${num(last.jitter_ms, 1)} ms`, (x1 + x2) / 2, x2 - x1, y + 11, "rtcp-text"));
+          if (a !== b) rtcp.forEach((p, k) => g.append(svgEl("circle", { cx: a + ((b - a) * (k + 1)) / (rtcp.length + 1), cy: y, r: 2.5, class: "rtcp-dot" })));
         }
         svg.append(g);
       }
     });
     box.replaceChildren(svg);
-    note.textContent = `${view.ladder.length} SIP messages between ${cols.length} addresses; click a message to read it. Times in ${zoneLabel()}.`;
+    const resent = view.ladder.filter((m) => m.resent).length;
+    note.textContent = `${view.ladder.length} SIP messages between ${cols.length} addresses${resent ? `, ${resent} of them resent (↻, dashed)` : ""}; click a message to read it. Times in ${zoneLabel()}.`;
     function showMessage(m, g) {
       svg.querySelectorAll("g.msg.selected").forEach((x) => x.classList.remove("selected"));
       g.classList.add("selected");
       msgBox.hidden = false;
-      msgBox.textContent = `${localText(m.ts_us, true)}  ${m.src} → ${m.dst} (${m.transport})\n\n${m.text}`;
+      msgBox.textContent = `${localText(m.ts_us, true)}  ${m.src} → ${m.dst} (${m.transport})${m.resent ? "  resent" : ""}\n\n${m.text}`;
     }
   }
 
@@ -402,7 +490,7 @@
         el("td", { class: "n rtcp_loss" }, num(s.rtcp_fraction_lost_pct, 3)), el("td", { class: "n rtcp_jitter" }, num(s.rtcp_jitter_ms, 3))));
     });
     const mixed = document.getElementById("mixed");
-    if ((view.streams || []).some((s) => s.audio)) {
+    if (mixed && (view.streams || []).some((s) => s.audio)) {
       mixed.replaceChildren(admin
         ? el("p", {}, "Both directions mixed: ", el("audio", { controls: true, preload: "none", src: `/api/calls/${encodeURIComponent(uid)}/audio/mixed.wav`, id: "mixed-audio" }))
         : el("p", { class: "muted" }, "Listening to calls needs the admin role."));
@@ -410,36 +498,46 @@
   }
 
   // The top of an axis from `lo` that holds `hi`: lo plus 1, 2, 2.5 or 5 times a power of ten,
-  // so that the three ticks read as round numbers.
+  // so that the three ticks read as round numbers; a flat series gets an axis of 1 (never a
+  // span of zero, whose three ticks would all read 0).
   function niceCeil(lo, hi) {
     const span = hi - lo;
-    if (!(span > 0)) return lo + 1;
+    if (!(span > 1e-6)) return lo + 1;
     const p = Math.pow(10, Math.floor(Math.log10(span)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= span) return lo + m * p;
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= span - 1e-9) return lo + m * p;
     return lo + 10 * p;
   }
 
   // A small line chart of one figure of one stream over the call's seconds.
-  // `yMin`, `yMax`: a fixed axis (MOS is 1 to 5), else from 0 or the data to a round top.
-  function lineChart(title, unit, points, yMin, yMax) {
+  // `yMin`, `yMax`: a fixed axis (MOS is 1 to 5), else from 0 or the data to a round top;
+  // `counts`: whole numbers (packets), whose axis has no half packet.
+  function lineChart(title, unit, points, yMin, yMax, counts) {
     const W = 320, H = 130, L = 40, R = 16, T = 8, B = 20;
     const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart small", role: "img", "aria-label": title });
     const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]).filter((v) => v !== null && v !== undefined);
     if (ys.length === 0) {
       svg.append(svgEl("text", { x: W / 2, y: H / 2, class: "empty" }, "no data"));
-      return el("figure", { class: "chart-box" }, el("figcaption", {}, title), svg);
+      return el("figure", { class: "chart-box", "data-figure": title }, el("figcaption", {}, title), svg);
     }
     const x0 = Math.min(...xs), x1 = Math.max(x0 + 1, ...xs);
-    const lo = yMin ?? Math.min(0, ...ys), hi = Math.max(lo + 1e-9, ...ys);
-    const top = yMax ?? niceCeil(lo, hi);
+    const lo = yMin ?? Math.min(0, ...ys), hi = Math.max(lo, ...ys);
+    let top = yMax ?? niceCeil(lo, hi);
+    if (counts) top = Math.max(lo + 1, Math.ceil(top));
     const X = (v) => L + ((v - x0) / (x1 - x0)) * (W - L - R);
-    const Y = (v) => H - B - ((v - lo) / (top - lo)) * (H - T - B);
-    for (const v of [lo, (lo + top) / 2, top]) {
+    // Every point within the frame, whatever a figure holds.
+    const Y = (v) => H - B - ((Math.min(top, Math.max(lo, v)) - lo) / (top - lo)) * (H - T - B);
+    const mid = (lo + top) / 2;
+    const ticks = counts && !Number.isInteger(mid) ? [lo, top] : [lo, mid, top];
+    for (const v of ticks) {
       svg.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }));
       svg.append(svgEl("text", { x: L - 4, y: Y(v) + 3, class: "tick-y" }, num(v, 2)));
     }
-    [x0, (x0 + x1) / 2, x1].forEach((v, i) =>
-      svg.append(svgEl("text", { x: X(v), y: H - 6, class: ["tick-x first", "tick-x", "tick-x last"][i] }, `${Math.round(v)} s`)));
+    // Whole seconds only: a middle tick of a short span would repeat a neighbour's label.
+    const xMid = (x0 + x1) / 2;
+    const xTicks = Number.isInteger(xMid) || x1 - x0 >= 10 ? [x0, Math.round(xMid), x1] : [x0, null, x1];
+    xTicks.forEach((v, i) => {
+      if (v !== null) svg.append(svgEl("text", { x: X(v), y: H - 6, class: ["tick-x first", "tick-x", "tick-x last"][i] }, `${Math.round(v)} s`));
+    });
     let d = "";
     points.forEach(([x, y]) => {
       if (y === null || y === undefined) return;
@@ -459,14 +557,47 @@
       const grid = el("div", { class: "charts" });
       grid.append(
         lineChart("Jitter", "ms", iv.map((p) => [p.t_s, p.jitter_ms]), 0),
-        lineChart("Lost packets", "per s", iv.map((p) => [p.t_s, p.lost]), 0),
+        lineChart("Lost packets", "per s", iv.map((p) => [p.t_s, Math.max(0, p.lost)]), 0, null, true),
         lineChart("MOS", "1-5", iv.map((p) => [p.t_s, p.mos]), 1, 5),
-        lineChart("Packets", "per s", iv.map((p) => [p.t_s, p.packets]), 0)
+        lineChart("Packets", "per s", iv.map((p) => [p.t_s, p.packets]), 0, null, true)
       );
       fig.append(grid);
       box.append(fig);
     });
     if (!(view.streams || []).length) box.append(el("p", { class: "muted" }, "No RTP streams in this call's packets."));
+  }
+
+  // A comma list with runs of the same item folded: `cng ×3, v21-preamble, v21 ×40`.
+  function runs(list) {
+    const out = [];
+    for (const item of String(list || "").split(",").map((x) => x.trim()).filter(Boolean)) {
+      const last = out[out.length - 1];
+      if (last && last[0] === item) last[1] += 1;
+      else out.push([item, 1]);
+    }
+    return out.map(([item, n]) => (n > 1 ? `${item} ×${n}` : item)).join(", ");
+  }
+
+  // The call's T.38 flows, one row per direction, with the T.30 frames each carried and the
+  // call's fax result above them.
+  function t38Panel(view) {
+    const flows = view.t38 || [];
+    const panel = document.getElementById("t38-panel");
+    if (!flows.length) return;
+    panel.hidden = false;
+    const c = view.call;
+    document.getElementById("t38-result").textContent = c.fax_result
+      ? `Result: ${c.fax_result}, ${plural(c.fax_pages ?? 0, "page")} confirmed by the receiver. ${plural(flows.length, "flow")}.`
+      : `No T.30 control frames were read, so no pages or result (the capture may have begun after the fax did). ${plural(flows.length, "flow")}.`;
+    const tbody = document.querySelector("#t38 tbody");
+    flows.forEach((f, i) => tbody.append(el("tr", { "data-flow": i },
+      el("td", { class: "src" }, f.src), el("td", { class: "dst" }, f.dst), el("td", {}, timeEl(f.start_us, true)),
+      el("td", { class: "n" }, duration((f.end_us - f.start_us) / 1e6)),
+      el("td", { class: "n packets" }, String(f.packets)), el("td", { class: "n" }, String(f.bytes)),
+      el("td", { class: "n lost" }, String(f.lost)), el("td", { class: "n" }, String(f.duplicates)), el("td", { class: "n" }, String(f.out_of_order)),
+      el("td", { class: "n" }, String(f.redundant)), el("td", { class: "n" }, String(f.fec)),
+      el("td", { class: "t30" }, f.t30 ? f.t30.split(",").join(" ") : "none seen"),
+      el("td", { class: "t30 types" }, runs(f.types)))));
   }
 
   async function callPage() {
@@ -484,11 +615,63 @@
       else if (view.archived) actions.append(el("span", { class: "muted" }, "Downloading packets needs the admin role."));
       else actions.append(el("span", { class: "muted" }, view.note || "This call's packets were not archived."));
       drawLadder(view);
+      t38Panel(view);
       streamsTable(view, uid, admin);
       streamCharts(view);
       page.dataset.ready = "1";
     } catch (e) {
       page.prepend(el("p", { class: "error", id: "call-error" }, `This call cannot be shown: ${e.message}`));
+      page.dataset.ready = "error";
+    }
+  }
+
+  // ---- Streams without a call: the search and one stream's page ----------------------------
+
+  const ssrcText = (v) => `0x${(v >>> 0).toString(16).toUpperCase().padStart(8, "0")}`;
+  const lossPct = (s) => {
+    const lost = Math.max(0, s.lost + (s.duplicates || 0)), expected = s.packets - (s.duplicates || 0) + lost;
+    return expected > 0 ? (100 * lost) / expected : 0;
+  };
+
+  function loneRow(s) {
+    const link = el("a", { href: `/streams/${encodeURIComponent(s.uid)}` }, timeEl(s.start_us));
+    return el("tr", { "data-uid": s.uid, "data-ssrc": ssrcText(s.ssrc) },
+      el("td", {}, link), el("td", { class: "src" }, s.src), el("td", { class: "dst" }, s.dst),
+      el("td", { class: "ssrc" }, ssrcText(s.ssrc)), el("td", {}, s.payload),
+      el("td", { class: "n" }, duration((s.end_us - s.start_us) / 1e6)),
+      el("td", { class: "n packets" }, String(s.packets)), el("td", { class: "n lost" }, String(s.lost)),
+      el("td", { class: "n" }, num(lossPct(s), 2)), el("td", { class: "n" }, num(s.max_jitter_ms, 2)),
+      el("td", { class: `n ${s.mos !== null && s.mos < 3.1 ? "bad" : ""}` }, num(s.mos, 2)),
+      el("td", {}, s.sensor));
+  }
+
+  function streamsPage() {
+    const { q, range } = searchForm(86400);
+    pager("/api/streams", q, document.querySelector("#lone-streams tbody"), loneRow, document.getElementById("status"), "streams without a call", range, "streams");
+  }
+
+  async function streamPage() {
+    const page = document.getElementById("stream-page");
+    const uid = page.dataset.uid;
+    try {
+      const body = await api(`/api/streams/${encodeURIComponent(uid)}`);
+      const s = body.stream;
+      document.getElementById("stream-title").textContent = `RTP ${s.src} → ${s.dst}, SSRC ${ssrcText(s.ssrc)}`;
+      document.title = `RTP ${s.src} → ${s.dst} · Tandem`;
+      const dl = document.getElementById("stream-fields");
+      const add = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+      add("Started", timeEl(s.start_us, true));
+      add("Ended", timeEl(s.end_us, true));
+      add("Duration", duration((s.end_us - s.start_us) / 1e6));
+      add("Codec", s.payload);
+      add("Loss", `${num(lossPct(s), 2)} %`);
+      add("MOS", num(s.mos, 2) || "–");
+      add("Sensor", s.sensor);
+      document.getElementById("stream-note").textContent = body.note || "";
+      streamsTable({ streams: [{ figures: s, audio: null, audio_note: "no packets archived" }] }, uid, false);
+      page.dataset.ready = "1";
+    } catch (e) {
+      page.prepend(el("p", { class: "error", id: "stream-error" }, `This stream cannot be shown: ${e.message}`));
       page.dataset.ready = "error";
     }
   }
@@ -530,7 +713,7 @@
 
   function registrationsPage() {
     const { q, range } = searchForm(86400);
-    pager("/api/registrations", q, document.querySelector("#registrations tbody"), registrationRow, document.getElementById("status"), "registrations", range);
+    pager("/api/registrations", q, document.querySelector("#registrations tbody"), registrationRow, document.getElementById("status"), "registrations", range, "registrations");
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -539,5 +722,7 @@
     else if (document.getElementById("call-page")) callPage();
     else if (document.getElementById("live-page")) livePage();
     else if (document.getElementById("registrations-page")) registrationsPage();
+    else if (document.getElementById("streams-page")) streamsPage();
+    else if (document.getElementById("stream-page")) streamPage();
   });
 })();

@@ -41,6 +41,24 @@ impl CdrSource {
             CdrSource::Postgres(_) => "the PostgreSQL CDR database".to_owned(),
         }
     }
+
+    /// How records of a kind (`calls`, `registrations`, `streams without a call`) come to be
+    /// here: what a page says while there are none yet.
+    pub fn how_to_fill(&self, what: &str) -> String {
+        match self {
+            CdrSource::Sqlite(path) => format!(
+                "{what} appear here once a capture stores them in {db}: give tandem.toml's \
+                 [capture] an interface or hep_listen and restart serve, or read capture files \
+                 with `tandem capture --read FILE... --cdr-db {db}`.",
+                db = path.display()
+            ),
+            CdrSource::Postgres(_) => format!(
+                "{what} appear here once a capture, or a collector's sensors, store them in \
+                 the PostgreSQL CDR database ([capture] cdr_postgres, or `tandem capture \
+                 --read FILE... --cdr-postgres ...`)."
+            ),
+        }
+    }
 }
 
 /// The running capture's calls in progress, as JSON (`monitor::LiveCallsSnapshot`). A function
@@ -124,6 +142,11 @@ impl Calls {
 
     pub fn live(&self) -> Option<&LiveFeed> {
         self.config.live.as_ref()
+    }
+
+    /// The database the console reads.
+    pub fn source(&self) -> &CdrSource {
+        &self.config.cdr
     }
 
     /// Runs `read` on a reader, off the async threads. A reader whose query failed is dropped

@@ -1031,9 +1031,10 @@ const RESEND_KEYS_MAX: usize = 200_000;
 /// last CSeq number and method, the state of that transaction and its last final response. A
 /// new CSeq number starts over. A request is resent when its CSeq number and method match and
 /// the request was already seen (ACK and CANCEL never count); a final response is resent when
-/// its CSeq number, method and code match a final response already seen.
+/// its CSeq number, method and code match a final response already seen. The call view marks
+/// the ladder's resent messages with it.
 #[derive(Default)]
-struct Resends {
+pub struct Resends {
     keys: HashMap<(String, SocketAddr, SocketAddr), Transaction>,
 }
 
@@ -1053,7 +1054,10 @@ struct Transaction {
 }
 
 impl Resends {
-    fn is_resend(
+    /// Whether this message (of `call_id`, from `src` to `dst`, with its CSeq and, for a
+    /// response, its code) resends one seen before; call it for every SIP message over UDP in
+    /// capture order.
+    pub fn is_resend(
         &mut self,
         call_id: &str,
         src: SocketAddr,

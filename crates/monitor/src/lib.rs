@@ -25,8 +25,8 @@ pub mod tap;
 pub mod tcp;
 
 pub use analyzer::{
-    Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, SipStats, StreamRecord,
-    T38Record,
+    Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, Resends, SipStats,
+    StreamRecord, T38Record,
 };
 pub use live::{LiveCounters, LiveSnapshot};
 pub use live_calls::{LiveCall, LiveCalls, LiveCallsSnapshot, LiveStream};

@@ -163,3 +163,24 @@ pub fn wav_samples(wav: &[u8]) -> (u32, Vec<i16>) {
 pub fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
+
+/// The seconds' lost packets against the stream's: never negative, adding up to the stream's
+/// RFC 3550 loss (Wireshark's `lost` counts a duplicate as received, the RFC does not), or to
+/// more when packets came late across a second's end.
+pub fn assert_seconds_lost(s: &callview::StreamView, what: &str) {
+    assert!(
+        s.intervals.iter().all(|i| i.lost >= 0),
+        "{what}: a second with negative loss: {:?}",
+        s.intervals.iter().find(|i| i.lost < 0)
+    );
+    let seconds: i64 = s.intervals.iter().map(|i| i.lost).sum();
+    let stream = (s.figures.lost + s.figures.duplicates as i64).max(0);
+    if s.figures.out_of_order == 0 {
+        assert_eq!(seconds, stream, "{what}: lost over the seconds");
+    } else {
+        assert!(
+            seconds >= stream,
+            "{what}: lost over the seconds {seconds} < {stream}"
+        );
+    }
+}

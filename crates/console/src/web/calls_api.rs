@@ -1,13 +1,19 @@
 //! The calls API: search, totals, one call whole (its CDR, its ladder, its streams with their
 //! figures over time), its pcap and its audio, the registrations, and the live feed.
 //!
-//! - `GET /api/calls?…` → `{"calls": [...], "next": cursor}`, newest first, keyset-paged; the
-//!   filters are `cdr::search::CallQuery`'s.
+//! - `GET /api/calls?…` → `{"calls": [...], "next": cursor, "newest_us"}`, newest first,
+//!   keyset-paged; the filters are `cdr::search::CallQuery`'s. A first page that found nothing
+//!   says where the newest call is (`newest_us`), or, with none at all (a new install: no
+//!   database yet, or an empty one), `"hint"`: how calls come to be here. An empty state is
+//!   not an error: 200, never 503.
 //! - `GET /api/calls/totals?…` → the filter's totals and buckets for the header chart.
 //! - `GET /api/calls/{uid}` → `{"call", "archived", "note", "hosts", "ladder", "streams", "t38"}`.
 //! - `GET /api/calls/{uid}/pcap`, `GET /api/calls/{uid}/audio/{stream}.wav` (or `mixed.wav`):
 //!   admins only, and each is written to the access log with its user before a byte is sent.
-//! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor}`.
+//! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor, "newest_us"}`.
+//! - `GET /api/streams?…` → `{"streams": [...], "next": cursor, "newest_us"}`: RTP streams seen
+//!   without signalling (`cdr::lone::StreamQuery`'s filters); `GET /api/streams/{uid}` one of
+//!   them.
 //! - `GET /api/live` → server-sent events: `calls` once a second while something changes (and at
 //!   least every 15 s), `unavailable` when no capture runs.
 
@@ -50,13 +56,42 @@ fn query(raw: Option<String>) -> Result<CallQuery, ApiError> {
         .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))
 }
 
+/// A search's page as JSON: an empty first page with nothing stored at all (`newest_us`
+/// null) gets `hint`, how such records come to be here; a database not created yet reads as
+/// one with nothing in it.
+async fn page_json<P: serde::Serialize + Default + Send + 'static>(
+    calls: &Arc<Calls>,
+    what: &str,
+    list: &str,
+    first: bool,
+    read: impl FnOnce(&mut dyn cdr::CdrStore) -> Result<P, cdr::CdrError> + Send + 'static,
+) -> Result<Response, ApiError> {
+    let page = match calls.read(read).await {
+        Err(CallsError::NoDatabase(_)) => P::default(),
+        other => other?,
+    };
+    let mut json = serde_json::to_value(&page)
+        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if let Some(o) = json.as_object_mut() {
+        let nothing = o
+            .get(list)
+            .and_then(|l| l.as_array())
+            .is_some_and(|l| l.is_empty())
+            && o.get("newest_us").is_none_or(|n| n.is_null());
+        if first && nothing {
+            o.insert("hint".into(), calls.source().how_to_fill(what).into());
+        }
+    }
+    Ok(axum::Json(json).into_response())
+}
+
 pub(super) async fn api_calls(
     State(state): State<Shared>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let (calls, q) = (calls_of(&state)?, query(raw)?);
-    let page = calls.read(move |s| s.search(&q)).await?;
-    Ok(axum::Json(page).into_response())
+    let first = q.after.is_none();
+    page_json(&calls, "Calls", "calls", first, move |s| s.search(&q)).await
 }
 
 pub(super) async fn api_totals(
@@ -64,7 +99,11 @@ pub(super) async fn api_totals(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let (calls, q) = (calls_of(&state)?, query(raw)?);
-    let totals = calls.read(move |s| s.totals(&q)).await?;
+    let empty = cdr::search::CallTotals::empty(&q);
+    let totals = match calls.read(move |s| s.totals(&q)).await {
+        Err(CallsError::NoDatabase(_)) => empty,
+        other => other?,
+    };
     Ok(axum::Json(totals).into_response())
 }
 
@@ -171,17 +210,33 @@ fn merge_streams(
     out
 }
 
-/// Listening and downloading are an admin's right, and each is logged with the user first.
-async fn admit(state: &Shared, user: &User, action: &str, target: String) -> Result<(), ApiError> {
+/// Listening and downloading are an admin's right: anyone else is refused before anything
+/// is read.
+fn admit(user: &User, action: &str) -> Result<(), ApiError> {
     if user.role != Role::Admin {
         return Err(api_error(
             StatusCode::FORBIDDEN,
             format!("{action} needs the admin role; {} is a viewer", user.name),
         ));
     }
-    tracing::info!(user = %user.name, action, target = %target, "call data sent");
-    let (state, name, action) = (state.clone(), user.name.clone(), action.to_owned());
-    tokio::task::spawn_blocking(move || state.accounts.log_access(&name, &action, &target))
+    Ok(())
+}
+
+/// Writes what is about to be sent to the access log with its user, once it is ready (a
+/// request refused or failed sends nothing and logs no access), and before a byte goes.
+async fn log_sent(
+    state: &Shared,
+    user: &User,
+    action: &str,
+    target: String,
+) -> Result<(), ApiError> {
+    let (st, name, act, what) = (
+        state.clone(),
+        user.name.clone(),
+        action.to_owned(),
+        target.clone(),
+    );
+    tokio::task::spawn_blocking(move || st.accounts.log_access(&name, &act, &what))
         .await
         .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(|e| {
@@ -190,7 +245,9 @@ async fn admit(state: &Shared, user: &User, action: &str, target: String) -> Res
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("the access log: {e}"),
             )
-        })
+        })?;
+    tracing::info!(user = %user.name, action, target = %target, "call data sent");
+    Ok(())
 }
 
 /// A Call-ID as a file name: token characters kept, the rest `_`.
@@ -222,9 +279,10 @@ pub(super) async fn api_pcap(
             format!("call {uid:?}: its packets were not archived"),
         ));
     }
-    admit(&state, &user, "pcap", uid.clone()).await?;
+    admit(&user, "pcap")?;
     let name = file_name(&summary.call.call_id);
     let pcap = calls.pcap(&uid, summary.call).await?;
+    log_sent(&state, &user, "pcap", uid.clone()).await?;
     Ok((
         [
             (
@@ -262,7 +320,7 @@ pub(super) async fn api_audio(
             format!("call {uid:?}: its packets were not archived, so there is nothing to play"),
         ));
     }
-    admit(&state, &user, "listen", format!("{uid} {file}")).await?;
+    admit(&user, "listen")?;
     let pcap = calls.pcap(&uid, summary.call).await?;
     let wav = tokio::task::spawn_blocking(move || {
         callview::wav(&pcap, which, &callview::Limits::default())
@@ -270,6 +328,7 @@ pub(super) async fn api_audio(
     .await
     .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
     .map_err(|e| api_error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    log_sent(&state, &user, "listen", format!("{uid} {file}")).await?;
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
 }
 
@@ -287,8 +346,47 @@ pub(super) async fn api_registrations(
     let calls = calls_of(&state)?;
     let q = cdr::registration::RegistrationQuery::from_query(raw.as_deref().unwrap_or(""))
         .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))?;
-    let page = calls.read(move |s| s.registrations(&q)).await?;
-    Ok(axum::Json(page).into_response())
+    let first = q.after.is_none();
+    let read = move |s: &mut dyn cdr::CdrStore| s.registrations(&q);
+    let what = "Registrations (the REGISTER requests a capture sees)";
+    page_json(&calls, what, "registrations", first, read).await
+}
+
+pub(super) async fn api_streams(
+    State(state): State<Shared>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let q = cdr::lone::StreamQuery::from_query(raw.as_deref().unwrap_or(""))
+        .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let first = q.after.is_none();
+    let what = "RTP streams seen without their SIP";
+    page_json(&calls, what, "streams", first, move |s| s.lone_streams(&q)).await
+}
+
+/// One stream without a call: `{"stream", "archived", "note"}`. The archive keeps a call's
+/// packets; a stream without a call has none there, so its page shows the CDR's figures.
+pub(super) async fn api_stream(
+    State(state): State<Shared>,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let key = uid.clone();
+    let stream = calls
+        .read(move |s| s.lone_stream_by_uid(&key))
+        .await?
+        .ok_or_else(|| {
+            api_error(
+                StatusCode::NOT_FOUND,
+                format!("no stream without a call has uid {uid:?}"),
+            )
+        })?;
+    Ok(axum::Json(serde_json::json!({
+        "stream": stream,
+        "archived": false,
+        "note": "The archive keeps the packets of calls; this stream came without SIP, so no packets of it were kept: its figures are the CDR's, with no chart over time and no audio.",
+    }))
+    .into_response())
 }
 
 pub(super) async fn api_live(State(state): State<Shared>) -> Response {

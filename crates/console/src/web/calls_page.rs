@@ -1,5 +1,5 @@
-//! The calls, call, live and registrations pages: shells that name the user and read the
-//! calls API (`calls_api.rs`) from `assets/calls.js`.
+//! The calls, call, live, registrations and streams pages: shells that name the user and read
+//! the calls API (`calls_api.rs`) from `assets/calls.js`.
 
 use super::html;
 use crate::accounts::{Role, User};
@@ -86,6 +86,48 @@ pub(super) async fn registrations_page(axum::Extension(u): axum::Extension<User>
         page: "registrations",
         user: u.name,
         admin,
+    };
+    html(StatusCode::OK, page)
+}
+
+#[derive(Template)]
+#[template(path = "streams.html")]
+struct StreamsPage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+}
+
+#[derive(Template)]
+#[template(path = "stream.html")]
+struct StreamPage {
+    page: &'static str,
+    user: String,
+    admin: bool,
+    uid: String,
+}
+
+pub(super) async fn streams_page(axum::Extension(u): axum::Extension<User>) -> Response {
+    let admin = admin(&u);
+    let page = StreamsPage {
+        page: "streams",
+        user: u.name,
+        admin,
+    };
+    html(StatusCode::OK, page)
+}
+
+pub(super) async fn stream_page(
+    axum::Extension(u): axum::Extension<User>,
+    Path(uid): Path<String>,
+) -> Response {
+    let admin = admin(&u);
+    // The uid goes into an attribute: askama escapes it.
+    let page = StreamPage {
+        page: "streams",
+        user: u.name,
+        admin,
+        uid,
     };
     html(StatusCode::OK, page)
 }
