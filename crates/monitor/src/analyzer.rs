@@ -517,6 +517,7 @@ pub(crate) struct CallShard {
     max_calls: usize,
     max_streams: usize,
     dialogs: FastMap<Arc<str>, Dialog>,
+    /// REGISTER chains by [`registration_key`].
     registrations: FastMap<Box<str>, Registration>,
     streams: FastMap<PackedKey, StreamSlot>,
     by_ssrc: FastMap<u32, StreamKey>,
@@ -669,7 +670,9 @@ impl CallShard {
         let Some(call_id) = m.call_id() else { return };
         let method = m.method().unwrap_or("");
         if method == "REGISTER" {
-            if let Some(r) = self.registrations.get_mut(call_id) {
+            // A chain is one To user's requests in one Call-ID (see `Registration`).
+            let key = registration_key(call_id, m);
+            if let Some(r) = self.registrations.get_mut(&key) {
                 if m.is_request() {
                     r.on_request(ts_ns, m);
                 } else {
@@ -681,7 +684,7 @@ impl CallShard {
                     return;
                 }
                 self.registrations.insert(
-                    call_id.into(),
+                    key,
                     Registration::from_request(ts_ns, src, dst, call_id, m),
                 );
             }
@@ -1020,6 +1023,17 @@ impl CallShard {
             calls_started: self.calls_started,
         }
     }
+}
+
+/// The key of a REGISTER chain: its Call-ID and its To user, apart by a line feed, which
+/// neither can hold.
+fn registration_key(call_id: &str, m: &Message<'_>) -> Box<str> {
+    let user = m.to().map(|t| t.user()).unwrap_or("");
+    let mut key = String::with_capacity(call_id.len() + 1 + user.len());
+    key.push_str(call_id);
+    key.push('\n');
+    key.push_str(user);
+    key.into()
 }
 
 /// Most (Call-ID, source, destination) keys tracked for resends; past it the table starts over
