@@ -75,6 +75,7 @@ use sip::sdp::Sdp;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::clock::{ClockStep, ClockSteps};
 use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
 use crate::dialog::{CallState, Dialog, Registration};
 use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
@@ -188,6 +189,9 @@ pub struct Counters {
     pub endpoints_dropped: u64,
     pub fragments_reassembled: u64,
     pub fragments_expired: u64,
+    /// Forward jumps of the capture's clock over a day, taken as steps of the clock
+    /// ([`crate::clock`]): counted by the reading thread.
+    pub clock_steps: u64,
 }
 
 impl Counters {
@@ -494,6 +498,8 @@ pub(crate) enum Event {
     Tick {
         ts_ns: i64,
     },
+    /// The capture's clock stepped forward ([`crate::clock`]): before this frame's events.
+    ClockStep(ClockStep),
 }
 
 /// What an RTP event says about its flow's call.
@@ -540,6 +546,8 @@ pub(crate) struct CallShard {
     board_now_ns: i64,
     /// The only shard: a stream whose call is not among its dialogs belongs to no open call.
     sole: bool,
+    /// Steps of the capture's clock, taken out of idle times.
+    clock: ClockSteps,
 }
 
 /// The frame being analysed, for the tap.
@@ -570,6 +578,7 @@ impl CallShard {
             board_wall: None,
             board_now_ns: 0,
             sole: shards == 1,
+            clock: ClockSteps::default(),
         }
     }
 
@@ -648,6 +657,7 @@ impl CallShard {
                     self.report(&c, TapKind::Udptl, cur);
                 }
             }
+            Event::ClockStep(step) => self.clock.push(step),
             Event::Tick { ts_ns } => {
                 self.sweep(ts_ns, false);
                 self.publish_calls(ts_ns, false);
@@ -683,10 +693,8 @@ impl CallShard {
                     self.out.counters.registrations_dropped += 1;
                     return;
                 }
-                self.registrations.insert(
-                    key,
-                    Registration::from_request(ts_ns, src, dst, call_id, m),
-                );
+                self.registrations
+                    .insert(key, Registration::from_request(ts_ns, src, dst, call_id, m));
             }
             return;
         }
@@ -855,6 +863,10 @@ impl CallShard {
         let idle = self.cfg.call_idle_timeout_ms as i64 * ms;
         let answered_idle = self.cfg.answered_idle_timeout_ms as i64 * ms;
         let streams = &self.streams;
+        // Idle times leave out the steps of the capture's clock (taken out of `self` meanwhile,
+        // so that records can be closed while it is borrowed).
+        let clock = std::mem::take(&mut self.clock);
+        let idle_since = |then_ns: i64| clock.elapsed(then_ns, now_ns);
         let done: Vec<Arc<str>> = self
             .dialogs
             .iter()
@@ -867,7 +879,7 @@ impl CallShard {
                 {
                     let challenged =
                         d.state == CallState::Failed && matches!(d.last_code, 401 | 407);
-                    return now_ns - end > if challenged { auth_linger } else { linger };
+                    return idle_since(end) > if challenged { auth_linger } else { linger };
                 }
                 let media_last = d
                     .streams
@@ -881,7 +893,7 @@ impl CallShard {
                 } else {
                     idle
                 };
-                now_ns - last > limit
+                idle_since(last) > limit
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -915,7 +927,7 @@ impl CallShard {
             .streams
             .iter()
             .filter(|(_, s)| {
-                all || (now_ns - s.stream.last_ns > stream_idle
+                all || (idle_since(s.stream.last_ns) > stream_idle
                     && s.call.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
             })
             .map(|(_, s)| s.stream.key)
@@ -927,7 +939,7 @@ impl CallShard {
         }
         let dialogs = &self.dialogs;
         let idle_t38 = self.t38.extract_if(|_, r| {
-            all || (now_ns - r.flow.last_ns > stream_idle
+            all || (idle_since(r.flow.last_ns) > stream_idle
                 && r.call_id.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
         });
         self.out.t38.extend(idle_t38.map(|(_, r)| r));
@@ -935,7 +947,7 @@ impl CallShard {
         let regs: Vec<Box<str>> = self
             .registrations
             .iter()
-            .filter(|(_, r)| all || now_ns - r.last_ns > reg_idle)
+            .filter(|(_, r)| all || idle_since(r.last_ns) > reg_idle)
             .map(|(k, _)| k.clone())
             .collect();
         for k in regs {
@@ -943,6 +955,7 @@ impl CallShard {
                 self.out.registrations.push(r);
             }
         }
+        self.clock = clock;
     }
 
     /// Publishes the calls in progress and their streams on the board: on the shard's tick,
@@ -1143,6 +1156,8 @@ struct Front {
     counters: Counters,
     rtcp_blocks: Vec<ReportBlock>,
     tcp_messages: Vec<Vec<u8>>,
+    /// Steps of the capture's clock: found by the reading thread's front, told to workers'.
+    clock: ClockSteps,
 }
 
 impl Front {
@@ -1170,6 +1185,26 @@ impl Front {
             counters: Counters::default(),
             rtcp_blocks: Vec::new(),
             tcp_messages: Vec::new(),
+            clock: ClockSteps::default(),
+        }
+    }
+
+    /// Whether the frame at `ts_ns` steps the capture's clock (the reading thread asks, before
+    /// the frame counts as the latest): then the step is counted, logged and remembered.
+    fn find_clock_step(&mut self, ts_ns: i64) -> Option<ClockStep> {
+        self.first_ns?;
+        let step = ClockStep::between(self.last_ns, ts_ns)?;
+        self.counters.clock_steps += 1;
+        step.log(self.counters.clock_steps);
+        Some(step)
+    }
+
+    /// Takes a step of the clock into account here and in the shards, before the frame after
+    /// it.
+    fn clock_step(&mut self, step: ClockStep, emit: &mut dyn FnMut(u16, Event)) {
+        self.clock.push(step);
+        for s in 0..self.shards {
+            emit(s as u16, Event::ClockStep(step));
         }
     }
 
@@ -1199,6 +1234,12 @@ impl Front {
     ) {
         self.counters.packets += 1;
         self.counters.bytes += frame.len() as u64;
+        // A worker's front sees a part of the frames: the reading thread finds the steps.
+        if self.me.is_none()
+            && let Some(step) = self.find_clock_step(ts_ns)
+        {
+            self.clock_step(step, emit);
+        }
         if self.first_ns.is_none() {
             self.first_ns = Some(ts_ns);
         }
@@ -1421,10 +1462,12 @@ impl Front {
         }
         self.last_endpoint_sweep_ns = now_ns;
         let idle = self.cfg.endpoint_idle_timeout_ms as i64 * 1_000_000;
-        self.endpoints.retain(|_, e| now_ns - e.last_ns <= idle);
+        let clock = &self.clock;
+        self.endpoints
+            .retain(|_, e| clock.elapsed(e.last_ns, now_ns) <= idle);
         let flow_idle = self.cfg.stream_idle_timeout_ms as i64 * 1_000_000;
         self.flows
-            .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
+            .retain(|_, f| clock.elapsed(f.last_ns, now_ns) <= flow_idle.max(idle));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1771,6 +1814,8 @@ struct RawBatch {
     packets: Vec<(i64, u32, usize, usize, bool)>,
     /// Time of the capture's first packet, so that every worker measures from the same origin.
     first_ns: i64,
+    /// Steps of the capture's clock, each before the packet at its index in `packets`.
+    clock_steps: Vec<(usize, ClockStep)>,
 }
 
 enum Backend {
@@ -1882,7 +1927,10 @@ impl Monitor {
                         let mut seq = 0u64;
                         while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
-                            for &(ts, lt, start, len, counted) in &batch.packets {
+                            let mut steps = batch.clock_steps.iter().peekable();
+                            for (i, &(ts, lt, start, len, counted)) in
+                                batch.packets.iter().enumerate()
+                            {
                                 let frame = &batch.data[start..start + len];
                                 seq += 1;
                                 let cur = Current {
@@ -1898,6 +1946,9 @@ impl Monitor {
                                         shard.handle(ev, &cur);
                                     }
                                 };
+                                while let Some((_, step)) = steps.next_if(|(at, _)| *at <= i) {
+                                    front.clock_step(*step, &mut emit);
+                                }
                                 if counted {
                                     front.packet(ts, lt, frame, &mut emit);
                                 } else {
@@ -1912,6 +1963,7 @@ impl Monitor {
                             published.publish(shard.live(&front.counters), &live);
                             batch.data.clear();
                             batch.packets.clear();
+                            batch.clock_steps.clear();
                             // The reader may have stopped taking them back: then drop it.
                             let _ = back_tx.try_send(batch);
                         }
@@ -2022,6 +2074,11 @@ impl Monitor {
                 hasher,
                 ..
             } => {
+                if let Some(step) = self.front.find_clock_step(ts_ns) {
+                    for b in batches.iter_mut() {
+                        b.clock_steps.push((b.packets.len(), step));
+                    }
+                }
                 let first_ns = *self.front.first_ns.get_or_insert(ts_ns);
                 self.front.counters.packets += 1;
                 if self

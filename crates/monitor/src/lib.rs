@@ -12,6 +12,7 @@
 //! records is the `cdr` crate's job.
 
 pub mod analyzer;
+pub mod clock;
 pub mod decode;
 pub mod dialog;
 pub mod live;

@@ -87,7 +87,12 @@ fn a_registered_chain_stays_registered_when_a_refresh_is_challenged_again() {
             (false, response("1001", 2, "100 Trying", "")),
             (
                 false,
-                response("1001", 2, OK, "Contact: <sip:1001@10.0.0.5:5060>;expires=1800\r\n"),
+                response(
+                    "1001",
+                    2,
+                    OK,
+                    "Contact: <sip:1001@10.0.0.5:5060>;expires=1800\r\n",
+                ),
             ),
             // The refresh is challenged, and the phone has not answered it yet.
             (true, register("1001", 3, contact, 3600)),
