@@ -77,9 +77,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::clock::{ClockStep, ClockSteps};
 use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
-use crate::dialog::{CallState, Dialog, Registration};
+use crate::dialog::{CallState, Dialog, Registration, SdpFacts};
 use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
 use crate::live_calls::{LIVE_STREAMS_PER_CALL, LiveCall, LiveCalls, LiveStream, ShardPart};
+use crate::offer::{PENDING_OFFERS_MAX, PendingOffers, RtpTail, offer_cseq};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
 use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
@@ -270,9 +271,16 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
-    /// A fax call: some of its media went over T.38.
+    /// A fax call: some of its media went over T.38. An offer of T.38 that was refused
+    /// leaves a call no fax ([`Dialog::t38_offered`] tells it).
     pub fn is_fax(&self) -> bool {
         !self.t38.is_empty()
+    }
+
+    /// Its media is SRTP: an offer or answer said so (`RTP/SAVP`, `RTP/SAVPF`,
+    /// `UDP/TLS/RTP/SAVPF`), even when none of its RTP was captured.
+    pub fn is_encrypted(&self) -> bool {
+        self.dialog.sdp.srtp || self.streams.iter().any(|s| s.stream.encrypted)
     }
 
     /// The call's keypad digits, RFC 4733 events of its streams and INFO requests alike, in
@@ -437,6 +445,9 @@ struct Endpoint {
     media: Media,
     /// SRTP (`RTP/SAVP`...): the payload is encrypted, the header is not.
     encrypted: bool,
+    /// The last RTP packet sent to this address and from it: a datagram that continues one is
+    /// RTP even on a port moved to T.38 since ([`crate::offer`]).
+    rtp_tails: [RtpTail; 2],
 }
 
 /// Where a flow's packets go, and the call last told to that shard for it.
@@ -455,6 +466,8 @@ pub(crate) enum Event {
         data: Box<[u8]>,
         /// The dynamic payload types its SDP names (not telephone-event), if any.
         codecs: Option<Codecs>,
+        /// What its SDP, if any, says of the call's media.
+        sdp: SdpFacts,
     },
     Rtp {
         ts_ns: i64,
@@ -599,9 +612,10 @@ impl CallShard {
                 dst,
                 data,
                 codecs,
+                sdp,
             } => {
                 if let Ok(m) = Message::parse(&data) {
-                    self.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), cur);
+                    self.on_sip(ts_ns, src, dst, &m, (sdp, codecs.as_deref()), cur);
                 }
             }
             Event::Rtp {
@@ -674,7 +688,7 @@ impl CallShard {
         src: SocketAddr,
         dst: SocketAddr,
         m: &Message<'_>,
-        codecs: Option<&[(u8, Box<str>)]>,
+        (facts, codecs): SdpSeen<'_>,
         cur: &Current<'_>,
     ) {
         let Some(call_id) = m.call_id() else { return };
@@ -700,7 +714,7 @@ impl CallShard {
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, dst, m);
-            d.learn_codecs(codecs.unwrap_or_default());
+            d.learn_sdp(facts, codecs.unwrap_or_default());
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
                 self.out.counters.calls_dropped += 1;
@@ -708,7 +722,7 @@ impl CallShard {
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, dst, m);
-            d.learn_codecs(codecs.unwrap_or_default());
+            d.learn_sdp(facts, codecs.unwrap_or_default());
             self.dialogs.insert(Arc::from(call_id), d);
             self.calls_started += 1;
         } else {
@@ -1158,6 +1172,8 @@ struct Front {
     tcp_messages: Vec<Vec<u8>>,
     /// Steps of the capture's clock: found by the reading thread's front, told to workers'.
     clock: ClockSteps,
+    /// Offers that change a known address's kind, until their answer ([`crate::offer`]).
+    offers: PendingOffers<PackedAddr, Endpoint>,
 }
 
 impl Front {
@@ -1186,6 +1202,7 @@ impl Front {
             rtcp_blocks: Vec::new(),
             tcp_messages: Vec::new(),
             clock: ClockSteps::default(),
+            offers: PendingOffers::new(PENDING_OFFERS_MAX),
         }
     }
 
@@ -1385,14 +1402,21 @@ impl Front {
         }
         let shard = self.shard_of(&call_id);
         let mut codecs = None;
+        let mut facts = SdpFacts::default();
+        let mut answer = None;
         if m.has_sdp() {
             match Sdp::parse(m.body) {
                 Ok(sdp) => {
-                    self.learn_endpoints(ts_ns, call_id, shard, &sdp);
+                    self.learn_endpoints(ts_ns, call_id, shard, &sdp, offer_cseq(&m));
                     codecs = dynamic_codecs(&sdp);
+                    facts = SdpFacts::of(&sdp);
+                    answer = Some(sdp);
                 }
                 Err(_) => self.counters.sdp_parse_errors += 1,
             }
+        }
+        if !self.offers.is_empty() {
+            self.settle_offer(call_id, &m, answer.as_ref());
         }
         emit(
             shard,
@@ -1402,16 +1426,27 @@ impl Front {
                 dst,
                 data: m_bytes(data, &m),
                 codecs,
+                sdp: facts,
             },
         );
     }
 
-    fn learn_endpoints(&mut self, ts_ns: i64, call_id: &str, shard: u16, sdp: &Sdp<'_>) {
+    /// Learns the media addresses of an SDP. An offer's change of an address's kind (audio to
+    /// T.38 or back) waits for its answer (`offer_cseq`: the offer's CSeq, `None` for an
+    /// answer); the rest applies at once.
+    fn learn_endpoints(
+        &mut self,
+        ts_ns: i64,
+        call_id: &str,
+        shard: u16,
+        sdp: &Sdp<'_>,
+        offer_cseq: Option<u32>,
+    ) {
         let call: Arc<str> = Arc::from(call_id);
+        let mut changes = Vec::new();
         for media in &sdp.media {
             let Some(ip) = media.connection else { continue };
-            let t38 = media.kind.eq_ignore_ascii_case("image")
-                && media.proto.eq_ignore_ascii_case("udptl");
+            let t38 = crate::dialog::is_t38(media);
             if media.port == 0 || (media.payload_types.is_empty() && !t38) {
                 continue;
             }
@@ -1431,28 +1466,57 @@ impl Front {
             // RTCP needs no endpoint: it is routed by the flow of the stream it reports on.
             let addr = SocketAddr::new(ip, media.port);
             let addr = PackedAddr::new(addr);
-            if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints
-            {
-                self.counters.endpoints_dropped += 1;
+            let known = self.endpoints.get(&addr);
+            let endpoint = Endpoint {
+                call: call.clone(),
+                shard,
+                dynamic,
+                last_ns: ts_ns,
+                t38,
+                events_pt: media
+                    .rtpmaps
+                    .iter()
+                    .find(|m| m.encoding.eq_ignore_ascii_case("telephone-event"))
+                    .map(|m| m.payload_type),
+                media: Media::from_sdp(media.kind),
+                encrypted: crate::rtp::is_srtp_proto(media.proto),
+                rtp_tails: known.map_or_else(Default::default, |e| e.rtp_tails),
+            };
+            if offer_cseq.is_some() && known.is_some_and(|e| e.t38 != t38 && *e.call == *call_id) {
+                changes.push((addr, endpoint, t38));
                 continue;
             }
-            self.endpoints.insert(
-                addr,
-                Endpoint {
-                    call: call.clone(),
-                    shard,
-                    dynamic,
-                    last_ns: ts_ns,
-                    t38,
-                    events_pt: media
-                        .rtpmaps
-                        .iter()
-                        .find(|m| m.encoding.eq_ignore_ascii_case("telephone-event"))
-                        .map(|m| m.payload_type),
-                    media: Media::from_sdp(media.kind),
-                    encrypted: crate::rtp::is_srtp_proto(media.proto),
-                },
-            );
+            self.add_endpoint(addr, endpoint);
+        }
+        if let Some(cseq) = offer_cseq
+            && let Some(full) = self.offers.hold(call_id, cseq, ts_ns, changes)
+        {
+            for (addr, endpoint, _) in full {
+                self.add_endpoint(addr, endpoint);
+            }
+        }
+    }
+
+    /// Adds or replaces an endpoint, within `max_endpoints`.
+    fn add_endpoint(&mut self, addr: PackedAddr, endpoint: Endpoint) {
+        if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints {
+            self.counters.endpoints_dropped += 1;
+            return;
+        }
+        self.endpoints.insert(addr, endpoint);
+    }
+
+    /// Applies what an answer to a pending offer accepts of it.
+    #[cold]
+    fn settle_offer(&mut self, call_id: &str, m: &Message<'_>, answer: Option<&Sdp<'_>>) {
+        for (addr, endpoint) in self.offers.settle(call_id, m, answer) {
+            // The address kept its RTP since the offer: carry that on.
+            let tails = self.endpoints.get(&addr).map(|e| e.rtp_tails);
+            let endpoint = Endpoint {
+                rtp_tails: tails.unwrap_or(endpoint.rtp_tails),
+                ..endpoint
+            };
+            self.add_endpoint(addr, endpoint);
         }
     }
 
@@ -1465,6 +1529,10 @@ impl Front {
         let clock = &self.clock;
         self.endpoints
             .retain(|_, e| clock.elapsed(e.last_ns, now_ns) <= idle);
+        // An offer unanswered for as long as an unanswered call lives is not answered.
+        let offer_idle = self.cfg.call_idle_timeout_ms as i64 * 1_000_000;
+        self.offers
+            .retain(|ts_ns| clock.elapsed(ts_ns, now_ns) <= offer_idle);
         let flow_idle = self.cfg.stream_idle_timeout_ms as i64 * 1_000_000;
         self.flows
             .retain(|_, f| clock.elapsed(f.last_ns, now_ns) <= flow_idle.max(idle));
@@ -1495,18 +1563,24 @@ impl Front {
             return false;
         }
         let now_ms = self.rel_ms(ts_ns);
-        let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
-            Some(e) => Some(e),
-            None => self.endpoints.get_mut(&PackedAddr::new(src)),
+        // Which way the packet goes for the endpoint found: to it (0) or from it (1).
+        let (ep, way) = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
+            Some(e) => (Some(e), 0),
+            None => (self.endpoints.get_mut(&PackedAddr::new(src)), 1),
         };
-        if ep.as_ref().is_some_and(|e| e.t38) {
-            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number.
+        if ep
+            .as_ref()
+            .is_some_and(|e| e.t38 && !e.rtp_tails[way].continued_by(&h))
+        {
+            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number
+            // (unless the datagram continues the RTP stream the port carried).
             self.counters.rtp_packets -= 1;
             return true;
         }
         let (call, call_shard, clock_rate, (media, encrypted, dtmf)) = match ep {
             Some(e) => {
                 e.last_ns = ts_ns;
+                e.rtp_tails[way] = RtpTail::of(&h);
                 let rate = if h.payload_type < 96 {
                     crate::rtp::static_clock_rate(h.payload_type)
                 } else {
@@ -1646,6 +1720,9 @@ fn pin_flow(
 
 /// Names of dynamic payload types, as an SDP's `a=rtpmap` lines give them.
 pub(crate) type Codecs = Box<[(u8, Box<str>)]>;
+
+/// What a SIP message's SDP told its call: its facts and the names of its dynamic payload types.
+type SdpSeen<'a> = (SdpFacts, Option<&'a [(u8, Box<str>)]>);
 
 /// The dynamic payload types an SDP names, telephone events aside (the front tells those apart
 /// itself); `None` when there are none, as in most G.711 calls, so that nothing is allocated.
@@ -2051,9 +2128,11 @@ impl Monitor {
                             dst,
                             data,
                             codecs,
+                            sdp,
                         } => {
                             if let Ok(m) = Message::parse(&data) {
-                                shard.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), &cur);
+                                let sdp = (sdp, codecs.as_deref());
+                                shard.on_sip(ts_ns, src, dst, &m, sdp, &cur);
                             }
                         }
                         other => shard.handle(other, &cur),

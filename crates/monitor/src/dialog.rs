@@ -86,6 +86,8 @@ pub struct Dialog {
     pub sip_messages: u32,
     /// The RTP streams tied to this call by its SDP, in order of first packet.
     pub streams: Vec<crate::rtp::StreamKey>,
+    /// What the call's offers and answers said of its media as a whole.
+    pub sdp: SdpFacts,
     /// What few calls have: INFO digits, named dynamic payload types. Boxed, so that a call
     /// without them costs one pointer.
     extras: Option<Box<DialogExtras>>,
@@ -99,6 +101,37 @@ struct DialogExtras {
     /// Dynamic payload types and the encodings the SDP named them (`96 H264`), the latest
     /// naming of each (at most [`CODECS_MAX`]).
     codecs: Vec<(u8, Box<str>)>,
+}
+
+/// What a call's SDP said of its media beyond addresses: facts of the call that hold even when
+/// none of its media was captured. Each is set by any offer or answer of the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SdpFacts {
+    /// A stream was `m=image … udptl t38`: a fax was offered, whether or not it was accepted.
+    pub t38: bool,
+    /// A stream was `RTP/SAVP`, `RTP/SAVPF` or `UDP/TLS/RTP/SAVPF`: its media is SRTP.
+    pub srtp: bool,
+}
+
+impl SdpFacts {
+    /// The facts of one SDP's streams (those not declined with port 0).
+    pub fn of(sdp: &sip::sdp::Sdp<'_>) -> SdpFacts {
+        let live = || sdp.media.iter().filter(|m| m.port != 0);
+        SdpFacts {
+            t38: live().any(|m| is_t38(m)),
+            srtp: live().any(|m| crate::rtp::is_srtp_proto(m.proto)),
+        }
+    }
+
+    fn merge(&mut self, o: SdpFacts) {
+        self.t38 |= o.t38;
+        self.srtp |= o.srtp;
+    }
+}
+
+/// An `m=image … udptl …` stream: T.38 over UDPTL.
+pub fn is_t38(media: &sip::sdp::Media<'_>) -> bool {
+    media.kind.eq_ignore_ascii_case("image") && media.proto.eq_ignore_ascii_case("udptl")
 }
 
 /// At most this many named dynamic payload types are kept per call.
@@ -146,6 +179,7 @@ impl Dialog {
             reinvites: 0,
             sip_messages: 0,
             streams: Vec::new(),
+            sdp: SdpFacts::default(),
             extras: None,
         }
     }
@@ -159,6 +193,18 @@ impl Dialog {
     /// naming of each (at most [`CODECS_MAX`]).
     pub fn codecs(&self) -> &[(u8, Box<str>)] {
         self.extras.as_ref().map_or(&[], |e| &e.codecs)
+    }
+
+    /// A T.38 stream was offered (or answered), accepted or not: see [`SdpFacts`].
+    pub fn t38_offered(&self) -> bool {
+        self.sdp.t38
+    }
+
+    /// Takes what an offer or answer of the call said: its facts, the names it gave dynamic
+    /// payload types.
+    pub fn learn_sdp(&mut self, facts: SdpFacts, codecs: &[(u8, Box<str>)]) {
+        self.sdp.merge(facts);
+        self.learn_codecs(codecs);
     }
 
     /// Takes the names an SDP gave dynamic payload types.

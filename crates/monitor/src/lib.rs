@@ -18,6 +18,7 @@ pub mod dialog;
 pub mod live;
 pub mod live_calls;
 pub mod mos;
+mod offer;
 pub mod pcap;
 pub mod rtp;
 pub mod synth;
