@@ -25,30 +25,21 @@ pub fn sdp(ip: &str, media: &str) -> String {
     format!("v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n{media}\r\n")
 }
 
+/// The caller's (`a`) or the callee's SDP with one stream on its media port: `m=` line's
+/// media, port, and the rest.
+fn side_sdp(a: bool, media: &str, rest: &str) -> String {
+    let (ip, port) = if a { ("10.0.0.1", 4000) } else { ("10.0.0.2", 5000) };
+    sdp(ip, &format!("m={media} {port} {rest}"))
+}
+
 /// PCMA on the side's media port: `a` the caller, else the callee.
 pub fn audio_sdp(a: bool) -> String {
-    let (ip, port) = if a {
-        ("10.0.0.1", 4000)
-    } else {
-        ("10.0.0.2", 5000)
-    };
-    sdp(
-        ip,
-        &format!("m=audio {port} RTP/AVP 8\r\na=rtpmap:8 PCMA/8000"),
-    )
+    side_sdp(a, "audio", "RTP/AVP 8\r\na=rtpmap:8 PCMA/8000")
 }
 
 /// T.38 over UDPTL on the side's media port (the same as its audio).
 pub fn fax_sdp(a: bool) -> String {
-    let (ip, port) = if a {
-        ("10.0.0.1", 4000)
-    } else {
-        ("10.0.0.2", 5000)
-    };
-    sdp(
-        ip,
-        &format!("m=image {port} udptl t38\r\na=T38FaxVersion:0"),
-    )
+    side_sdp(a, "image", "udptl t38\r\na=T38FaxVersion:0")
 }
 
 pub fn sip(start: &str, cseq: &str, body: Option<&str>) -> String {
