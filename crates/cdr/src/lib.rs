@@ -189,6 +189,13 @@ pub struct CdrCall {
     /// A fax call's result: `completed` or `interrupted`.
     #[serde(default)]
     pub fax_result: Option<String>,
+    /// The call's media is SRTP: an offer or answer said `RTP/SAVP`, `RTP/SAVPF` or
+    /// `UDP/TLS/RTP/SAVPF` (whether or not its RTP was captured).
+    #[serde(default)]
+    pub encrypted: bool,
+    /// T.38 was offered in the call, accepted or not (a refused offer leaves no `fax_result`).
+    #[serde(default)]
+    pub t38_offered: bool,
     /// The sensor that saw the call. [`CdrWriter::submit`] fills it from its configuration
     /// when empty; the store writes `local` for an empty one.
     #[serde(default)]
@@ -196,9 +203,10 @@ pub struct CdrCall {
 }
 
 /// The columns of `cdr` added after its first release, in order, with their SQLite and
-/// PostgreSQL types: where the call is archived, its digits, its fax. Opening a database adds
-/// those it lacks.
-pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
+/// PostgreSQL types: where the call is archived, its digits, its fax, whether it was SRTP and
+/// offered T.38. Opening an SQLite database adds those it lacks; PostgreSQL gets the first
+/// [`migrate::V1_LATER_COLUMNS`] from migration 1 and the others from the migrations after it.
+pub const LATER_COLUMNS: [(&str, &str, &str); 15] = [
     ("sip_tar", "TEXT", "TEXT"),
     ("sip_member", "TEXT", "TEXT"),
     ("sip_offset", "INTEGER", "BIGINT"),
@@ -212,6 +220,8 @@ pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
     ("dtmf", "TEXT", "TEXT"),
     ("fax_pages", "INTEGER", "BIGINT"),
     ("fax_result", "TEXT", "TEXT"),
+    ("encrypted", "INTEGER", "BOOLEAN"),
+    ("t38_offered", "INTEGER", "BOOLEAN"),
 ];
 
 /// The search columns of `cdr` ([`search`]), with their SQLite and PostgreSQL types. The store
@@ -391,6 +401,8 @@ CREATE TABLE IF NOT EXISTS cdr (
     dtmf           TEXT,
     fax_pages      INTEGER,
     fax_result     TEXT,
+    encrypted      INTEGER,
+    t38_offered    INTEGER,
     uid            TEXT,
     sensor         TEXT,
     caller_rev     TEXT,
@@ -665,7 +677,9 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         dtmf: r.get::<_, Option<String>>(o + 27)?.unwrap_or_default(),
         fax_pages: r.get(o + 28)?,
         fax_result: r.get(o + 29)?,
-        sensor: r.get::<_, Option<String>>(o + 30)?.unwrap_or_default(),
+        encrypted: r.get::<_, Option<bool>>(o + 30)?.unwrap_or_default(),
+        t38_offered: r.get::<_, Option<bool>>(o + 31)?.unwrap_or_default(),
+        sensor: r.get::<_, Option<String>>(o + 32)?.unwrap_or_default(),
     })
 }
 
@@ -689,7 +703,8 @@ pub(crate) fn upsert_set(columns: &str) -> String {
 pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
-     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, sensor";
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, \
+     encrypted, t38_offered, sensor";
 
 /// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
 pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
@@ -1052,7 +1067,7 @@ pub(crate) fn sqlite_insert_call(
     uid: Option<&str>,
 ) -> rusqlite::Result<i64> {
     let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
-    let p: [&dyn ToSql; 40] = [
+    let p: [&dyn ToSql; 42] = [
         &c.call_id,
         &c.caller,
         &c.called,
@@ -1083,6 +1098,8 @@ pub(crate) fn sqlite_insert_call(
         &c.dtmf,
         &c.fax_pages,
         &c.fax_result,
+        &c.encrypted,
+        &c.t38_offered,
         &d.sensor,
         &d.caller_rev,
         &d.called_rev,
