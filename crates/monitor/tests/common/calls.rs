@@ -28,7 +28,11 @@ pub fn sdp(ip: &str, media: &str) -> String {
 /// The caller's (`a`) or the callee's SDP with one stream on its media port: `m=` line's
 /// media, port, and the rest.
 fn side_sdp(a: bool, media: &str, rest: &str) -> String {
-    let (ip, port) = if a { ("10.0.0.1", 4000) } else { ("10.0.0.2", 5000) };
+    let (ip, port) = if a {
+        ("10.0.0.1", 4000)
+    } else {
+        ("10.0.0.2", 5000)
+    };
     sdp(ip, &format!("m={media} {port} {rest}"))
 }
 
