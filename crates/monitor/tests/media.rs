@@ -508,3 +508,38 @@ fn digits_sent_in_sip_info_are_the_call_s_digits() {
     );
     assert_eq!(call.digits(), "7#");
 }
+
+/// A call whose offer or answer is SRTP (`RTP/SAVP`, `RTP/SAVPF`, `UDP/TLS/RTP/SAVPF`) is
+/// encrypted from its SDP alone, with none of its RTP captured; `RTP/AVP` both ways is not.
+#[test]
+fn an_srtp_offer_or_answer_makes_the_call_encrypted_without_its_media() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = |ip: &str, port: u16, proto: &str| {
+        sdp(
+            ip,
+            &format!("m=audio {port} {proto} 8\r\na=rtpmap:8 PCMA/8000"),
+        )
+    };
+    for (offer, answer, encrypted) in [
+        ("UDP/TLS/RTP/SAVPF", "UDP/TLS/RTP/SAVPF", true),
+        ("RTP/AVP", "RTP/SAVP", true),
+        ("RTP/SAVPF", "RTP/AVP", true),
+        ("RTP/AVP", "RTP/AVP", false),
+    ] {
+        let path = dir.path().join("srtp.pcap");
+        let mut b = PcapBuilder::create(&path).unwrap();
+        let t = answered_call(
+            &mut b,
+            1_700_000_000_000_000_000,
+            &side("10.0.0.1", 4000, offer),
+            &side("10.0.0.2", 5000, answer),
+            1,
+        );
+        bye(&mut b, t + 1_000_000_000, 2);
+        b.finish().unwrap();
+        let a = analyse(&path, 1);
+        let call = &a.calls[0];
+        assert!(call.streams.is_empty());
+        assert_eq!(call.is_encrypted(), encrypted, "{offer} / {answer}");
+    }
+}
