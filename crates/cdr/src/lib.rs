@@ -23,8 +23,9 @@
 //! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
 //! before these columns existed get them added when opened ([`LATER_COLUMNS`]).
 //!
-//! Media beyond voice: each call row has its keypad digits (`dtmf`) and, for a fax, its pages
-//! and result (`fax_pages`, `fax_result`); a `cdr_t38` table has one row per T.38 flow
+//! Media beyond voice: each call row has its keypad digits (`dtmf`), for a fax its pages and
+//! result (`fax_pages`, `fax_result`), and whether its SDP was SRTP (`encrypted`) and offered
+//! T.38 (`t38_offered`, refused offers included); a `cdr_t38` table has one row per T.38 flow
 //! ([`CdrT38`]).
 //!
 //! Search (the console's calls pages, [`search`]): each call row also has columns the store
