@@ -1431,9 +1431,9 @@ impl Front {
         );
     }
 
-    /// Learns the media addresses of an SDP. An offer's change of an address's kind (audio to
-    /// T.38 or back) waits for its answer (`offer_cseq`: the offer's CSeq, `None` for an
-    /// answer); the rest applies at once.
+    /// Learns the media addresses of an SDP. An offer's T.38 streams, and its RTP streams on
+    /// the call's T.38 addresses, wait for its answer (`offer_cseq`: the offer's CSeq, `None`
+    /// for an answer); the rest applies at once.
     fn learn_endpoints(
         &mut self,
         ts_ns: i64,
@@ -1482,7 +1482,9 @@ impl Front {
                 encrypted: crate::rtp::is_srtp_proto(media.proto),
                 rtp_tails: known.map_or_else(Default::default, |e| e.rtp_tails),
             };
-            if offer_cseq.is_some() && known.is_some_and(|e| e.t38 != t38 && *e.call == *call_id) {
+            // An offer of T.38, or of RTP on an address of the call's T.38.
+            let changes_kind = t38 || known.is_some_and(|e| e.t38 && *e.call == *call_id);
+            if offer_cseq.is_some() && changes_kind {
                 changes.push((addr, endpoint, t38));
                 continue;
             }
@@ -1564,7 +1566,7 @@ impl Front {
         }
         let now_ms = self.rel_ms(ts_ns);
         // Which way the packet goes for the endpoint found: to it (0) or from it (1).
-        let (ep, way) = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
+        let (mut ep, way) = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
             Some(e) => (Some(e), 0),
             None => (self.endpoints.get_mut(&PackedAddr::new(src)), 1),
         };
@@ -1572,10 +1574,19 @@ impl Front {
             .as_ref()
             .is_some_and(|e| e.t38 && !e.rtp_tails[way].continued_by(&h))
         {
-            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number
-            // (unless the datagram continues the RTP stream the port carried).
-            self.counters.rtp_packets -= 1;
-            return true;
+            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number,
+            // unless the datagram continues the RTP stream the port carried, or the one its
+            // sender sent (known by the sender's endpoint when this one is new).
+            let sent = way == 0
+                && self
+                    .endpoints
+                    .get(&PackedAddr::new(src))
+                    .is_some_and(|e| e.rtp_tails[1].continued_by(&h));
+            if !sent {
+                self.counters.rtp_packets -= 1;
+                return true;
+            }
+            ep = self.endpoints.get_mut(&PackedAddr::new(dst));
         }
         let (call, call_shard, clock_rate, (media, encrypted, dtmf)) = match ep {
             Some(e) => {

@@ -4,10 +4,12 @@
 //! An offer proposes, the answer decides. A re-INVITE that offers `m=image … udptl t38` on the
 //! port the audio uses changes nothing until it is accepted: answered 488 (or any final
 //! failure), the audio goes on, and a monitor that believed the offer would read it as T.38 (a
-//! bogus fax, the audio counted lost). So the front applies an offer's change of a known
-//! address's kind (audio to T.38, or back) only when a 2xx or a 18x with SDP answers its CSeq
-//! with a stream of that kind; a refusal drops it ([`PendingOffers`]). Everything else an SDP
-//! says (new addresses, the answer's own) applies from its packet on, as before.
+//! bogus fax, the audio counted lost). So the front applies an offer's T.38 streams, and its
+//! RTP streams on addresses the call has on T.38 (the way back to audio), only when a 2xx or a
+//! 18x with SDP answers its CSeq with a stream of that kind; a refusal drops them
+//! ([`PendingOffers`]). Nothing is lost by the wait: T.38 flows only once the answer is sent.
+//! Everything else an SDP says (audio and video offers, the answer's own streams) applies from
+//! its packet on, so that early media is linked to its call.
 //!
 //! And a datagram that continues an RTP stream — version 2, the stream's SSRC, a sequence
 //! number just after the last ([`RtpTail`]) — is RTP whatever was offered or accepted since:
@@ -51,6 +53,8 @@ struct Pending<K, E> {
 }
 
 /// Offers whose changes of kind wait for their answer, by Call-ID (the latest of each call).
+/// Bounded by [`PENDING_OFFERS_MAX`] (past it an offer applies at once); the front forgets
+/// an offer unanswered for `call_idle_timeout_ms`.
 pub(crate) struct PendingOffers<K, E> {
     offers: HashMap<Box<str>, Pending<K, E>, foldhash::quality::RandomState>,
     max: usize,

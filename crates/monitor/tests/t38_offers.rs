@@ -189,3 +189,60 @@ fn an_accepted_offer_moves_the_ports_to_t38_and_audio_in_flight_stays_audio() {
         assert!(a.streams.is_empty() && a.t38.is_empty(), "{what}");
     }
 }
+
+/// T.38 offered on ports of its own (as Asterisk offers it): refused, nothing changes; accepted,
+/// the fax runs there and the audio streams keep the audio.
+#[test]
+fn t38_on_new_ports_refused_or_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = |ip: &str, port: u16| sdp(ip, &format!("m=image {port} udptl t38"));
+    let (a_fax, b_fax) = (addr("10.0.0.1:4100"), addr("10.0.0.2:5100"));
+    let plan = FaxPlan::default();
+    let (packets, truth) = fax_session(&plan);
+    for accepted in [false, true] {
+        let path = dir.path().join(format!("new-ports-{accepted}.pcap"));
+        let mut b = PcapBuilder::create(&path).unwrap();
+        let t = answered_call(&mut b, START_NS, &audio_sdp(true), &audio_sdp(false), 1);
+        let t = audio(&mut b, t, 0..BEFORE, &[0, 1]);
+        invite(&mut b, t + 10 * MS, &image("10.0.0.1", 4100), 2);
+        let (status, body) = if accepted {
+            ("200 OK", Some(image("10.0.0.2", 5100)))
+        } else {
+            ("488 Not Acceptable Here", None)
+        };
+        let mut t = answer(&mut b, t + 30 * MS, status, 2, body.as_deref());
+        if accepted {
+            for p in &packets {
+                let (src, dst) = if p.from_caller {
+                    (a_fax, b_fax)
+                } else {
+                    (b_fax, a_fax)
+                };
+                b.udp(t + 20 * MS + p.at_ns, src, dst, &p.udptl);
+            }
+            t += packets.last().unwrap().at_ns + 20 * MS;
+        } else {
+            t = audio(&mut b, t, BEFORE..2 * BEFORE, &[0, 1]);
+        }
+        bye(&mut b, t + 100 * MS, 3);
+        b.finish().unwrap();
+        for workers in [1, 2] {
+            let a = analyse(&path, workers);
+            let what = format!("accepted {accepted}, {workers} worker(s)");
+            let call = &a.calls[0];
+            let audio_packets = if accepted { BEFORE } else { 2 * BEFORE };
+            let audio_packets = u64::from(audio_packets);
+            assert_eq!(streams(&a), [(audio_packets, 0); 2], "{what}");
+            assert!(call.dialog.t38_offered(), "{what}");
+            assert_eq!(call.is_fax(), accepted, "{what}");
+            let flows: Vec<u64> = call.t38.iter().map(|f| f.flow.packets).collect();
+            let want = if accepted {
+                truth.packets.to_vec()
+            } else {
+                vec![]
+            };
+            assert_eq!(flows, want, "{what}");
+            assert!(a.streams.is_empty() && a.t38.is_empty(), "{what}");
+        }
+    }
+}
