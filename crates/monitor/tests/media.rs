@@ -45,15 +45,8 @@ fn write_fax_call(path: &Path) -> FaxTruth {
     let t = audio(&mut b, t, 0..AUDIO_PACKETS, &[0, 1]);
     let t = answered_call(&mut b, t + 100_000_000, &fax_sdp(true), &fax_sdp(false), 2);
     let (packets, truth) = fax_session(&fax_plan());
-    for p in &packets {
-        let (src, dst) = if p.from_caller {
-            (a_media, b_media)
-        } else {
-            (b_media, a_media)
-        };
-        b.udp(t + p.at_ns, src, dst, &p.udptl);
-    }
-    bye(&mut b, t + packets.last().unwrap().at_ns + 100_000_000, 3);
+    let t = fax(&mut b, t, &packets, (a_media, b_media));
+    bye(&mut b, t + 100_000_000, 3);
     b.finish().unwrap();
     truth
 }

@@ -146,15 +146,8 @@ fn write_accepted(path: &Path) -> FaxTruth {
         ..FaxPlan::default()
     };
     let (packets, truth) = fax_session(&plan);
-    for p in &packets {
-        let (src, dst) = if p.from_caller {
-            (a_media, b_media)
-        } else {
-            (b_media, a_media)
-        };
-        b.udp(t + 20 * MS + p.at_ns, src, dst, &p.udptl);
-    }
-    bye(&mut b, t + packets.last().unwrap().at_ns + 100 * MS, 3);
+    let t = fax(&mut b, t + 20 * MS, &packets, (a_media, b_media));
+    bye(&mut b, t + 100 * MS, 3);
     b.finish().unwrap();
     truth
 }
@@ -212,15 +205,7 @@ fn t38_on_new_ports_refused_or_accepted() {
         };
         let mut t = answer(&mut b, t + 30 * MS, status, 2, body.as_deref());
         if accepted {
-            for p in &packets {
-                let (src, dst) = if p.from_caller {
-                    (a_fax, b_fax)
-                } else {
-                    (b_fax, a_fax)
-                };
-                b.udp(t + 20 * MS + p.at_ns, src, dst, &p.udptl);
-            }
-            t += packets.last().unwrap().at_ns + 20 * MS;
+            t = fax(&mut b, t + 20 * MS, &packets, (a_fax, b_fax));
         } else {
             t = audio(&mut b, t, BEFORE..2 * BEFORE, &[0, 1]);
         }

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use monitor::synth::PcapBuilder;
+use monitor::synth::fax::FaxPacket;
 use monitor::synth::packet::write_rtp;
 
 pub fn addr(s: &str) -> SocketAddr {
@@ -142,4 +143,19 @@ pub fn audio(b: &mut PcapBuilder, mut t: i64, seqs: Range<u16>, directions: &[us
         }
     }
     t
+}
+
+/// A fax session's UDPTL packets from `t` between the caller's address `a` and the callee's
+/// `z`; returns the time of the last.
+pub fn fax(
+    b: &mut PcapBuilder,
+    t: i64,
+    packets: &[FaxPacket],
+    (a, z): (SocketAddr, SocketAddr),
+) -> i64 {
+    for p in packets {
+        let (src, dst) = if p.from_caller { (a, z) } else { (z, a) };
+        b.udp(t + p.at_ns, src, dst, &p.udptl);
+    }
+    t + packets.last().map_or(0, |p| p.at_ns)
 }
