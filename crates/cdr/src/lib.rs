@@ -23,8 +23,9 @@
 //! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
 //! before these columns existed get them added when opened ([`LATER_COLUMNS`]).
 //!
-//! Media beyond voice: each call row has its keypad digits (`dtmf`) and, for a fax, its pages
-//! and result (`fax_pages`, `fax_result`); a `cdr_t38` table has one row per T.38 flow
+//! Media beyond voice: each call row has its keypad digits (`dtmf`), for a fax its pages and
+//! result (`fax_pages`, `fax_result`), and whether its SDP was SRTP (`encrypted`) and offered
+//! T.38 (`t38_offered`, refused offers included); a `cdr_t38` table has one row per T.38 flow
 //! ([`CdrT38`]).
 //!
 //! Search (the console's calls pages, [`search`]): each call row also has columns the store
@@ -191,6 +192,13 @@ pub struct CdrCall {
     /// A fax call's result: `completed` or `interrupted`.
     #[serde(default)]
     pub fax_result: Option<String>,
+    /// The call's media is SRTP: an offer or answer said `RTP/SAVP`, `RTP/SAVPF` or
+    /// `UDP/TLS/RTP/SAVPF` (whether or not its RTP was captured).
+    #[serde(default)]
+    pub encrypted: bool,
+    /// T.38 was offered in the call, accepted or not (a refused offer leaves no `fax_result`).
+    #[serde(default)]
+    pub t38_offered: bool,
     /// The sensor that saw the call. [`CdrWriter::submit`] fills it from its configuration
     /// when empty; the store writes `local` for an empty one.
     #[serde(default)]
@@ -198,9 +206,10 @@ pub struct CdrCall {
 }
 
 /// The columns of `cdr` added after its first release, in order, with their SQLite and
-/// PostgreSQL types: where the call is archived, its digits, its fax. Opening a database adds
-/// those it lacks.
-pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
+/// PostgreSQL types: where the call is archived, its digits, its fax, whether it was SRTP and
+/// offered T.38. Opening an SQLite database adds those it lacks; PostgreSQL gets the first
+/// [`migrate::V1_LATER_COLUMNS`] from migration 1 and the others from the migrations after it.
+pub const LATER_COLUMNS: [(&str, &str, &str); 15] = [
     ("sip_tar", "TEXT", "TEXT"),
     ("sip_member", "TEXT", "TEXT"),
     ("sip_offset", "INTEGER", "BIGINT"),
@@ -214,6 +223,8 @@ pub const LATER_COLUMNS: [(&str, &str, &str); 13] = [
     ("dtmf", "TEXT", "TEXT"),
     ("fax_pages", "INTEGER", "BIGINT"),
     ("fax_result", "TEXT", "TEXT"),
+    ("encrypted", "INTEGER", "BOOLEAN"),
+    ("t38_offered", "INTEGER", "BOOLEAN"),
 ];
 
 /// The search columns of `cdr` ([`search`]), with their SQLite and PostgreSQL types. The store
@@ -406,6 +417,8 @@ CREATE TABLE IF NOT EXISTS cdr (
     dtmf           TEXT,
     fax_pages      INTEGER,
     fax_result     TEXT,
+    encrypted      INTEGER,
+    t38_offered    INTEGER,
     uid            TEXT,
     sensor         TEXT,
     caller_rev     TEXT,
@@ -681,7 +694,9 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         dtmf: r.get::<_, Option<String>>(o + 27)?.unwrap_or_default(),
         fax_pages: r.get(o + 28)?,
         fax_result: r.get(o + 29)?,
-        sensor: r.get::<_, Option<String>>(o + 30)?.unwrap_or_default(),
+        encrypted: r.get::<_, Option<bool>>(o + 30)?.unwrap_or_default(),
+        t38_offered: r.get::<_, Option<bool>>(o + 31)?.unwrap_or_default(),
+        sensor: r.get::<_, Option<String>>(o + 32)?.unwrap_or_default(),
     })
 }
 
@@ -705,7 +720,8 @@ pub(crate) fn upsert_set(columns: &str) -> String {
 pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, callee_addr, start_us, ringing_us, answer_us, \
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
-     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, sensor";
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, \
+     encrypted, t38_offered, sensor";
 
 /// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
 pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
@@ -1076,7 +1092,7 @@ pub(crate) fn sqlite_insert_call(
     uid: Option<&str>,
 ) -> rusqlite::Result<i64> {
     let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
-    let p: [&dyn ToSql; 40] = [
+    let p: [&dyn ToSql; 42] = [
         &c.call_id,
         &c.caller,
         &c.called,
@@ -1107,6 +1123,8 @@ pub(crate) fn sqlite_insert_call(
         &c.dtmf,
         &c.fax_pages,
         &c.fax_result,
+        &c.encrypted,
+        &c.t38_offered,
         &d.sensor,
         &d.caller_rev,
         &d.called_rev,

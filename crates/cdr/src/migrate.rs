@@ -18,7 +18,9 @@
 //! `schema_migrations`, plain tables, perhaps from before the `uid`, archive or search
 //! columns) is upgraded in place, the search columns filled from its rows, exactly as
 //! connecting did before migrations existed. Later changes of the schema are new entries at
-//! the end of [`MIGRATIONS`], never edits of an applied one.
+//! the end of [`MIGRATIONS`], never edits of an applied one, and each can apply again to the
+//! tables version 1 makes: moving a plain database into partitions ([`partition_existing`])
+//! makes version 1's partitioned tables and runs the later migrations on them.
 //!
 //! **Moving a plain database into day partitions** is not a migration: it rewrites every row
 //! and needs twice the space while it runs, so it happens only when asked
@@ -76,11 +78,19 @@ pub const MIGRATIONS: &[Migration] = &[
         apply: tables,
     },
     Migration {
+        version: 2,
+        name: "calls say whether they were SRTP and offered T.38",
+        apply: call_media_flags,
+    },
+    Migration {
         version: 3,
         name: "indexes of the streams without a call",
         apply: lone_stream_indexes,
     },
 ];
+
+/// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
+pub const V1_LATER_COLUMNS: usize = 13;
 
 /// Version 3: the partial indexes of the search of streams stored without a call
 /// ([`crate::lone`]), in the context's layout. On a partitioned table they are created on
@@ -127,6 +137,16 @@ fn tables(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), Cdr
     }
 }
 
+/// Version 2: `cdr.encrypted` (an offer or answer was SRTP) and `cdr.t38_offered`, in either
+/// layout (a partitioned parent passes the columns to its days, and days made later copy them).
+fn call_media_flags(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(
+        "ALTER TABLE cdr ADD COLUMN IF NOT EXISTS encrypted BOOLEAN, \
+         ADD COLUMN IF NOT EXISTS t38_offered BOOLEAN",
+    )
+    .map_err(|e| pg_error(cx.target, e))
+}
+
 /// Every index of the partitioned layout, created on the parents.
 fn partitioned_index_sql() -> String {
     PG_PARTITIONED_INDEXES
@@ -155,7 +175,7 @@ fn plain_tables(tx: &mut Transaction<'_>, target: &str) -> Result<(), CdrError> 
                       WHERE table_schema = current_schema() AND table_name = $1";
     let mut fill = false;
     for (table, columns, search) in [
-        ("cdr", &LATER_COLUMNS[..], false),
+        ("cdr", &LATER_COLUMNS[..V1_LATER_COLUMNS], false),
         ("cdr", &SEARCH_COLUMNS[..], true),
         ("cdr_t38", &T38_LATER_COLUMNS[..], false),
     ] {
@@ -420,6 +440,15 @@ fn convert(client: &mut Client, target: &str) -> Result<Partitioned, CdrError> {
     )
     .map_err(wrap)?;
     tx.batch_execute(PG_PARTITIONED_SCHEMA).map_err(wrap)?;
+    // Those are version 1's tables: the migrations after it bring them to this release (each
+    // is written to apply again to tables version 1 just made).
+    let cx = MigrationContext {
+        target,
+        layout: PgLayout::Partitioned,
+    };
+    for m in MIGRATIONS.iter().filter(|m| m.version > 1) {
+        (m.apply)(&mut tx, &cx)?;
+    }
     // The days of every row: calls by their start, streams and T.38 flows by their call's
     // (their own without one), registrations by their first message.
     let days: std::collections::BTreeSet<Day> = tx
@@ -478,8 +507,6 @@ fn convert(client: &mut Client, target: &str) -> Result<Partitioned, CdrError> {
     tx.batch_execute("DROP TABLE cdr_t38_plain, cdr_rtp_plain, cdr_plain, registration_plain")
         .map_err(wrap)?;
     tx.batch_execute(&partitioned_index_sql()).map_err(wrap)?;
-    tx.batch_execute(&lone_index_sql(PgLayout::Partitioned))
-        .map_err(wrap)?;
     for t in ["cdr", "cdr_rtp", "cdr_t38", "registration"] {
         // Our own table names; the sequence continues past the highest id moved.
         tx.execute(

@@ -355,7 +355,9 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
             .get::<_, Option<i64>>(o + 28)
             .map(|v| v.clamp(0, i64::from(u32::MAX)) as u32),
         fax_result: r.get(o + 29),
-        sensor: r.get::<_, Option<String>>(o + 30).unwrap_or_default(),
+        encrypted: r.get::<_, Option<bool>>(o + 30).unwrap_or_default(),
+        t38_offered: r.get::<_, Option<bool>>(o + 31).unwrap_or_default(),
+        sensor: r.get::<_, Option<String>>(o + 32).unwrap_or_default(),
     }
 }
 

@@ -62,6 +62,7 @@ enum Ty {
     F8,
     Text,
     Bytes,
+    Bool,
 }
 
 impl Ty {
@@ -72,15 +73,16 @@ impl Ty {
             Ty::F8 => "float8",
             Ty::Text => "text",
             Ty::Bytes => "bytea",
+            Ty::Bool => "bool",
         }
     }
 }
 
-use Ty::{Bytes, F8, I4, I8, Text};
+use Ty::{Bool, Bytes, F8, I4, I8, Text};
 
 /// `cdr`'s columns as inserted: `id`, [`crate::CALL_COLUMNS`],
 /// [`search::DERIVED_COLUMNS`], `uid`.
-const CALL: [(&str, Ty); 41] = [
+const CALL: [(&str, Ty); 43] = [
     ("id", I8),
     ("call_id", Text),
     ("caller", Text),
@@ -112,6 +114,8 @@ const CALL: [(&str, Ty); 41] = [
     ("dtmf", Text),
     ("fax_pages", I8),
     ("fax_result", Text),
+    ("encrypted", Bool),
+    ("t38_offered", Bool),
     ("sensor", Text),
     ("caller_rev", Text),
     ("called_rev", Text),
@@ -351,6 +355,7 @@ enum Column<'a> {
     F8(Vec<Option<f64>>),
     Text(Vec<Option<Cow<'a, str>>>),
     Bytes(Vec<Option<Vec<u8>>>),
+    Bool(Vec<Option<bool>>),
 }
 
 /// The rows of one statement, filled a row at a time in the columns' order: for
@@ -383,6 +388,7 @@ impl<'a> Rows<'a> {
                         F8 => Column::F8(Vec::new()),
                         Text => Column::Text(Vec::new()),
                         Bytes => Column::Bytes(Vec::new()),
+                        Bool => Column::Bool(Vec::new()),
                     })
                     .collect(),
                 None,
@@ -497,6 +503,15 @@ impl<'a> Rows<'a> {
         }
     }
 
+    /// A boolean: one byte, 1 or 0, in the COPY stream.
+    fn bool(&mut self, v: bool) {
+        match self.next(Bool) {
+            Ok(out) => Self::field(out, Some(&[u8::from(v)])),
+            Err(Column::Bool(c)) => c.push(Some(v)),
+            Err(_) => unreachable!("a bool column"),
+        }
+    }
+
     fn end_row(&mut self) {
         assert_eq!(self.at, self.types.len(), "every column of the row");
         self.at = 0;
@@ -523,6 +538,7 @@ impl<'a> Rows<'a> {
                     Column::F8(v) => v,
                     Column::Text(v) => v,
                     Column::Bytes(v) => v,
+                    Column::Bool(v) => v,
                 }
             })
             .collect()
@@ -715,6 +731,8 @@ pub(crate) fn insert(
             w.str(&c.dtmf);
             w.i8(c.fax_pages.map(i64::from));
             w.opt_str(c.fax_result.as_deref());
+            w.bool(c.encrypted);
+            w.bool(c.t38_offered);
             w.owned(Some(d.sensor));
             w.owned(Some(d.caller_rev));
             w.owned(Some(d.called_rev));
@@ -914,7 +932,7 @@ mod tests {
                 crate::registration::REG_COLUMNS
             ))
         );
-        assert!(insert_sql("cdr", &CALL).ends_with("unnest($41::text[])"));
+        assert!(insert_sql("cdr", &CALL).ends_with("unnest($43::text[])"));
         let set = update_set(&CALL, &["uid", "start_us"], &["id"]);
         assert!(set.starts_with("call_id = excluded.call_id, caller = excluded.caller"));
         assert!(!set.contains("id = excluded.id,") && !set.contains("start_us = excluded"));

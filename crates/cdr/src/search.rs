@@ -867,6 +867,9 @@ pub(crate) fn call_from(c: &mut Cols) -> Result<CdrCall, CdrError> {
         dtmf: c.text()?,
         fax_pages: c.opt_u32()?,
         fax_result: c.opt_text()?,
+        // Booleans: 0/1 in SQLite, read from PostgreSQL's as integers.
+        encrypted: c.opt_i64()?.is_some_and(|v| v != 0),
+        t38_offered: c.opt_i64()?.is_some_and(|v| v != 0),
         sensor: c.text()?,
     })
 }

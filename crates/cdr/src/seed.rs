@@ -731,6 +731,9 @@ impl Chunk {
             w.text(&c.dtmf);
             w.opt_int(c.fax_pages.map(i64::from));
             w.opt_text(c.fax_result.as_deref());
+            // PostgreSQL's boolean reads 1 and 0 as true and false.
+            w.int(i64::from(c.encrypted));
+            w.int(i64::from(c.t38_offered));
             w.text(&d.sensor);
             w.text(&d.caller_rev);
             w.text(&d.called_rev);

@@ -423,6 +423,9 @@ fn a_batch_is_stored_once_however_often_it_comes() {
     }
 }
 
+/// The version of a migration after this release's.
+const NEXT: i64 = migrate::MIGRATIONS.len() as i64 + 1;
+
 /// The migrations of this release and then `extra`.
 fn with(extra: &[Migration]) -> Vec<Migration> {
     migrate::MIGRATIONS.iter().chain(extra).copied().collect()
@@ -471,15 +474,16 @@ fn migrations_are_applied_once_even_by_two_processes_at_once() {
             assert_eq!(t.join().unwrap(), layout);
         }
         let mut pg = client(&conninfo);
-        assert_eq!(versions(&mut pg), all_versions());
+        let release = all_versions();
+        assert_eq!(versions(&mut pg), release);
         // Connecting again applies nothing.
         drop(PgStore::connect(&conninfo).unwrap());
-        assert_eq!(versions(&mut pg).len(), migrate::MIGRATIONS.len());
+        assert_eq!(versions(&mut pg), release);
     }
     // A slow migration that cannot run twice (its table exists the second time), applied by
     // two processes at once: one applies it, the other waits and finds it done.
     const SLOW: Migration = Migration {
-        version: 1000,
+        version: NEXT,
         name: "slow, and refused the second time",
         apply: |tx, _| {
             tx.batch_execute("SELECT pg_sleep(0.5); CREATE TABLE only_once (x int)")
@@ -505,13 +509,38 @@ fn migrations_are_applied_once_even_by_two_processes_at_once() {
         .map(|t| t.join().unwrap().versions)
         .collect();
     applied.sort();
-    let mut every: Vec<i64> = migrate::MIGRATIONS.iter().map(|m| m.version).collect();
-    every.push(1000);
-    assert_eq!(applied, [vec![], every]);
-    assert_eq!(
-        versions(&mut client(&conninfo)).len(),
-        migrate::MIGRATIONS.len() + 1
-    );
+    assert_eq!(applied, [vec![], (1..=NEXT).collect()]);
+    assert_eq!(versions(&mut client(&conninfo)).len() as i64, NEXT);
+}
+
+/// A database of the first schema version, in either layout, gets the calls' SRTP and T.38
+/// flags from version 2 when this release connects, and stores them.
+#[test]
+fn a_version_1_database_gets_the_call_flags() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    for layout in common::LAYOUTS {
+        let conninfo = server.database(&format!("version1_{layout:?}").to_lowercase());
+        let mut pg = client(&conninfo);
+        migrate::apply(&mut pg, "version 1", layout, &migrate::MIGRATIONS[..1]).unwrap();
+        let flags = "SELECT count(*) FROM information_schema.columns \
+                     WHERE table_name = 'cdr' AND column_name IN ('encrypted', 't38_offered')";
+        assert_eq!(count(&mut pg, flags), 0, "{layout:?}");
+        let mut st = PgStore::connect(&conninfo).unwrap();
+        assert_eq!(st.layout(), layout);
+        assert_eq!(count(&mut pg, flags), 2, "{layout:?}");
+        let mut rec = call("site-a", 1, 1_795_000_000_000_000, 1);
+        let c = rec.call.as_mut().unwrap();
+        (c.encrypted, c.t38_offered) = (true, true);
+        st.insert_records(std::slice::from_ref(&rec)).unwrap();
+        let (summary, _, _) = st.call_by_uid(&rec.uid).unwrap().unwrap();
+        assert_eq!(
+            (summary.call.encrypted, summary.call.t38_offered),
+            (true, true),
+            "{layout:?}"
+        );
+    }
 }
 
 #[test]
@@ -520,7 +549,7 @@ fn a_failing_migration_changes_nothing_and_is_named() {
         return;
     };
     const BROKEN: Migration = Migration {
-        version: 1001,
+        version: NEXT,
         name: "broken on purpose",
         apply: |tx, cx| {
             tx.batch_execute(
@@ -545,11 +574,12 @@ fn a_failing_migration_changes_nothing_and_is_named() {
     let CdrError::Migration { version, name, .. } = &e else {
         panic!("{e:?}")
     };
-    assert_eq!((*version, name.as_str()), (1001, "broken on purpose"));
+    assert_eq!((*version, name.as_str()), (NEXT, "broken on purpose"));
     let text = e.to_string();
     assert!(
-        text.contains("schema migration 1001 (broken on purpose) failed and was rolled back")
-            && text.contains("the test database"),
+        text.contains(&format!(
+            "schema migration {NEXT} (broken on purpose) failed and was rolled back"
+        )) && text.contains("the test database"),
         "{text}"
     );
     // The cause is in the chain: PostgreSQL's own words.
@@ -563,9 +593,9 @@ fn a_failing_migration_changes_nothing_and_is_named() {
         chain.iter().any(|s| s.contains("division by zero")),
         "{chain:?}"
     );
-    // This release's went in before it; nothing of version 1001 did.
+    // The release's went in before it; nothing of the broken one did.
     let mut pg = client(&conninfo);
-    assert_eq!(versions(&mut pg), all_versions());
+    assert_eq!(versions(&mut pg).len(), migrate::MIGRATIONS.len());
     assert!(!exists(&mut pg, "half_made"));
     assert_eq!(
         count(

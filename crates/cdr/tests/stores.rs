@@ -34,9 +34,11 @@ fn call(id: &str, start_us: i64, code: u16, mos: Option<f64>) -> CdrCall {
     }
 }
 
-/// A call whose packets were archived, with where they are.
+/// A call whose packets were archived, with where they are (an SRTP call that offered T.38).
 fn archived_call(id: &str) -> CdrCall {
     CdrCall {
+        encrypted: true,
+        t38_offered: true,
         sip_tar: Some("/var/lib/tandem/archive/2026-11-21/08/09/sip.tar".into()),
         sip_member: Some(format!("{id}.pcap.zst")),
         sip_offset: Some(512),
@@ -81,6 +83,7 @@ fn check_upgraded(st: &mut dyn CdrStore) {
         (7, None, None)
     );
     assert_eq!((old.dtmf.as_str(), old.fax_pages), ("", None));
+    assert_eq!((old.encrypted, old.t38_offered), (false, false));
     let t38 = st.t38("old").unwrap();
     assert_eq!(
         (
@@ -165,7 +168,19 @@ fn exercise(st: &mut dyn CdrStore) {
         since_us: Some(4_000),
         ..Default::default()
     };
-    assert_eq!(st.list(&f).unwrap(), vec![d]);
+    assert_eq!(st.list(&f).unwrap(), vec![d.clone()]);
+    // The console reads a call by its uid: its flags too.
+    let mut rec = cdr::CdrRecord::call(
+        CdrCall {
+            call_id: "e".into(),
+            ..d
+        },
+        Vec::new(),
+    );
+    rec.uid = "local|e|4000".into();
+    st.insert_records(std::slice::from_ref(&rec)).unwrap();
+    let (summary, _, _) = st.call_by_uid(&rec.uid).unwrap().unwrap();
+    assert_eq!(summary.call, rec.call.unwrap());
     // Text that COPY's text form would have to escape (tab, newline, backslash, `\.`), quotes
     // and non-ASCII go in and come back as they were, and so does the smallest float.
     let mut odd = call("odd\t\\N\n", 5_000, 200, Some(f64::MIN_POSITIVE));
@@ -256,7 +271,7 @@ fn sqlite_store_in_a_real_file() {
     drop(st);
     // Reopening keeps everything (the schema is created only once).
     let mut st = SqliteStore::open(&path).unwrap();
-    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 5);
+    assert_eq!(st.list(&CdrFilter::default()).unwrap().len(), 6);
     a_nul_in_a_header_is_stored(&mut st, true);
     let out = Command::new("sqlite3")
         .arg(&path)
@@ -298,7 +313,7 @@ fn postgres_store_on_a_throwaway_server() {
         let mut st = PgStore::connect(&conninfo).unwrap();
         assert_eq!(
             st.list(&CdrFilter::default()).unwrap().len(),
-            5,
+            6,
             "{layout:?}"
         );
         a_nul_in_a_header_is_stored(&mut st, false);

@@ -75,10 +75,12 @@ use sip::sdp::Sdp;
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::clock::{ClockStep, ClockSteps};
 use crate::decode::{Datagram, Decoder, FragmentLimits, Transport};
-use crate::dialog::{CallState, Dialog, Registration};
+use crate::dialog::{CallState, Dialog, Registration, SdpFacts};
 use crate::live::{LiveCounters, PUBLISH_EVERY_PACKETS, Published};
 use crate::live_calls::{LIVE_STREAMS_PER_CALL, LiveCall, LiveCalls, LiveStream, ShardPart};
+use crate::offer::{PENDING_OFFERS_MAX, PendingOffers, RtpTail, offer_cseq};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
 use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
@@ -188,6 +190,9 @@ pub struct Counters {
     pub endpoints_dropped: u64,
     pub fragments_reassembled: u64,
     pub fragments_expired: u64,
+    /// Forward jumps of the capture's clock over a day, taken as steps of the clock
+    /// ([`crate::clock`]): counted by the reading thread.
+    pub clock_steps: u64,
 }
 
 impl Counters {
@@ -266,9 +271,16 @@ pub struct CallRecord {
 }
 
 impl CallRecord {
-    /// A fax call: some of its media went over T.38.
+    /// A fax call: some of its media went over T.38. An offer of T.38 that was refused
+    /// leaves a call no fax ([`Dialog::t38_offered`] tells it).
     pub fn is_fax(&self) -> bool {
         !self.t38.is_empty()
+    }
+
+    /// Its media is SRTP: an offer or answer said so (`RTP/SAVP`, `RTP/SAVPF`,
+    /// `UDP/TLS/RTP/SAVPF`), even when none of its RTP was captured.
+    pub fn is_encrypted(&self) -> bool {
+        self.dialog.sdp.srtp || self.streams.iter().any(|s| s.stream.encrypted)
     }
 
     /// The call's keypad digits, RFC 4733 events of its streams and INFO requests alike, in
@@ -433,6 +445,9 @@ struct Endpoint {
     media: Media,
     /// SRTP (`RTP/SAVP`...): the payload is encrypted, the header is not.
     encrypted: bool,
+    /// The last RTP packet sent to this address and from it: a datagram that continues one is
+    /// RTP even on a port moved to T.38 since ([`crate::offer`]).
+    rtp_tails: [RtpTail; 2],
 }
 
 /// Where a flow's packets go, and the call last told to that shard for it.
@@ -451,6 +466,8 @@ pub(crate) enum Event {
         data: Box<[u8]>,
         /// The dynamic payload types its SDP names (not telephone-event), if any.
         codecs: Option<Codecs>,
+        /// What its SDP, if any, says of the call's media.
+        sdp: SdpFacts,
     },
     Rtp {
         ts_ns: i64,
@@ -494,6 +511,8 @@ pub(crate) enum Event {
     Tick {
         ts_ns: i64,
     },
+    /// The capture's clock stepped forward ([`crate::clock`]): before this frame's events.
+    ClockStep(ClockStep),
 }
 
 /// What an RTP event says about its flow's call.
@@ -517,6 +536,7 @@ pub(crate) struct CallShard {
     max_calls: usize,
     max_streams: usize,
     dialogs: FastMap<Arc<str>, Dialog>,
+    /// REGISTER chains by [`registration_key`].
     registrations: FastMap<Box<str>, Registration>,
     streams: FastMap<PackedKey, StreamSlot>,
     by_ssrc: FastMap<u32, StreamKey>,
@@ -539,6 +559,8 @@ pub(crate) struct CallShard {
     board_now_ns: i64,
     /// The only shard: a stream whose call is not among its dialogs belongs to no open call.
     sole: bool,
+    /// Steps of the capture's clock, taken out of idle times.
+    clock: ClockSteps,
 }
 
 /// The frame being analysed, for the tap.
@@ -569,6 +591,7 @@ impl CallShard {
             board_wall: None,
             board_now_ns: 0,
             sole: shards == 1,
+            clock: ClockSteps::default(),
         }
     }
 
@@ -589,9 +612,10 @@ impl CallShard {
                 dst,
                 data,
                 codecs,
+                sdp,
             } => {
                 if let Ok(m) = Message::parse(&data) {
-                    self.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), cur);
+                    self.on_sip(ts_ns, src, dst, &m, (sdp, codecs.as_deref()), cur);
                 }
             }
             Event::Rtp {
@@ -647,6 +671,7 @@ impl CallShard {
                     self.report(&c, TapKind::Udptl, cur);
                 }
             }
+            Event::ClockStep(step) => self.clock.push(step),
             Event::Tick { ts_ns } => {
                 self.sweep(ts_ns, false);
                 self.publish_calls(ts_ns, false);
@@ -663,13 +688,15 @@ impl CallShard {
         src: SocketAddr,
         dst: SocketAddr,
         m: &Message<'_>,
-        codecs: Option<&[(u8, Box<str>)]>,
+        (facts, codecs): SdpSeen<'_>,
         cur: &Current<'_>,
     ) {
         let Some(call_id) = m.call_id() else { return };
         let method = m.method().unwrap_or("");
         if method == "REGISTER" {
-            if let Some(r) = self.registrations.get_mut(call_id) {
+            // A chain is one To user's requests in one Call-ID (see `Registration`).
+            let key = registration_key(call_id, m);
+            if let Some(r) = self.registrations.get_mut(&key) {
                 if m.is_request() {
                     r.on_request(ts_ns, m);
                 } else {
@@ -680,16 +707,14 @@ impl CallShard {
                     self.out.counters.registrations_dropped += 1;
                     return;
                 }
-                self.registrations.insert(
-                    call_id.into(),
-                    Registration::from_request(ts_ns, src, dst, call_id, m),
-                );
+                self.registrations
+                    .insert(key, Registration::from_request(ts_ns, src, dst, call_id, m));
             }
             return;
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, dst, m);
-            d.learn_codecs(codecs.unwrap_or_default());
+            d.learn_sdp(facts, codecs.unwrap_or_default());
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
                 self.out.counters.calls_dropped += 1;
@@ -697,7 +722,7 @@ impl CallShard {
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, dst, m);
-            d.learn_codecs(codecs.unwrap_or_default());
+            d.learn_sdp(facts, codecs.unwrap_or_default());
             self.dialogs.insert(Arc::from(call_id), d);
             self.calls_started += 1;
         } else {
@@ -852,6 +877,10 @@ impl CallShard {
         let idle = self.cfg.call_idle_timeout_ms as i64 * ms;
         let answered_idle = self.cfg.answered_idle_timeout_ms as i64 * ms;
         let streams = &self.streams;
+        // Idle times leave out the steps of the capture's clock (taken out of `self` meanwhile,
+        // so that records can be closed while it is borrowed).
+        let clock = std::mem::take(&mut self.clock);
+        let idle_since = |then_ns: i64| clock.elapsed(then_ns, now_ns);
         let done: Vec<Arc<str>> = self
             .dialogs
             .iter()
@@ -864,7 +893,7 @@ impl CallShard {
                 {
                     let challenged =
                         d.state == CallState::Failed && matches!(d.last_code, 401 | 407);
-                    return now_ns - end > if challenged { auth_linger } else { linger };
+                    return idle_since(end) > if challenged { auth_linger } else { linger };
                 }
                 let media_last = d
                     .streams
@@ -878,7 +907,7 @@ impl CallShard {
                 } else {
                     idle
                 };
-                now_ns - last > limit
+                idle_since(last) > limit
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -912,7 +941,7 @@ impl CallShard {
             .streams
             .iter()
             .filter(|(_, s)| {
-                all || (now_ns - s.stream.last_ns > stream_idle
+                all || (idle_since(s.stream.last_ns) > stream_idle
                     && s.call.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
             })
             .map(|(_, s)| s.stream.key)
@@ -924,7 +953,7 @@ impl CallShard {
         }
         let dialogs = &self.dialogs;
         let idle_t38 = self.t38.extract_if(|_, r| {
-            all || (now_ns - r.flow.last_ns > stream_idle
+            all || (idle_since(r.flow.last_ns) > stream_idle
                 && r.call_id.as_ref().is_none_or(|c| !dialogs.contains_key(c)))
         });
         self.out.t38.extend(idle_t38.map(|(_, r)| r));
@@ -932,7 +961,7 @@ impl CallShard {
         let regs: Vec<Box<str>> = self
             .registrations
             .iter()
-            .filter(|(_, r)| all || now_ns - r.last_ns > reg_idle)
+            .filter(|(_, r)| all || idle_since(r.last_ns) > reg_idle)
             .map(|(k, _)| k.clone())
             .collect();
         for k in regs {
@@ -940,6 +969,7 @@ impl CallShard {
                 self.out.registrations.push(r);
             }
         }
+        self.clock = clock;
     }
 
     /// Publishes the calls in progress and their streams on the board: on the shard's tick,
@@ -1020,6 +1050,17 @@ impl CallShard {
             calls_started: self.calls_started,
         }
     }
+}
+
+/// The key of a REGISTER chain: its Call-ID and its To user, apart by a line feed, which
+/// neither can hold.
+fn registration_key(call_id: &str, m: &Message<'_>) -> Box<str> {
+    let user = m.to().map(|t| t.user()).unwrap_or("");
+    let mut key = String::with_capacity(call_id.len() + 1 + user.len());
+    key.push_str(call_id);
+    key.push('\n');
+    key.push_str(user);
+    key.into()
 }
 
 /// Most (Call-ID, source, destination) keys tracked for resends; past it the table starts over
@@ -1133,6 +1174,10 @@ struct Front {
     counters: Counters,
     rtcp_blocks: Vec<ReportBlock>,
     tcp_messages: Vec<Vec<u8>>,
+    /// Steps of the capture's clock: found by the reading thread's front, told to workers'.
+    clock: ClockSteps,
+    /// Offers that change a known address's kind, until their answer ([`crate::offer`]).
+    offers: PendingOffers<PackedAddr, Endpoint>,
 }
 
 impl Front {
@@ -1160,6 +1205,29 @@ impl Front {
             counters: Counters::default(),
             rtcp_blocks: Vec::new(),
             tcp_messages: Vec::new(),
+            clock: ClockSteps::default(),
+            offers: PendingOffers::new(PENDING_OFFERS_MAX),
+        }
+    }
+
+    /// Whether the frame at `ts_ns` steps the capture's clock (the reading thread asks, before
+    /// the frame counts as the latest): then the step is counted, logged and remembered.
+    fn find_clock_step(&mut self, ts_ns: i64) -> Option<ClockStep> {
+        self.first_ns?;
+        // Measured from the time reached, which [`Monitor::advance_to`] moves on while a live
+        // network is quiet: a quiet day is time that passed, not a step.
+        let step = ClockStep::between(self.last_ns.max(self.last_tick_ns), ts_ns)?;
+        self.counters.clock_steps += 1;
+        step.log(self.counters.clock_steps);
+        Some(step)
+    }
+
+    /// Takes a step of the clock into account here and in the shards, before the frame after
+    /// it.
+    fn clock_step(&mut self, step: ClockStep, emit: &mut dyn FnMut(u16, Event)) {
+        self.clock.push(step);
+        for s in 0..self.shards {
+            emit(s as u16, Event::ClockStep(step));
         }
     }
 
@@ -1189,6 +1257,12 @@ impl Front {
     ) {
         self.counters.packets += 1;
         self.counters.bytes += frame.len() as u64;
+        // A worker's front sees a part of the frames: the reading thread finds the steps.
+        if self.me.is_none()
+            && let Some(step) = self.find_clock_step(ts_ns)
+        {
+            self.clock_step(step, emit);
+        }
         if self.first_ns.is_none() {
             self.first_ns = Some(ts_ns);
         }
@@ -1334,14 +1408,21 @@ impl Front {
         }
         let shard = self.shard_of(&call_id);
         let mut codecs = None;
+        let mut facts = SdpFacts::default();
+        let mut answer = None;
         if m.has_sdp() {
             match Sdp::parse(m.body) {
                 Ok(sdp) => {
-                    self.learn_endpoints(ts_ns, call_id, shard, &sdp);
+                    self.learn_endpoints(ts_ns, call_id, shard, &sdp, offer_cseq(&m));
                     codecs = dynamic_codecs(&sdp);
+                    facts = SdpFacts::of(&sdp);
+                    answer = Some(sdp);
                 }
                 Err(_) => self.counters.sdp_parse_errors += 1,
             }
+        }
+        if !self.offers.is_empty() {
+            self.settle_offer(call_id, &m, answer.as_ref());
         }
         emit(
             shard,
@@ -1351,16 +1432,27 @@ impl Front {
                 dst,
                 data: m_bytes(data, &m),
                 codecs,
+                sdp: facts,
             },
         );
     }
 
-    fn learn_endpoints(&mut self, ts_ns: i64, call_id: &str, shard: u16, sdp: &Sdp<'_>) {
+    /// Learns the media addresses of an SDP. An offer's T.38 streams, and its RTP streams on
+    /// the call's T.38 addresses, wait for its answer (`offer_cseq`: the offer's CSeq, `None`
+    /// for an answer); the rest applies at once.
+    fn learn_endpoints(
+        &mut self,
+        ts_ns: i64,
+        call_id: &str,
+        shard: u16,
+        sdp: &Sdp<'_>,
+        offer_cseq: Option<u32>,
+    ) {
         let call: Arc<str> = Arc::from(call_id);
+        let mut changes = Vec::new();
         for media in &sdp.media {
             let Some(ip) = media.connection else { continue };
-            let t38 = media.kind.eq_ignore_ascii_case("image")
-                && media.proto.eq_ignore_ascii_case("udptl");
+            let t38 = crate::dialog::is_t38(media);
             if media.port == 0 || (media.payload_types.is_empty() && !t38) {
                 continue;
             }
@@ -1380,28 +1472,59 @@ impl Front {
             // RTCP needs no endpoint: it is routed by the flow of the stream it reports on.
             let addr = SocketAddr::new(ip, media.port);
             let addr = PackedAddr::new(addr);
-            if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints
-            {
-                self.counters.endpoints_dropped += 1;
+            let known = self.endpoints.get(&addr);
+            let endpoint = Endpoint {
+                call: call.clone(),
+                shard,
+                dynamic,
+                last_ns: ts_ns,
+                t38,
+                events_pt: media
+                    .rtpmaps
+                    .iter()
+                    .find(|m| m.encoding.eq_ignore_ascii_case("telephone-event"))
+                    .map(|m| m.payload_type),
+                media: Media::from_sdp(media.kind),
+                encrypted: crate::rtp::is_srtp_proto(media.proto),
+                rtp_tails: known.map_or_else(Default::default, |e| e.rtp_tails),
+            };
+            // An offer of T.38, or of RTP on an address of the call's T.38.
+            let changes_kind = t38 || known.is_some_and(|e| e.t38 && *e.call == *call_id);
+            if offer_cseq.is_some() && changes_kind {
+                changes.push((addr, endpoint, t38));
                 continue;
             }
-            self.endpoints.insert(
-                addr,
-                Endpoint {
-                    call: call.clone(),
-                    shard,
-                    dynamic,
-                    last_ns: ts_ns,
-                    t38,
-                    events_pt: media
-                        .rtpmaps
-                        .iter()
-                        .find(|m| m.encoding.eq_ignore_ascii_case("telephone-event"))
-                        .map(|m| m.payload_type),
-                    media: Media::from_sdp(media.kind),
-                    encrypted: crate::rtp::is_srtp_proto(media.proto),
-                },
-            );
+            self.add_endpoint(addr, endpoint);
+        }
+        if let Some(cseq) = offer_cseq
+            && let Some(full) = self.offers.hold(call_id, cseq, ts_ns, changes)
+        {
+            for (addr, endpoint, _) in full {
+                self.add_endpoint(addr, endpoint);
+            }
+        }
+    }
+
+    /// Adds or replaces an endpoint, within `max_endpoints`.
+    fn add_endpoint(&mut self, addr: PackedAddr, endpoint: Endpoint) {
+        if !self.endpoints.contains_key(&addr) && self.endpoints.len() >= self.cfg.max_endpoints {
+            self.counters.endpoints_dropped += 1;
+            return;
+        }
+        self.endpoints.insert(addr, endpoint);
+    }
+
+    /// Applies what an answer to a pending offer accepts of it.
+    #[cold]
+    fn settle_offer(&mut self, call_id: &str, m: &Message<'_>, answer: Option<&Sdp<'_>>) {
+        for (addr, endpoint) in self.offers.settle(call_id, m, answer) {
+            // The address kept its RTP since the offer: carry that on.
+            let tails = self.endpoints.get(&addr).map(|e| e.rtp_tails);
+            let endpoint = Endpoint {
+                rtp_tails: tails.unwrap_or(endpoint.rtp_tails),
+                ..endpoint
+            };
+            self.add_endpoint(addr, endpoint);
         }
     }
 
@@ -1411,10 +1534,16 @@ impl Front {
         }
         self.last_endpoint_sweep_ns = now_ns;
         let idle = self.cfg.endpoint_idle_timeout_ms as i64 * 1_000_000;
-        self.endpoints.retain(|_, e| now_ns - e.last_ns <= idle);
+        let clock = &self.clock;
+        self.endpoints
+            .retain(|_, e| clock.elapsed(e.last_ns, now_ns) <= idle);
+        // An offer unanswered for as long as an unanswered call lives is not answered.
+        let offer_idle = self.cfg.call_idle_timeout_ms as i64 * 1_000_000;
+        self.offers
+            .retain(|ts_ns| clock.elapsed(ts_ns, now_ns) <= offer_idle);
         let flow_idle = self.cfg.stream_idle_timeout_ms as i64 * 1_000_000;
         self.flows
-            .retain(|_, f| now_ns - f.last_ns <= flow_idle.max(idle));
+            .retain(|_, f| clock.elapsed(f.last_ns, now_ns) <= flow_idle.max(idle));
     }
 
     /// Ticks every shard at `now_ns`, as a packet at that time would, if that is past the
@@ -1456,18 +1585,33 @@ impl Front {
             return false;
         }
         let now_ms = self.rel_ms(ts_ns);
-        let ep = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
-            Some(e) => Some(e),
-            None => self.endpoints.get_mut(&PackedAddr::new(src)),
+        // Which way the packet goes for the endpoint found: to it (0) or from it (1).
+        let (mut ep, way) = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
+            Some(e) => (Some(e), 0),
+            None => (self.endpoints.get_mut(&PackedAddr::new(src)), 1),
         };
-        if ep.as_ref().is_some_and(|e| e.t38) {
-            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number.
-            self.counters.rtp_packets -= 1;
-            return true;
+        if ep
+            .as_ref()
+            .is_some_and(|e| e.t38 && !e.rtp_tails[way].continued_by(&h))
+        {
+            // The SDP moved this port to UDPTL: an RTP-looking first byte is a sequence number,
+            // unless the datagram continues the RTP stream the port carried, or the one its
+            // sender sent (known by the sender's endpoint when this one is new).
+            let sent = way == 0
+                && self
+                    .endpoints
+                    .get(&PackedAddr::new(src))
+                    .is_some_and(|e| e.rtp_tails[1].continued_by(&h));
+            if !sent {
+                self.counters.rtp_packets -= 1;
+                return true;
+            }
+            ep = self.endpoints.get_mut(&PackedAddr::new(dst));
         }
         let (call, call_shard, clock_rate, (media, encrypted, dtmf)) = match ep {
             Some(e) => {
                 e.last_ns = ts_ns;
+                e.rtp_tails[way] = RtpTail::of(&h);
                 let rate = if h.payload_type < 96 {
                     crate::rtp::static_clock_rate(h.payload_type)
                 } else {
@@ -1607,6 +1751,9 @@ fn pin_flow(
 
 /// Names of dynamic payload types, as an SDP's `a=rtpmap` lines give them.
 pub(crate) type Codecs = Box<[(u8, Box<str>)]>;
+
+/// What a SIP message's SDP told its call: its facts and the names of its dynamic payload types.
+type SdpSeen<'a> = (SdpFacts, Option<&'a [(u8, Box<str>)]>);
 
 /// The dynamic payload types an SDP names, telephone events aside (the front tells those apart
 /// itself); `None` when there are none, as in most G.711 calls, so that nothing is allocated.
@@ -1775,6 +1922,8 @@ struct RawBatch {
     packets: Vec<(i64, u32, usize, usize, bool)>,
     /// Time of the capture's first packet, so that every worker measures from the same origin.
     first_ns: i64,
+    /// Steps of the capture's clock, each before the packet at its index in `packets`.
+    clock_steps: Vec<(usize, ClockStep)>,
     /// After its packets, move capture time on to this ([`Monitor::advance_to`]).
     advance_ns: Option<i64>,
 }
@@ -1888,7 +2037,10 @@ impl Monitor {
                         let mut seq = 0u64;
                         while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
-                            for &(ts, lt, start, len, counted) in &batch.packets {
+                            let mut steps = batch.clock_steps.iter().peekable();
+                            for (i, &(ts, lt, start, len, counted)) in
+                                batch.packets.iter().enumerate()
+                            {
                                 let frame = &batch.data[start..start + len];
                                 seq += 1;
                                 let cur = Current {
@@ -1904,6 +2056,9 @@ impl Monitor {
                                         shard.handle(ev, &cur);
                                     }
                                 };
+                                while let Some((_, step)) = steps.next_if(|(at, _)| *at <= i) {
+                                    front.clock_step(*step, &mut emit);
+                                }
                                 if counted {
                                     front.packet(ts, lt, frame, &mut emit);
                                 } else {
@@ -1933,6 +2088,7 @@ impl Monitor {
                             published.publish(shard.live(&front.counters), &live);
                             batch.data.clear();
                             batch.packets.clear();
+                            batch.clock_steps.clear();
                             // The reader may have stopped taking them back: then drop it.
                             let _ = back_tx.try_send(batch);
                         }
@@ -2080,9 +2236,11 @@ impl Monitor {
                             dst,
                             data,
                             codecs,
+                            sdp,
                         } => {
                             if let Ok(m) = Message::parse(&data) {
-                                shard.on_sip(ts_ns, src, dst, &m, codecs.as_deref(), &cur);
+                                let sdp = (sdp, codecs.as_deref());
+                                shard.on_sip(ts_ns, src, dst, &m, sdp, &cur);
                             }
                         }
                         other => shard.handle(other, &cur),
@@ -2103,6 +2261,11 @@ impl Monitor {
                 hasher,
                 ..
             } => {
+                if let Some(step) = self.front.find_clock_step(ts_ns) {
+                    for b in batches.iter_mut() {
+                        b.clock_steps.push((b.packets.len(), step));
+                    }
+                }
                 let first_ns = *self.front.first_ns.get_or_insert(ts_ns);
                 self.front.counters.packets += 1;
                 if self

@@ -86,6 +86,8 @@ pub struct Dialog {
     pub sip_messages: u32,
     /// The RTP streams tied to this call by its SDP, in order of first packet.
     pub streams: Vec<crate::rtp::StreamKey>,
+    /// What the call's offers and answers said of its media as a whole.
+    pub sdp: SdpFacts,
     /// What few calls have: INFO digits, named dynamic payload types. Boxed, so that a call
     /// without them costs one pointer.
     extras: Option<Box<DialogExtras>>,
@@ -99,6 +101,37 @@ struct DialogExtras {
     /// Dynamic payload types and the encodings the SDP named them (`96 H264`), the latest
     /// naming of each (at most [`CODECS_MAX`]).
     codecs: Vec<(u8, Box<str>)>,
+}
+
+/// What a call's SDP said of its media beyond addresses: facts of the call that hold even when
+/// none of its media was captured. Each is set by any offer or answer of the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SdpFacts {
+    /// A stream was `m=image … udptl t38`: a fax was offered, whether or not it was accepted.
+    pub t38: bool,
+    /// A stream was `RTP/SAVP`, `RTP/SAVPF` or `UDP/TLS/RTP/SAVPF`: its media is SRTP.
+    pub srtp: bool,
+}
+
+impl SdpFacts {
+    /// The facts of one SDP's streams (those not declined with port 0).
+    pub fn of(sdp: &sip::sdp::Sdp<'_>) -> SdpFacts {
+        let live = || sdp.media.iter().filter(|m| m.port != 0);
+        SdpFacts {
+            t38: live().any(|m| is_t38(m)),
+            srtp: live().any(|m| crate::rtp::is_srtp_proto(m.proto)),
+        }
+    }
+
+    fn merge(&mut self, o: SdpFacts) {
+        self.t38 |= o.t38;
+        self.srtp |= o.srtp;
+    }
+}
+
+/// An `m=image … udptl …` stream: T.38 over UDPTL.
+pub fn is_t38(media: &sip::sdp::Media<'_>) -> bool {
+    media.kind.eq_ignore_ascii_case("image") && media.proto.eq_ignore_ascii_case("udptl")
 }
 
 /// At most this many named dynamic payload types are kept per call.
@@ -146,6 +179,7 @@ impl Dialog {
             reinvites: 0,
             sip_messages: 0,
             streams: Vec::new(),
+            sdp: SdpFacts::default(),
             extras: None,
         }
     }
@@ -159,6 +193,18 @@ impl Dialog {
     /// naming of each (at most [`CODECS_MAX`]).
     pub fn codecs(&self) -> &[(u8, Box<str>)] {
         self.extras.as_ref().map_or(&[], |e| &e.codecs)
+    }
+
+    /// A T.38 stream was offered (or answered), accepted or not: see [`SdpFacts`].
+    pub fn t38_offered(&self) -> bool {
+        self.sdp.t38
+    }
+
+    /// Takes what an offer or answer of the call said: its facts, the names it gave dynamic
+    /// payload types.
+    pub fn learn_sdp(&mut self, facts: SdpFacts, codecs: &[(u8, Box<str>)]) {
+        self.sdp.merge(facts);
+        self.learn_codecs(codecs);
     }
 
     /// Takes the names an SDP gave dynamic payload types.
@@ -299,7 +345,20 @@ impl Dialog {
 /// lives as long as its chain, and there may be `max_registrations` of them.
 pub const REGISTRATION_TEXT_BYTES_MAX: usize = 256;
 
-/// A REGISTER transaction chain (one Call-ID), with its outcome.
+/// A REGISTER chain, with its outcome.
+///
+/// A chain is the REGISTER requests one phone sends for one address of record (one To user)
+/// in one Call-ID, with no silence longer than `registration_idle_timeout_ms` between them:
+/// the first request, its retry with credentials after a 401/407, and the refreshes that
+/// follow (RFC 3261 10.2.4: a client keeps its Call-ID and raises the CSeq). A phone that
+/// registers several lines may reuse one Call-ID for all of them: a request for another To
+/// user starts a chain of that user's own, and each chain holds the contact, user agent and
+/// expiry of its own user's requests.
+///
+/// A chain reports its last final result ([`Registration::outcome`]): the last final response
+/// that is not a challenge — a 200 is not undone by a refresh challenged later, a 403 after
+/// a 200 is a failure — and a challenge (401/407) only while no other final response came.
+/// Provisional responses (100 Trying) are no result.
 #[derive(Debug, Clone)]
 pub struct Registration {
     pub call_id: Box<str>,
@@ -318,7 +377,12 @@ pub struct Registration {
     pub first_ns: i64,
     pub last_ns: i64,
     pub requests: u32,
+    /// The last final result (see the type's documentation); 0 before any.
     pub last_code: u16,
+    /// Challenges (401/407) the chain received, a retransmitted one counted once.
+    pub challenges: u32,
+    /// The CSeq number of the last challenge, so that its retransmission is not counted again.
+    challenged_cseq: Option<u32>,
     /// The expiry the last 2xx granted: its Contact's `expires` for our binding, else its
     /// Expires header, else what the request asked for. `None` before a 2xx.
     pub expires_s: Option<u32>,
@@ -411,6 +475,8 @@ impl Registration {
             last_ns: ts_ns,
             requests: 0,
             last_code: 0,
+            challenges: 0,
+            challenged_cseq: None,
             expires_s: None,
             requested_expires_s: None,
         };
@@ -439,10 +505,25 @@ impl Registration {
             .or_else(|| m.header("expires").and_then(|v| v.trim().parse().ok()));
     }
 
-    /// A response of the chain: its code, and on a 2xx the expiry granted.
+    /// A response of the chain: a final one is its result (a challenge only while no other
+    /// final response came), and on a 2xx the expiry granted.
     pub fn on_response(&mut self, ts_ns: i64, m: &Message<'_>) {
         self.last_ns = ts_ns;
         let Some(code) = m.status() else { return };
+        if code < 200 {
+            return;
+        }
+        if matches!(code, 401 | 407) {
+            let cseq = m.cseq().map(|c| c.0);
+            if cseq.is_none() || cseq != self.challenged_cseq {
+                self.challenges = self.challenges.saturating_add(1);
+                self.challenged_cseq = cseq;
+            }
+            if matches!(self.last_code, 0 | 401 | 407) {
+                self.last_code = code;
+            }
+            return;
+        }
         self.last_code = code;
         if !(200..300).contains(&code) {
             return;
@@ -490,13 +571,17 @@ mod tests {
     }
 
     fn response(code: u16, extra: &str) -> Vec<u8> {
+        response_to(1, code, extra)
+    }
+
+    fn response_to(cseq: u32, code: u16, extra: &str) -> Vec<u8> {
         msg(&format!(
             "SIP/2.0 {code} X\n\
              Via: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bK1\n\
              From: <sip:1001@pbx.example.com>;tag=a\n\
              To: <sip:1001@pbx.example.com>;tag=b\n\
              Call-ID: reg-1@10.0.0.5\n\
-             CSeq: 1 REGISTER\n\
+             CSeq: {cseq} REGISTER\n\
              {extra}Content-Length: 0\n\n"
         ))
     }
@@ -533,6 +618,34 @@ mod tests {
         assert_eq!(r.expires_s, Some(3600), "what the request asked for");
         let r = chain(&[response(403, "Expires: 600\n")]);
         assert_eq!((r.expires_s, r.outcome()), (None, "failed"));
+    }
+
+    #[test]
+    fn a_chain_reports_its_last_final_result_and_a_challenge_only_alone() {
+        // Registered, then a refresh challenged (and its challenge resent): still registered.
+        let refresh_challenged = response_to(3, 401, "");
+        let r = chain(&[
+            response(401, ""),
+            response_to(2, 200, "Expires: 600\n"),
+            refresh_challenged.clone(),
+            refresh_challenged,
+        ]);
+        assert_eq!(
+            (r.outcome(), r.last_code, r.expires_s),
+            ("registered", 200, Some(600))
+        );
+        assert_eq!(
+            r.challenges, 2,
+            "two requests challenged, the last challenge resent"
+        );
+        // Refused after it registered: failed.
+        let r = chain(&[response(200, ""), response(407, ""), response(403, "")]);
+        assert_eq!((r.outcome(), r.last_code), ("failed", 403));
+        // Challenged alone, or a 100 Trying with nothing after it.
+        let r = chain(&[response(100, ""), response(407, "")]);
+        assert_eq!((r.outcome(), r.last_code), ("challenged", 407));
+        let r = chain(&[response(100, "")]);
+        assert_eq!((r.outcome(), r.last_code), ("no-response", 0));
     }
 
     #[test]

@@ -12,11 +12,13 @@
 //! records is the `cdr` crate's job.
 
 pub mod analyzer;
+pub mod clock;
 pub mod decode;
 pub mod dialog;
 pub mod live;
 pub mod live_calls;
 pub mod mos;
+mod offer;
 pub mod pcap;
 pub mod rtp;
 pub mod synth;

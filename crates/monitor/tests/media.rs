@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::calls::*;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -22,65 +23,6 @@ const AUDIO_PACKETS: u16 = 50;
 /// reads as RTP version 2 (0x80-0xBF), so a monitor that ignores the SDP takes them for RTP.
 const FAX_SEQ: [u16; 2] = [0x7ff0, 0xbff0];
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn sdp(ip: &str, media: &str) -> String {
-    format!("v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n{media}\r\n")
-}
-
-fn sip(start: &str, cseq: &str, body: Option<&str>) -> String {
-    let mut m = format!(
-        "{start}\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK{}\r\n\
-         From: <sip:100@10.0.0.1>;tag=a\r\nTo: <sip:200@10.0.0.2>{}\r\n\
-         Call-ID: fax-1@tandem.test\r\nCSeq: {cseq}\r\nContact: <sip:100@10.0.0.1>\r\n",
-        cseq.replace(' ', ""),
-        if start.starts_with("INVITE") && cseq.starts_with("1 ") {
-            ""
-        } else {
-            ";tag=b"
-        }
-    );
-    match body {
-        Some(b) => m.push_str(&format!(
-            "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        )),
-        None => m.push_str("Content-Length: 0\r\n\r\n"),
-    }
-    m
-}
-
-const URI: &str = "sip:200@10.0.0.2";
-
-/// INVITE with `offer`, 200 OK with `answer`, ACK, from `t`; returns the time after them.
-fn answered_call(b: &mut PcapBuilder, mut t: i64, offer: &str, answer: &str, cseq: u32) -> i64 {
-    let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
-    let invite = sip(
-        &format!("INVITE {URI} SIP/2.0"),
-        &format!("{cseq} INVITE"),
-        Some(offer),
-    );
-    b.udp(t, a_sip, b_sip, invite.as_bytes());
-    t += 20_000_000;
-    let ok = sip("SIP/2.0 200 OK", &format!("{cseq} INVITE"), Some(answer));
-    b.udp(t, b_sip, a_sip, ok.as_bytes());
-    t += 10_000_000;
-    let ack = sip(&format!("ACK {URI} SIP/2.0"), &format!("{cseq} ACK"), None);
-    b.udp(t, a_sip, b_sip, ack.as_bytes());
-    t
-}
-
-/// BYE at `t`.
-fn bye(b: &mut PcapBuilder, t: i64, cseq: u32) {
-    let (a_sip, b_sip) = (addr("10.0.0.1:5060"), addr("10.0.0.2:5060"));
-    let bye = sip(&format!("BYE {URI} SIP/2.0"), &format!("{cseq} BYE"), None);
-    b.udp(t, a_sip, b_sip, bye.as_bytes());
-    let ok = sip("SIP/2.0 200 OK", &format!("{cseq} BYE"), None);
-    b.udp(t + 10_000_000, b_sip, a_sip, ok.as_bytes());
-}
-
 /// The fax: two pages, completed, each packet carrying the one before as redundancy.
 fn fax_plan() -> FaxPlan {
     FaxPlan {
@@ -91,46 +33,20 @@ fn fax_plan() -> FaxPlan {
 
 /// The fax call: audio, a re-INVITE to T.38 on the same ports, the T.30 session, BYE.
 fn write_fax_call(path: &Path) -> FaxTruth {
-    let (a_media, b_media) = (addr("10.0.0.1:4000"), addr("10.0.0.2:5000"));
-    let audio_a = sdp("10.0.0.1", "m=audio 4000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
-    let audio_b = sdp("10.0.0.2", "m=audio 5000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000");
-    let fax_a = sdp("10.0.0.1", "m=image 4000 udptl t38\r\na=T38FaxVersion:0");
-    let fax_b = sdp("10.0.0.2", "m=image 5000 udptl t38\r\na=T38FaxVersion:0");
+    let (a_media, b_media) = (addr(A_MEDIA), addr(B_MEDIA));
     let mut b = PcapBuilder::create(path).unwrap();
-    let mut t = answered_call(&mut b, 1_700_000_000_000_000_000, &audio_a, &audio_b, 1);
-    let mut rtp = Vec::new();
-    for n in 0..AUDIO_PACKETS {
-        t += 20_000_000;
-        for (dir, (src, dst)) in [(a_media, b_media), (b_media, a_media)]
-            .into_iter()
-            .enumerate()
-        {
-            rtp.clear();
-            let ssrc = 0x1000 + dir as u32;
-            write_rtp(
-                &mut rtp,
-                8,
-                n == 0,
-                100 + n,
-                160 * u32::from(n),
-                ssrc,
-                160,
-                0xd5,
-            );
-            b.udp(t + dir as i64 * 1_000_000, src, dst, &rtp);
-        }
-    }
-    t = answered_call(&mut b, t + 100_000_000, &fax_a, &fax_b, 2);
+    let t = answered_call(
+        &mut b,
+        1_700_000_000_000_000_000,
+        &audio_sdp(true),
+        &audio_sdp(false),
+        1,
+    );
+    let t = audio(&mut b, t, 0..AUDIO_PACKETS, &[0, 1]);
+    let t = answered_call(&mut b, t + 100_000_000, &fax_sdp(true), &fax_sdp(false), 2);
     let (packets, truth) = fax_session(&fax_plan());
-    for p in &packets {
-        let (src, dst) = if p.from_caller {
-            (a_media, b_media)
-        } else {
-            (b_media, a_media)
-        };
-        b.udp(t + p.at_ns, src, dst, &p.udptl);
-    }
-    bye(&mut b, t + packets.last().unwrap().at_ns + 100_000_000, 3);
+    let t = fax(&mut b, t, &packets, (a_media, b_media));
+    bye(&mut b, t + 100_000_000, 3);
     b.finish().unwrap();
     truth
 }
@@ -584,4 +500,39 @@ fn digits_sent_in_sip_info_are_the_call_s_digits() {
         ]
     );
     assert_eq!(call.digits(), "7#");
+}
+
+/// A call whose offer or answer is SRTP (`RTP/SAVP`, `RTP/SAVPF`, `UDP/TLS/RTP/SAVPF`) is
+/// encrypted from its SDP alone, with none of its RTP captured; `RTP/AVP` both ways is not.
+#[test]
+fn an_srtp_offer_or_answer_makes_the_call_encrypted_without_its_media() {
+    let dir = tempfile::tempdir().unwrap();
+    let side = |ip: &str, port: u16, proto: &str| {
+        sdp(
+            ip,
+            &format!("m=audio {port} {proto} 8\r\na=rtpmap:8 PCMA/8000"),
+        )
+    };
+    for (offer, answer, encrypted) in [
+        ("UDP/TLS/RTP/SAVPF", "UDP/TLS/RTP/SAVPF", true),
+        ("RTP/AVP", "RTP/SAVP", true),
+        ("RTP/SAVPF", "RTP/AVP", true),
+        ("RTP/AVP", "RTP/AVP", false),
+    ] {
+        let path = dir.path().join("srtp.pcap");
+        let mut b = PcapBuilder::create(&path).unwrap();
+        let t = answered_call(
+            &mut b,
+            1_700_000_000_000_000_000,
+            &side("10.0.0.1", 4000, offer),
+            &side("10.0.0.2", 5000, answer),
+            1,
+        );
+        bye(&mut b, t + 1_000_000_000, 2);
+        b.finish().unwrap();
+        let a = analyse(&path, 1);
+        let call = &a.calls[0];
+        assert!(call.streams.is_empty());
+        assert_eq!(call.is_encrypted(), encrypted, "{offer} / {answer}");
+    }
 }

@@ -151,9 +151,10 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
         "sip_messages": d.sip_messages,
         "reinvites": d.reinvites,
         "fax": c.is_fax(),
+        "t38_offered": c.dialog.t38_offered(),
         "fax_session": fax_json(c),
         "dtmf": dtmf_json(c),
-        "encrypted": c.streams.iter().any(|s| s.stream.encrypted),
+        "encrypted": c.is_encrypted(),
         "video": c.streams.iter().any(|s| s.stream.media == monitor::rtp::Media::Video),
         "streams": c.streams.iter().map(|s| json!({
             "src": s.stream.key.src.to_string(),
@@ -200,6 +201,7 @@ pub fn write_json(a: &Analysis, out: &mut dyn Write) -> std::io::Result<()> {
             "start": format_us(us(r.first_ns)),
             "end": format_us(us(r.last_ns)),
             "requests": r.requests,
+            "challenges": r.challenges,
             "last_response": (r.last_code != 0).then_some(r.last_code),
             "outcome": r.outcome(),
         });

@@ -43,6 +43,8 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
         dtmf: c.digits(),
         fax_pages: fax.and_then(|f| f.pages),
         fax_result: fax.and_then(|f| f.result).map(|r| r.as_str().to_string()),
+        encrypted: c.is_encrypted(),
+        t38_offered: c.dialog.t38_offered(),
         ..CdrCall::default()
     }
 }

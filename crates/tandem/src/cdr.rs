@@ -252,6 +252,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 if let Some(r) = &c.fax_result {
                     let pages = c.fax_pages.map(|p| p.to_string()).unwrap_or("?".into());
                     writeln!(out, "fax          {r}, {pages} page(s)")?;
+                } else if c.t38_offered {
+                    writeln!(out, "fax          T.38 offered")?;
+                }
+                if c.encrypted {
+                    writeln!(out, "media        SRTP")?;
                 }
                 for s in streams {
                     writeln!(

@@ -546,3 +546,63 @@ fn every_kind_of_call_in_json_and_cdrs() {
     );
     assert!(shown.contains("t30 DIS,"), "{shown}");
 }
+
+/// An SRTP call whose RTP was not captured (signalling only) is `encrypted` from its SDP, in
+/// the JSON and in its CDR; a fax call says T.38 was offered.
+#[test]
+fn what_the_sdp_said_is_on_the_call_without_its_media() {
+    use monitor::synth::CallKind;
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("signalling.pcap");
+    let cfg = SynthConfig {
+        calls: 2,
+        rtp: false,
+        failures: false,
+        kinds: vec![CallKind::Srtp, CallKind::Fax],
+        ..SynthConfig::default()
+    };
+    let truth = generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let text = stdout_of(
+        tandem()
+            .args(["capture", "--json", "--read"])
+            .arg(&pcap)
+            .arg("--cdr-db")
+            .arg(&db),
+    );
+    let calls: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "call")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    for (t, c) in truth.calls.iter().zip(&calls) {
+        let srtp = t.kind == CallKind::Srtp;
+        let flags = |v: &serde_json::Value| {
+            (
+                v["encrypted"].as_bool(),
+                v["t38_offered"].as_bool(),
+                v["fax"].as_bool(),
+            )
+        };
+        assert_eq!(c["call_id"], t.call_id.as_str());
+        assert!(c["streams"].as_array().unwrap().is_empty(), "{c}");
+        // No UDPTL was captured either: T.38 offered and accepted, but no fax seen.
+        assert_eq!(flags(c), (Some(srtp), Some(!srtp), Some(false)), "{c}");
+        let shown = stdout_of(
+            tandem()
+                .args(["cdr", "show", "--json", &t.call_id])
+                .arg("--cdr-db")
+                .arg(&db),
+        );
+        let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(
+            (
+                shown["call"]["encrypted"].as_bool(),
+                shown["call"]["t38_offered"].as_bool()
+            ),
+            (Some(srtp), Some(!srtp)),
+            "{shown}"
+        );
+    }
+}

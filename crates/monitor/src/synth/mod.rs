@@ -184,6 +184,13 @@ impl PcapBuilder {
             .expect("writing a test capture");
     }
 
+    /// A whole Ethernet frame at `t_ns`, as another capture holds it.
+    pub fn frame(&mut self, t_ns: i64, frame: &[u8]) {
+        self.w
+            .write_packet(t_ns, frame)
+            .expect("writing a test capture");
+    }
+
     /// Flushes the file.
     pub fn finish(self) -> io::Result<()> {
         let mut inner = self.w.into_inner();
