@@ -94,16 +94,39 @@ pub fn static_clock_rate(pt: u8) -> u32 {
     }
 }
 
-/// Short codec name as tshark prints it in `-z rtp,streams`.
+/// Short codec name as tshark prints it in `-z rtp,streams` (Wireshark's short names of the
+/// RFC 3551 static payload types, 1 and 2 included: RFC 1890 assigned them). Unassigned and
+/// dynamic types have no name here: the number is printed instead (tshark prints `Unassigned`
+/// and `RTPType-N`, which tell less).
 pub fn payload_name(pt: u8) -> &'static str {
     match pt {
         0 => "g711U",
+        1 => "fs-1016",
+        2 => "g721",
         3 => "GSM",
         4 => "g723",
+        5 => "DVI4 8k",
+        6 => "DVI4 16k",
+        7 => "Exp. from Xerox PARC",
         8 => "g711A",
         9 => "g722",
-        13 | 19 => "CN",
+        10 => "16-bit audio, stereo",
+        11 => "16-bit audio, monaural",
+        12 => "Qualcomm",
+        13 => "CN",
+        14 => "MPEG-I/II Audio",
+        15 => "g728",
+        16 => "DVI4 11k",
+        17 => "DVI4 22k",
         18 => "g729",
+        19 => "CN(old)",
+        25 => "CellB",
+        26 => "JPEG",
+        28 => "NV",
+        31 => "h261",
+        32 => "MPEG-I/II Video",
+        33 => "MPEG-II streams",
+        34 => "h263",
         _ => "",
     }
 }
