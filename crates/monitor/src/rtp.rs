@@ -612,10 +612,13 @@ impl RtpStream {
         }
     }
 
-    /// tshark's payload column: names of the payload types seen, comma separated.
+    /// tshark's payload column: names of the payload types seen, comma separated, in the order
+    /// of their numbers (as tshark lists them, whatever order they came in).
     pub fn payload_names(&self) -> String {
         let mut s = String::new();
-        for &pt in &self.payload_types {
+        let mut types = self.payload_types.clone();
+        types.sort_unstable();
+        for pt in types {
             if !s.is_empty() {
                 s.push_str(", ");
             }

@@ -715,10 +715,20 @@ fn every_static_payload_type_is_named_and_timed_as_tshark_does() {
         }
         t += 700 * MS;
     }
+    // One stream changing type (G.729, comfort noise, G.711 A-law, a dynamic type): tshark
+    // lists the types in the order of their numbers, not of their arrival.
+    let (src, dst) = (addr("10.2.0.1:21000"), addr("10.2.0.2:31000"));
+    for (i, pt) in [18u8, 18, 13, 8, 8, 96, 8].into_iter().enumerate() {
+        let mut p = Vec::new();
+        let i = i as u16;
+        write_rtp(&mut p, pt, false, i, 160 * u32::from(i), 0x7777, 20, 0x55);
+        b.udp(t + i64::from(i) * 20 * MS, src, dst, &p);
+    }
     b.finish().unwrap();
     let a = analyse(&path, 1);
     let names: Vec<String> = a.all_streams().map(|s| s.stream.payload_names()).collect();
     assert!(names.contains(&"h263".to_string()) && names.contains(&"DVI4 16k".to_string()));
+    assert!(names.contains(&"g711A, CN, g729, 96".to_string()), "{names:?}");
     if common::have_tshark() {
         let theirs = common::tshark_rtp_streams(&path, &[]);
         let ours: Vec<_> = a.all_streams().collect();

@@ -135,12 +135,11 @@ pub fn tshark_sip_stat(
     (messages, req, resp, resent)
 }
 
-/// Payload columns agree: the same text, or a type without a name that Tandem prints as its
-/// number where tshark prints `Unassigned` (static) or `RTPType-N` (dynamic).
+/// Payload columns agree: the same text, or types without a name that Tandem prints as their
+/// numbers where tshark prints `RTPType-N` (dynamic) or, for a stream of one type,
+/// `Unassigned` (static).
 pub fn same_payload(ours: &str, theirs: &str) -> bool {
-    ours == theirs
-        || (ours.parse::<u8>().is_ok()
-            && (theirs == "Unassigned" || theirs == format!("RTPType-{ours}")))
+    ours == theirs.replace("RTPType-", "") || (ours.parse::<u8>().is_ok() && theirs == "Unassigned")
 }
 
 /// Our figures differ from tshark's printed (3-decimal) ones by at most this, in ms.
