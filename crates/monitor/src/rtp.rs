@@ -131,6 +131,10 @@ pub fn payload_name(pt: u8) -> &'static str {
     }
 }
 
+/// The dynamic payload type tshark decodes as RFC 4733 events when no SDP names it (its
+/// `rtpevent.event_payload_type_value` preference), printing it `rtpevent`.
+const RTPEVENT_DEFAULT_PT: u8 = 101;
+
 const PT_CN: u8 = 13;
 const PT_CN_OLD: u8 = 19;
 
@@ -626,6 +630,8 @@ impl RtpStream {
                 "telephone-event"
             } else if let Some((_, n)) = self.codec_names.iter().find(|(p, _)| *p == pt) {
                 n
+            } else if pt == RTPEVENT_DEFAULT_PT {
+                "rtpevent"
             } else {
                 payload_name(pt)
             };

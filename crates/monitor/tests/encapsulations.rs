@@ -724,11 +724,24 @@ fn every_static_payload_type_is_named_and_timed_as_tshark_does() {
         write_rtp(&mut p, pt, false, i, 160 * u32::from(i), 0x7777, 20, 0x55);
         b.udp(t + i64::from(i) * 20 * MS, src, dst, &p);
     }
+    // Keypad events on type 101 with no SDP: tshark's default events type, `rtpevent`.
+    let (src, dst) = (addr("10.2.0.1:23456"), addr("10.2.0.2:33456"));
+    for i in 0..6u16 {
+        let mut p = Vec::new();
+        write_rtp(&mut p, 101, i == 0, i, 4000, 0x8888, 0, 0);
+        p.extend_from_slice(&[5, if i >= 3 { 0x8a } else { 0x0a }]);
+        p.extend_from_slice(&(160 * (i + 1)).to_be_bytes());
+        b.udp(t + 500 * MS + i64::from(i) * 20 * MS, src, dst, &p);
+    }
     b.finish().unwrap();
     let a = analyse(&path, 1);
     let names: Vec<String> = a.all_streams().map(|s| s.stream.payload_names()).collect();
+    assert!(names.contains(&"rtpevent".to_string()), "{names:?}");
     assert!(names.contains(&"h263".to_string()) && names.contains(&"DVI4 16k".to_string()));
-    assert!(names.contains(&"g711A, CN, g729, 96".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"g711A, CN, g729, 96".to_string()),
+        "{names:?}"
+    );
     if common::have_tshark() {
         let theirs = common::tshark_rtp_streams(&path, &[]);
         let ours: Vec<_> = a.all_streams().collect();
