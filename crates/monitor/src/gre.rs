@@ -6,7 +6,7 @@
 //! type II when the GRE header has a sequence number (an 8-byte ERSPAN header follows) and type
 //! I when it has none (the frame follows GRE directly); protocol 0x22EB is type III (a 12-byte
 //! header, an 8-byte platform sub-header when its O bit is set, then an Ethernet frame or, by
-//! its frame type, an IP packet). Anything else — GRE version 1 (PPTP), source routing, other
+//! its frame type, an IP packet). WCCP redirection (0x883E, a web cache's) carries IP too. Anything else — GRE version 1 (PPTP), source routing, other
 //! protocols, ERSPAN versions or frame types not listed here — is reported as [`Undecoded`],
 //! for the decoder to count. Parsing is stateless and reads only the header lengths the flags
 //! give, each checked against what was captured.
@@ -20,6 +20,8 @@ pub mod proto {
     /// ERSPAN type I (no sequence number in GRE) and type II (with one).
     pub const ERSPAN_I_II: u16 = 0x88be;
     pub const ERSPAN_III: u16 = 0x22eb;
+    /// WCCP redirection: IP after a 4-byte redirect header (version 2) or directly (version 1).
+    pub const WCCP: u16 = 0x883e;
 }
 
 const GRE_CHECKSUM: u8 = 0x80;
@@ -105,6 +107,9 @@ pub fn decapsulate(data: &[u8]) -> Result<Payload<'_>, Malformed> {
         proto::ERSPAN_I_II if flags & GRE_SEQUENCE == 0 => Payload::Ethernet(rest),
         proto::ERSPAN_I_II => erspan_ii(rest)?,
         proto::ERSPAN_III => erspan_iii(rest)?,
+        // Version 1 has no redirect header: the IPv4 packet starts at once.
+        proto::WCCP if rest.first().is_some_and(|b| b >> 4 == 4) => Payload::Ip(rest),
+        proto::WCCP => Payload::Ip(rest.get(4..).ok_or(Malformed::Gre)?),
         _ => Payload::Undecoded(Undecoded::GreProtocol),
     })
 }
@@ -225,6 +230,15 @@ mod tests {
         assert_eq!(
             decapsulate(&build::gre(proto::TEB, None, None, FRAME)),
             Ok(Payload::Ethernet(FRAME))
+        );
+        assert_eq!(
+            decapsulate(&build::gre(
+                proto::WCCP,
+                None,
+                None,
+                b"\x00\x00\x00\x01\x45ip"
+            )),
+            Ok(Payload::Ip(b"\x45ip"))
         );
         assert_eq!(
             decapsulate(&build::erspan_i(FRAME)),
