@@ -1,7 +1,8 @@
 //! Packet decoding from the link layer to UDP, TCP and SCTP: Ethernet, Linux cooked capture v1
 //! and v2, raw IP, BSD loopback; 802.1Q/802.1ad VLAN tags; IPv4 and IPv6 (extension headers);
-//! tunnels — IP-in-IP (IPv4 and IPv6 inside either), GRE carrying IP or Ethernet, and the ERSPAN
-//! port mirrors ([`crate::gre`]) — nested at most [`MAX_TUNNEL_DEPTH`] deep; IPv4 and IPv6
+//! tunnels — IP-in-IP (IPv4 and IPv6 inside either), GRE carrying IP or Ethernet, the ERSPAN
+//! port mirrors ([`crate::gre`]), and VXLAN on UDP port 4789 (cloud traffic mirrors) — nested
+//! at most [`MAX_TUNNEL_DEPTH`] deep; IPv4 and IPv6
 //! fragment reassembly with a bounded table. What is not followed is counted in
 //! [`DecodeCounters`], never silently dropped.
 
@@ -352,6 +353,10 @@ fn inner(
             Ok(gre::Payload::Undecoded(why)) => Ok(Net::Undecoded(why)),
             Err(m) => Err(DecodeError::Truncated(m.what())),
         },
+        17 if let Some(frame) = vxlan(payload) => match ethernet(frame)? {
+            Some(ip) => parse_ip(ip, depth + 1),
+            None => Ok(Net::NotIp),
+        },
         _ => Ok(Net::Done {
             src,
             dst,
@@ -359,6 +364,21 @@ fn inner(
             payload,
         }),
     }
+}
+
+/// VXLAN's UDP port (RFC 7348), the one cloud traffic mirrors send to.
+pub const VXLAN_PORT: u16 = 4789;
+
+/// The Ethernet frame inside a UDP datagram to the VXLAN port whose header has its VNI flag
+/// set (and whose frame is long enough to be one); `None` for any other datagram.
+fn vxlan(udp: &[u8]) -> Option<&[u8]> {
+    const UDP_BYTES: usize = 8;
+    const VXLAN_BYTES: usize = 8;
+    if udp.len() < UDP_BYTES + VXLAN_BYTES + 14 || be16(udp, 2) != VXLAN_PORT {
+        return None;
+    }
+    let header = &udp[UDP_BYTES..UDP_BYTES + VXLAN_BYTES];
+    (header[0] & 0x08 != 0).then(|| &udp[UDP_BYTES + VXLAN_BYTES..])
 }
 
 fn transport<'a>(

@@ -1,5 +1,5 @@
 //! Calls in the wrappers real captures bring: GRE (IP and transparent Ethernet bridging),
-//! ERSPAN types I, II and III from switch port mirrors, SIP over SCTP (RFC 4168) and SIP over
+//! ERSPAN types I, II and III from switch port mirrors, VXLAN from cloud traffic mirrors, SIP over SCTP (RFC 4168) and SIP over
 //! WebSocket (RFC 7118); and RTP of every static payload type. Each capture is built here, read
 //! by Tandem with one and two workers, and compared with tshark's `-z rtp,streams` and
 //! `-z sip,stat`.
@@ -199,6 +199,8 @@ enum Wrap {
     ErspanIII,
     /// Type III with the optional platform sub-header.
     ErspanIIIPlatform,
+    /// VXLAN on UDP port 4789, as cloud traffic mirrors send.
+    Vxlan,
 }
 
 fn outer_v4(gre_packet: &[u8]) -> Vec<u8> {
@@ -242,6 +244,14 @@ fn wrap(how: Wrap, seq: u32, ip: &[u8]) -> Vec<u8> {
             Some([0x0c, 0, 0, 1, 0, 0, 0, 9]),
             &mirrored,
         )),
+        Wrap::Vxlan => {
+            let mut v = vec![0x08, 0, 0, 0, 0, 0x12, 0x34, 0];
+            v.extend_from_slice(&mirrored);
+            ethernet(
+                0x0800,
+                &ipv4_udp(addr("192.0.2.10:51234"), addr("192.0.2.20:4789"), &v),
+            )
+        }
     }
 }
 
@@ -490,7 +500,7 @@ fn assert_the_call(name: &str, a: &Analysis) {
     assert_eq!(a.counters.malformed, 0, "{name}: malformed");
 }
 
-const WRAPS: [Wrap; 8] = [
+const WRAPS: [Wrap; 9] = [
     Wrap::Plain,
     Wrap::GreIp,
     Wrap::GreOverIpv6,
@@ -499,10 +509,11 @@ const WRAPS: [Wrap; 8] = [
     Wrap::ErspanII,
     Wrap::ErspanIII,
     Wrap::ErspanIIIPlatform,
+    Wrap::Vxlan,
 ];
 
 #[test]
-fn a_call_in_gre_and_erspan_is_read_as_tshark_reads_it() {
+fn a_call_in_gre_erspan_and_vxlan_is_read_as_tshark_reads_it() {
     let dir = tempfile::tempdir().unwrap();
     for how in WRAPS {
         let name = format!("{how:?}");
