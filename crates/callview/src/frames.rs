@@ -241,14 +241,7 @@ impl Classifier {
                     .segment(frame.ts_ns, d.src, d.dst, seq, flags, d.payload, |m| {
                         messages.push(m.to_vec())
                     });
-                for m in messages.drain(..) {
-                    f(Seen::Sip {
-                        src: d.src,
-                        dst: d.dst,
-                        tcp: true,
-                        data: &m,
-                    });
-                }
+                sip_messages(d.src, d.dst, &mut messages, f);
                 self.tcp_messages = messages;
             }
             Transport::Tcp { .. } => {}
@@ -257,18 +250,29 @@ impl Classifier {
                 self.sctp.packet(frame.ts_ns, d.src, d.dst, d.payload, |m| {
                     messages.push(m.to_vec())
                 });
-                for m in messages.drain(..) {
-                    f(Seen::Sip {
-                        src: d.src,
-                        dst: d.dst,
-                        tcp: true,
-                        data: &m,
-                    });
-                }
+                sip_messages(d.src, d.dst, &mut messages, f);
                 self.tcp_messages = messages;
             }
             Transport::Sctp => {}
         }
+    }
+}
+
+/// The SIP messages a TCP segment or an SCTP packet completed, handed on (and the buffer left
+/// empty for the next).
+fn sip_messages(
+    src: SocketAddr,
+    dst: SocketAddr,
+    messages: &mut Vec<Vec<u8>>,
+    f: &mut impl FnMut(Seen<'_>),
+) {
+    for m in messages.drain(..) {
+        f(Seen::Sip {
+            src,
+            dst,
+            tcp: true,
+            data: &m,
+        });
     }
 }
 

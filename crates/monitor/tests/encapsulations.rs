@@ -37,6 +37,17 @@ enum Signalling {
     WebSocket,
 }
 
+impl Signalling {
+    /// The transport as a Via header names it.
+    fn name(self) -> &'static str {
+        match self {
+            Signalling::Udp => "UDP",
+            Signalling::Sctp => "SCTP",
+            Signalling::WebSocket => "WS",
+        }
+    }
+}
+
 /// One SIP message or RTP packet of a call, before it is wrapped.
 enum Item {
     Sip {
@@ -263,11 +274,7 @@ fn write_call(path: &Path, signalling: Signalling, how: Wrap) {
 /// `handshake`: false leaves out the WebSocket handshake (the capture began after it) and
 /// sends the INVITE's frames in one segment.
 fn write_call_with(path: &Path, signalling: Signalling, how: Wrap, handshake: bool) {
-    let transport = match signalling {
-        Signalling::Udp => "UDP",
-        Signalling::Sctp => "SCTP",
-        Signalling::WebSocket => "WS",
-    };
+    let transport = signalling.name();
     let mut b = PcapBuilder::create(path).unwrap();
     let mut seq = 0u32;
     let mut put = |b: &mut PcapBuilder, t: i64, ip: &[u8]| {
@@ -458,16 +465,7 @@ fn analyse(path: &Path, workers: usize) -> Analysis {
 fn compare(name: &str, path: &Path, decode_as: &[&str]) -> Analysis {
     let one = analyse(path, 1);
     let two = analyse(path, 2);
-    assert_eq!(
-        one.counters, two.counters,
-        "{name}: counters with 1 and 2 workers"
-    );
-    assert_eq!(one.sip, two.sip, "{name}: SIP with 1 and 2 workers");
-    assert_eq!(
-        one.calls.len(),
-        two.calls.len(),
-        "{name}: calls with 1 and 2 workers"
-    );
+    common::assert_workers_agree(name, &one, &two);
     if common::have_tshark() {
         for (workers, a) in [(1, &one), (2, &two)] {
             let theirs = common::tshark_rtp_streams(path, decode_as);
@@ -500,6 +498,18 @@ fn assert_the_call(name: &str, a: &Analysis) {
     assert_eq!(a.counters.malformed, 0, "{name}: malformed");
 }
 
+/// The call with its SIP over `signalling`, wrapped by `how`, compared with tshark and checked:
+/// seven SIP messages however they were cut, bundled or sent again.
+fn the_call_over(dir: &Path, signalling: Signalling, how: Wrap) -> (String, Analysis) {
+    let name = format!("{} {how:?}", signalling.name());
+    let path = dir.join("call.pcap");
+    write_call(&path, signalling, how);
+    let a = compare(&name, &path, &[]);
+    assert_the_call(&name, &a);
+    assert_eq!(a.sip.messages, 7, "{name}: SIP messages");
+    (name, a)
+}
+
 const WRAPS: [Wrap; 9] = [
     Wrap::Plain,
     Wrap::GreIp,
@@ -529,15 +539,7 @@ fn a_call_in_gre_erspan_and_vxlan_is_read_as_tshark_reads_it() {
 fn sip_over_sctp_bundled_fragmented_and_retransmitted() {
     let dir = tempfile::tempdir().unwrap();
     for how in [Wrap::Plain, Wrap::ErspanII] {
-        let name = format!("SCTP {how:?}");
-        let path = dir.path().join("sctp.pcap");
-        write_call(&path, Signalling::Sctp, how);
-        let a = compare(&name, &path, &[]);
-        assert_the_call(&name, &a);
-        assert_eq!(
-            a.sip.messages, 7,
-            "{name}: the retransmitted 200 counts once"
-        );
+        let (name, a) = the_call_over(dir.path(), Signalling::Sctp, how);
         let s = a.counters.sip_sctp;
         assert_eq!(
             (
@@ -555,12 +557,7 @@ fn sip_over_sctp_bundled_fragmented_and_retransmitted() {
 fn sip_over_websocket_masked_fragmented_and_split() {
     let dir = tempfile::tempdir().unwrap();
     for how in [Wrap::Plain, Wrap::GreEthernet] {
-        let name = format!("WebSocket {how:?}");
-        let path = dir.path().join("ws.pcap");
-        write_call(&path, Signalling::WebSocket, how);
-        let a = compare(&name, &path, &[]);
-        assert_the_call(&name, &a);
-        assert_eq!(a.sip.messages, 7, "{name}");
+        let (name, a) = the_call_over(dir.path(), Signalling::WebSocket, how);
         let w = a.counters.sip_tcp.websocket;
         assert_eq!(
             (w.streams, w.control_frames, w.not_sip, w.resyncs),

@@ -135,6 +135,20 @@ pub fn tshark_sip_stat(
     (messages, req, resp, resent)
 }
 
+/// One worker and two saw the same: counters, SIP counts, calls.
+pub fn assert_workers_agree(name: &str, one: &monitor::Analysis, two: &monitor::Analysis) {
+    assert_eq!(
+        one.counters, two.counters,
+        "{name}: counters with 1 and 2 workers"
+    );
+    assert_eq!(one.sip, two.sip, "{name}: SIP with 1 and 2 workers");
+    assert_eq!(
+        one.calls.len(),
+        two.calls.len(),
+        "{name}: calls with 1 and 2 workers"
+    );
+}
+
 /// Payload columns agree: the same text, or types without a name that Tandem prints as their
 /// numbers where tshark prints `RTPType-N` (dynamic) or, for a stream of one type,
 /// `Unassigned` (static).
