@@ -31,15 +31,19 @@ const RECENT_TSNS: usize = 32;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SctpLimits {
-    /// Association directions followed at once; the least recently active is dropped beyond this.
+    /// Association directions followed at once; the least recently active is dropped beyond this
+    /// (default 16,384).
     pub max_associations: usize,
-    /// Largest user message put back together from fragments.
+    /// Largest user message put back together from fragments (default 256 KiB, as a TCP
+    /// stream's buffer).
     pub max_message_bytes: usize,
-    /// Fragments of one user message beyond this drop it.
+    /// Fragments of one user message beyond this drop it (default 256).
     pub max_fragments: usize,
-    /// User messages being put back together at once in one direction of an association.
+    /// User messages being put back together at once in one direction of an association
+    /// (default 16).
     pub max_partial_per_association: usize,
-    /// A direction without packets for this long is forgotten, with its partial messages.
+    /// A direction without packets for this long is forgotten, with its partial messages
+    /// (default 300,000: five minutes, as a TCP stream).
     pub idle_timeout_ms: u64,
 }
 
