@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use monitor::decode::{Decoder, FragmentLimits, Transport, peek_udp};
 use monitor::pcap::{CaptureError, CaptureErrorKind, CaptureReader, MAX_PACKET_BYTES};
 use monitor::rtp::{RtpHeader, looks_like_rtcp};
+use monitor::sctp::{SctpLimits, SipSctp};
 use monitor::tcp::{SipTcp, TcpLimits};
 
 /// The name the input goes by in read errors: "the call's pcap: at byte N: ...".
@@ -201,6 +202,7 @@ pub(crate) enum Seen<'a> {
 pub(crate) struct Classifier {
     decoder: Decoder,
     tcp: SipTcp,
+    sctp: SipSctp,
     /// SIP messages framed out of the current TCP segment (the buffer is reused).
     tcp_messages: Vec<Vec<u8>>,
     /// Whether TCP segments are followed at all (audio needs only UDP).
@@ -212,6 +214,7 @@ impl Classifier {
         Classifier {
             decoder: Decoder::new(FragmentLimits::default()),
             tcp: SipTcp::new(TcpLimits::default()),
+            sctp: SipSctp::new(SctpLimits::default()),
             tcp_messages: Vec::new(),
             follow_tcp,
         }
@@ -238,18 +241,38 @@ impl Classifier {
                     .segment(frame.ts_ns, d.src, d.dst, seq, flags, d.payload, |m| {
                         messages.push(m.to_vec())
                     });
-                for m in messages.drain(..) {
-                    f(Seen::Sip {
-                        src: d.src,
-                        dst: d.dst,
-                        tcp: true,
-                        data: &m,
-                    });
-                }
+                sip_messages(d.src, d.dst, &mut messages, f);
                 self.tcp_messages = messages;
             }
             Transport::Tcp { .. } => {}
+            Transport::Sctp if self.follow_tcp => {
+                let mut messages = std::mem::take(&mut self.tcp_messages);
+                self.sctp.packet(frame.ts_ns, d.src, d.dst, d.payload, |m| {
+                    messages.push(m.to_vec())
+                });
+                sip_messages(d.src, d.dst, &mut messages, f);
+                self.tcp_messages = messages;
+            }
+            Transport::Sctp => {}
         }
+    }
+}
+
+/// The SIP messages a TCP segment or an SCTP packet completed, handed on (and the buffer left
+/// empty for the next).
+fn sip_messages(
+    src: SocketAddr,
+    dst: SocketAddr,
+    messages: &mut Vec<Vec<u8>>,
+    f: &mut impl FnMut(Seen<'_>),
+) {
+    for m in messages.drain(..) {
+        f(Seen::Sip {
+            src,
+            dst,
+            tcp: true,
+            data: &m,
+        });
     }
 }
 

@@ -160,7 +160,8 @@ fn comfort_noise_and_events_are_silence_that_lasts() {
     send(&mut p, 13, 1, 160);
     let view = callview::analyze(&p.bytes, &Limits::default()).unwrap();
     let s = &view.streams[0];
-    assert_eq!(s.figures.payload, "g711A, CN, 101");
+    // Type 101 with no SDP naming it is tshark's default events type, `rtpevent`.
+    assert_eq!(s.figures.payload, "g711A, CN, rtpevent");
     let (_, samples) =
         wav_samples(&callview::wav(&p.bytes, AudioSelect::Stream(0), &Limits::default()).unwrap());
     // 5 × 160, 2 × 400 of pause, 5 × 160, the event's 160, then the last comfort noise packet

@@ -83,8 +83,9 @@ use crate::live_calls::{LIVE_STREAMS_PER_CALL, LiveCall, LiveCalls, LiveStream, 
 use crate::offer::{PENDING_OFFERS_MAX, PendingOffers, RtpTail, offer_cseq};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
+use crate::sctp::{SctpCounters, SctpLimits, SipSctp};
 use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
-use crate::tcp::{SipTcp, TcpLimits};
+use crate::tcp::{SipTcp, TcpCounters, TcpLimits};
 
 /// Limits and timeouts of the monitor. Every table is bounded; what does not fit is counted in
 /// [`Counters`] and dropped.
@@ -118,6 +119,7 @@ pub struct MonitorConfig {
     pub min_unsignalled_packets: u64,
     pub fragments: FragmentLimits,
     pub tcp: TcpLimits,
+    pub sctp: SctpLimits,
     /// Events per batch handed to a shard thread.
     pub batch_events: usize,
     /// Batches queued per shard thread before the front waits.
@@ -148,6 +150,7 @@ impl Default for MonitorConfig {
             min_unsignalled_packets: 1,
             fragments: FragmentLimits::default(),
             tcp: TcpLimits::default(),
+            sctp: SctpLimits::default(),
             batch_events: 1024,
             queue_batches: 8,
             live_calls_per_shard_max: crate::live_calls::LIVE_CALLS_PER_SHARD_MAX,
@@ -193,6 +196,12 @@ pub struct Counters {
     /// Forward jumps of the capture's clock over a day, taken as steps of the clock
     /// ([`crate::clock`]): counted by the reading thread.
     pub clock_steps: u64,
+    /// What the decoder did not follow (tunnels, non-IP frames, other transports).
+    pub decode: crate::decode::DecodeCounters,
+    /// SIP over TCP and WebSocket.
+    pub sip_tcp: TcpCounters,
+    /// SIP over SCTP.
+    pub sip_sctp: SctpCounters,
 }
 
 impl Counters {
@@ -220,6 +229,10 @@ impl Counters {
         if first {
             self.fragments_reassembled += o.fragments_reassembled;
             self.fragments_expired += o.fragments_expired;
+            // Only frames that go to every worker move these.
+            self.decode = o.decode;
+            self.sip_tcp = o.sip_tcp;
+            self.sip_sctp = o.sip_sctp;
         }
     }
 }
@@ -1163,6 +1176,7 @@ struct Front {
     me: Option<u16>,
     decoder: Decoder,
     tcp: SipTcp,
+    sctp: SipSctp,
     endpoints: FastMap<PackedAddr, Endpoint>,
     flows: FastMap<PackedKey, FlowRoute>,
     first_ns: Option<i64>,
@@ -1194,6 +1208,7 @@ impl Front {
             hasher,
             decoder: Decoder::new(cfg.fragments),
             tcp: SipTcp::new(cfg.tcp),
+            sctp: SipSctp::new(cfg.sctp),
             endpoints: FastMap::default(),
             flows: FastMap::default(),
             first_ns: None,
@@ -1359,6 +1374,15 @@ impl Front {
                 self.tcp.segment(ts_ns, src, dst, seq, flags, payload, |m| {
                     msgs.push(m.to_vec())
                 });
+                for m in msgs.drain(..) {
+                    self.sip_message(ts_ns, src, dst, &m, false, emit);
+                }
+                self.tcp_messages = msgs;
+            }
+            Transport::Sctp => {
+                let mut msgs = std::mem::take(&mut self.tcp_messages);
+                self.sctp
+                    .packet(ts_ns, src, dst, payload, |m| msgs.push(m.to_vec()));
                 for m in msgs.drain(..) {
                     self.sip_message(ts_ns, src, dst, &m, false, emit);
                 }
@@ -1958,6 +1982,9 @@ impl Front {
         let mut counters = self.counters;
         counters.fragments_reassembled = self.decoder.counters.reassembled;
         counters.fragments_expired = self.decoder.counters.fragments_expired;
+        counters.decode = self.decoder.counters;
+        counters.sip_tcp = self.tcp.counters;
+        counters.sip_sctp = self.sctp.counters;
         FrontTotals {
             sip: self.sip.clone(),
             counters,

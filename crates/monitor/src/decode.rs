@@ -1,9 +1,15 @@
-//! Packet decoding from the link layer to UDP/TCP: Ethernet, Linux cooked capture v1 and v2, raw
-//! IP, BSD loopback; 802.1Q/802.1ad VLAN tags; IPv4 and IPv6 (extension headers); IP-in-IP
-//! (IPv4 and IPv6 inside either); IPv4 and IPv6 fragment reassembly with a bounded table.
+//! Packet decoding from the link layer to UDP, TCP and SCTP: Ethernet, Linux cooked capture v1
+//! and v2, raw IP, BSD loopback; 802.1Q/802.1ad VLAN tags; IPv4 and IPv6 (extension headers);
+//! tunnels — IP-in-IP (IPv4 and IPv6 inside either), GRE carrying IP or Ethernet, the ERSPAN
+//! port mirrors ([`crate::gre`]), and VXLAN on UDP port 4789 (cloud traffic mirrors) — nested
+//! at most [`MAX_TUNNEL_DEPTH`] deep; IPv4 and IPv6
+//! fragment reassembly with a bounded table. What is not followed is counted in
+//! [`DecodeCounters`], never silently dropped.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::gre::{self, Undecoded};
 
 /// LINKTYPE_* values understood by [`Decoder`].
 pub mod link {
@@ -21,7 +27,7 @@ pub mod link {
 
 /// Nested VLAN tags beyond this are malformed.
 pub const MAX_VLAN_TAGS: usize = 4;
-/// IP-in-IP nesting beyond this is malformed.
+/// Tunnels (IP-in-IP, GRE, ERSPAN) nested beyond this are malformed.
 pub const MAX_TUNNEL_DEPTH: usize = 4;
 /// IPv6 extension headers beyond this are malformed.
 pub const MAX_IPV6_EXT_HEADERS: usize = 8;
@@ -41,14 +47,19 @@ pub enum DecodeError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     Udp,
-    Tcp { seq: u32, flags: u8 },
+    Tcp {
+        seq: u32,
+        flags: u8,
+    },
+    /// An SCTP packet: the payload is its chunks, after the common header ([`crate::sctp`]).
+    Sctp,
 }
 
 pub const TCP_FIN: u8 = 0x01;
 pub const TCP_SYN: u8 = 0x02;
 pub const TCP_RST: u8 = 0x04;
 
-/// A UDP datagram or TCP segment with its endpoints.
+/// A UDP datagram, TCP segment or SCTP packet with its endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram<'a> {
     pub src: SocketAddr,
@@ -97,15 +108,42 @@ struct FragBuf {
     first_ns: i64,
 }
 
-/// Counters of what the decoder saw.
+/// Counters of what the decoder saw. Only frames that are not plain UDP move them, so with
+/// several workers (which all decode such frames) the first worker's counters are the whole.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DecodeCounters {
     pub fragments: u64,
     pub reassembled: u64,
     pub fragments_expired: u64,
     pub fragments_dropped: u64,
+    /// Frames (or frames inside a tunnel) carrying neither IPv4 nor IPv6: ARP, LLDP, ...
     pub not_ip: u64,
+    /// IP packets carrying neither UDP, TCP nor SCTP, nor a tunnel followed here.
     pub other_transport: u64,
+    /// GRE version 1 (PPTP) or above.
+    pub gre_version: u64,
+    /// GRE with RFC 1701 source routing.
+    pub gre_routing: u64,
+    /// GRE carrying a protocol other than IP, Ethernet and ERSPAN.
+    pub gre_protocol: u64,
+    /// ERSPAN headers of an unknown version or frame type.
+    pub erspan_unknown: u64,
+}
+
+impl DecodeCounters {
+    fn undecoded(&mut self, why: Undecoded) {
+        match why {
+            Undecoded::GreVersion => self.gre_version += 1,
+            Undecoded::GreRouting => self.gre_routing += 1,
+            Undecoded::GreProtocol => self.gre_protocol += 1,
+            Undecoded::ErspanVersion | Undecoded::ErspanFrameType => self.erspan_unknown += 1,
+        }
+    }
+
+    /// Tunnelled packets not followed, all kinds together.
+    pub fn tunnels_undecoded(&self) -> u64 {
+        self.gre_version + self.gre_routing + self.gre_protocol + self.erspan_unknown
+    }
 }
 
 /// Decodes link-layer frames to datagrams, reassembling IP fragments.
@@ -131,6 +169,10 @@ enum Net<'a> {
         payload: &'a [u8],
     },
     Skip,
+    /// An Ethernet frame inside a tunnel that carries no IP.
+    NotIp,
+    /// A tunnel not followed.
+    Undecoded(Undecoded),
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -163,7 +205,7 @@ fn by_ethertype(mut ethertype: u16, mut rest: &[u8]) -> Result<Option<&[u8]>, De
 
 fn parse_ip(data: &[u8], depth: usize) -> Result<Net<'_>, DecodeError> {
     if depth > MAX_TUNNEL_DEPTH {
-        return Err(DecodeError::Invalid("IP-in-IP nesting"));
+        return Err(DecodeError::Invalid("tunnel nesting"));
     }
     let Some(&first) = data.first() else {
         return Err(DecodeError::Truncated("IP"));
@@ -302,6 +344,19 @@ fn inner(
 ) -> Result<Net<'_>, DecodeError> {
     match proto {
         4 | 41 => parse_ip(payload, depth + 1),
+        47 => match gre::decapsulate(payload) {
+            Ok(gre::Payload::Ip(ip)) => parse_ip(ip, depth + 1),
+            Ok(gre::Payload::Ethernet(frame)) => match ethernet(frame)? {
+                Some(ip) => parse_ip(ip, depth + 1),
+                None => Ok(Net::NotIp),
+            },
+            Ok(gre::Payload::Undecoded(why)) => Ok(Net::Undecoded(why)),
+            Err(m) => Err(DecodeError::Truncated(m.what())),
+        },
+        17 if let Some(frame) = vxlan(payload) => match ethernet(frame)? {
+            Some(ip) => parse_ip(ip, depth + 1),
+            None => Ok(Net::NotIp),
+        },
         _ => Ok(Net::Done {
             src,
             dst,
@@ -309,6 +364,21 @@ fn inner(
             payload,
         }),
     }
+}
+
+/// VXLAN's UDP port (RFC 7348), the one cloud traffic mirrors send to.
+pub const VXLAN_PORT: u16 = 4789;
+
+/// The Ethernet frame inside a UDP datagram to the VXLAN port whose header has its VNI flag
+/// set (and whose frame is long enough to be one); `None` for any other datagram.
+fn vxlan(udp: &[u8]) -> Option<&[u8]> {
+    const UDP_BYTES: usize = 8;
+    const VXLAN_BYTES: usize = 8;
+    if udp.len() < UDP_BYTES + VXLAN_BYTES + 14 || be16(udp, 2) != VXLAN_PORT {
+        return None;
+    }
+    let header = &udp[UDP_BYTES..UDP_BYTES + VXLAN_BYTES];
+    (header[0] & 0x08 != 0).then(|| &udp[UDP_BYTES + VXLAN_BYTES..])
 }
 
 fn transport<'a>(
@@ -356,20 +426,35 @@ fn transport<'a>(
                 payload: &payload[off..],
             }))
         }
+        132 => {
+            if payload.len() < crate::sctp::COMMON_HEADER_BYTES {
+                return Err(DecodeError::Truncated("SCTP"));
+            }
+            Ok(Some(Datagram {
+                src: SocketAddr::new(src, be16(payload, 0)),
+                dst: SocketAddr::new(dst, be16(payload, 2)),
+                transport: Transport::Sctp,
+                payload: &payload[crate::sctp::COMMON_HEADER_BYTES..],
+            }))
+        }
         _ => Ok(None),
     }
+}
+
+/// The network-layer bytes of an Ethernet frame (after its VLAN tags), `None` when it carries
+/// no IP.
+fn ethernet(frame: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
+    if frame.len() < 14 {
+        return Err(DecodeError::Truncated("Ethernet"));
+    }
+    by_ethertype(be16(frame, 12), &frame[14..])
 }
 
 /// The network-layer bytes of a link-layer frame; `Ok(None)` when it carries neither IPv4 nor
 /// IPv6 (ARP, LLC, ...).
 fn network_layer(link_type: u32, frame: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
     Ok(match link_type {
-        link::ETHERNET => {
-            if frame.len() < 14 {
-                return Err(DecodeError::Truncated("Ethernet"));
-            }
-            by_ethertype(be16(frame, 12), &frame[14..])?
-        }
+        link::ETHERNET => ethernet(frame)?,
         link::LINUX_SLL => {
             if frame.len() < 16 {
                 return Err(DecodeError::Truncated("Linux cooked"));
@@ -394,8 +479,10 @@ fn network_layer(link_type: u32, frame: &[u8]) -> Result<Option<&[u8]>, DecodeEr
 }
 
 /// Without any state: the UDP endpoints and payload of an unfragmented datagram, else `None`
-/// (TCP, fragments, tunnels that end in neither, malformed frames). Used to route packets to
-/// worker threads before they are decoded for real.
+/// (TCP, SCTP, fragments, tunnels that end in none of these, malformed frames). It walks the
+/// same tunnels as [`Decoder::decode`] (IP-in-IP, GRE, ERSPAN), so that a tunnelled flow hashes
+/// as the same flow bare. Used to route packets to worker threads before they are decoded for
+/// real.
 pub fn peek_udp(link_type: u32, frame: &[u8]) -> Option<(SocketAddr, SocketAddr, &[u8])> {
     let ip = network_layer(link_type, frame).ok()??;
     match parse_ip(ip, 0).ok()? {
@@ -409,6 +496,37 @@ pub fn peek_udp(link_type: u32, frame: &[u8]) -> Option<(SocketAddr, SocketAddr,
             Some((d.src, d.dst, d.payload))
         }
         _ => None,
+    }
+}
+
+/// The datagram a decoded packet holds, counting what holds none.
+fn settle<'a>(
+    counters: &mut DecodeCounters,
+    net: Net<'a>,
+) -> Result<Option<Datagram<'a>>, DecodeError> {
+    match net {
+        Net::Done {
+            src,
+            dst,
+            proto,
+            payload,
+        } => {
+            let d = transport(src, dst, proto, payload)?;
+            if d.is_none() {
+                counters.other_transport += 1;
+            }
+            Ok(d)
+        }
+        Net::NotIp => {
+            counters.not_ip += 1;
+            Ok(None)
+        }
+        Net::Undecoded(why) => {
+            counters.undecoded(why);
+            Ok(None)
+        }
+        // Fragments inside a reassembled tunnel payload are not reassembled again.
+        Net::Skip | Net::Fragment { .. } => Ok(None),
     }
 }
 
@@ -447,50 +565,29 @@ impl Decoder {
             self.counters.not_ip += 1;
             return Ok(None);
         };
-        match parse_ip(ip, 0)? {
-            Net::Done {
-                src,
-                dst,
-                proto,
-                payload,
-            } => {
-                let d = transport(src, dst, proto, payload)?;
-                if d.is_none() {
-                    self.counters.other_transport += 1;
-                }
-                Ok(d)
-            }
-            Net::Skip => Ok(None),
-            Net::Fragment {
-                key,
-                offset,
-                more,
-                payload,
-            } => {
-                self.counters.fragments += 1;
-                if !self.add_fragment(ts_ns, key, offset, more, payload) {
-                    return Ok(None);
-                }
-                self.counters.reassembled += 1;
-                let whole: &'a [u8] = &self.reassembled;
-                // An IPv6 fragment's payload may start with further extension headers.
-                let net = if key.src.is_ipv6() {
-                    ipv6_ext(key.src, key.dst, key.proto, whole, 0)?
-                } else {
-                    inner(key.src, key.dst, key.proto, whole, 0)?
-                };
-                match net {
-                    Net::Done {
-                        src,
-                        dst,
-                        proto,
-                        payload,
-                    } => transport(src, dst, proto, payload),
-                    // Fragments inside a reassembled tunnel payload are not reassembled again.
-                    Net::Fragment { .. } | Net::Skip => Ok(None),
-                }
-            }
+        let net = parse_ip(ip, 0)?;
+        let Net::Fragment {
+            key,
+            offset,
+            more,
+            payload,
+        } = net
+        else {
+            return settle(&mut self.counters, net);
+        };
+        self.counters.fragments += 1;
+        if !self.add_fragment(ts_ns, key, offset, more, payload) {
+            return Ok(None);
         }
+        self.counters.reassembled += 1;
+        let whole: &'a [u8] = &self.reassembled;
+        // An IPv6 fragment's payload may start with further extension headers.
+        let net = if key.src.is_ipv6() {
+            ipv6_ext(key.src, key.dst, key.proto, whole, 0)?
+        } else {
+            inner(key.src, key.dst, key.proto, whole, 0)?
+        };
+        settle(&mut self.counters, net)
     }
 
     fn sweep(&mut self, now_ns: i64) {

@@ -15,16 +15,19 @@ pub mod analyzer;
 pub mod clock;
 pub mod decode;
 pub mod dialog;
+pub mod gre;
 pub mod live;
 pub mod live_calls;
 pub mod mos;
 mod offer;
 pub mod pcap;
 pub mod rtp;
+pub mod sctp;
 pub mod synth;
 pub mod t38;
 pub mod tap;
 pub mod tcp;
+pub mod websocket;
 
 pub use analyzer::{
     Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, Resends, SipStats,

@@ -94,19 +94,46 @@ pub fn static_clock_rate(pt: u8) -> u32 {
     }
 }
 
-/// Short codec name as tshark prints it in `-z rtp,streams`.
+/// Short codec name as tshark prints it in `-z rtp,streams` (Wireshark's short names of the
+/// RFC 3551 static payload types, 1 and 2 included: RFC 1890 assigned them). Unassigned and
+/// dynamic types have no name here: the number is printed instead (tshark prints `Unassigned`
+/// and `RTPType-N`, which tell less).
 pub fn payload_name(pt: u8) -> &'static str {
     match pt {
         0 => "g711U",
+        1 => "fs-1016",
+        2 => "g721",
         3 => "GSM",
         4 => "g723",
+        5 => "DVI4 8k",
+        6 => "DVI4 16k",
+        7 => "Exp. from Xerox PARC",
         8 => "g711A",
         9 => "g722",
-        13 | 19 => "CN",
+        10 => "16-bit audio, stereo",
+        11 => "16-bit audio, monaural",
+        12 => "Qualcomm",
+        13 => "CN",
+        14 => "MPEG-I/II Audio",
+        15 => "g728",
+        16 => "DVI4 11k",
+        17 => "DVI4 22k",
         18 => "g729",
+        19 => "CN(old)",
+        25 => "CellB",
+        26 => "JPEG",
+        28 => "NV",
+        31 => "h261",
+        32 => "MPEG-I/II Video",
+        33 => "MPEG-II streams",
+        34 => "h263",
         _ => "",
     }
 }
+
+/// The dynamic payload type tshark decodes as RFC 4733 events when no SDP names it (its
+/// `rtpevent.event_payload_type_value` preference), printing it `rtpevent`.
+const RTPEVENT_DEFAULT_PT: u8 = 101;
 
 const PT_CN: u8 = 13;
 const PT_CN_OLD: u8 = 19;
@@ -589,10 +616,13 @@ impl RtpStream {
         }
     }
 
-    /// tshark's payload column: names of the payload types seen, comma separated.
+    /// tshark's payload column: names of the payload types seen, comma separated, in the order
+    /// of their numbers (as tshark lists them, whatever order they came in).
     pub fn payload_names(&self) -> String {
         let mut s = String::new();
-        for &pt in &self.payload_types {
+        let mut types = self.payload_types.clone();
+        types.sort_unstable();
+        for pt in types {
             if !s.is_empty() {
                 s.push_str(", ");
             }
@@ -600,6 +630,8 @@ impl RtpStream {
                 "telephone-event"
             } else if let Some((_, n)) = self.codec_names.iter().find(|(p, _)| *p == pt) {
                 n
+            } else if pt == RTPEVENT_DEFAULT_PT {
+                "rtpevent"
             } else {
                 payload_name(pt)
             };

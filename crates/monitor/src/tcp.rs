@@ -1,13 +1,17 @@
 //! TCP stream reassembly for SIP: segments are put in sequence order (retransmissions and
 //! overlaps trimmed, out-of-order segments held briefly) and the byte stream is cut into SIP
-//! messages by their Content-Length (RFC 3261 18.3). Several messages per segment and one
-//! message over many segments both work. Every stream's buffer, its held segments, the number
-//! of streams and their idle time are bounded.
+//! messages by their Content-Length (RFC 3261 18.3), or, for SIP over WebSocket (RFC 7118), by
+//! WebSocket frames ([`crate::websocket`]) after an HTTP Upgrade handshake (or from the first
+//! data frame that carries SIP, when the capture starts after the handshake). Several messages
+//! per segment and one message over many segments both work. Every stream's buffer, its held
+//! segments, the number of streams and their idle time are bounded; a WebSocket message is
+//! bounded by the stream buffer's size.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::decode::{TCP_FIN, TCP_RST, TCP_SYN};
+use crate::websocket::{self, WsCounters, WsStream};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TcpLimits {
@@ -32,13 +36,43 @@ impl Default for TcpLimits {
     }
 }
 
-#[derive(Default)]
+/// How a stream's bytes are cut into SIP messages.
+#[derive(Debug)]
+enum Framing {
+    /// SIP messages back to back, each by its Content-Length.
+    Sip,
+    /// An HTTP Upgrade request or response, whose end is awaited.
+    Handshake,
+    /// WebSocket frames, one SIP message per WebSocket message.
+    WebSocket(WsStream),
+}
+
+impl Framing {
+    /// How a stream whose first captured bytes are `payload` is framed; `None`: not SIP.
+    fn recognise(payload: &[u8]) -> Option<Framing> {
+        if sip::looks_like_sip(payload) {
+            Some(Framing::Sip)
+        } else if websocket::looks_like_http_upgrade_start(payload)
+            && payload
+                .windows(9)
+                .any(|w| w.eq_ignore_ascii_case(b"websocket"))
+        {
+            Some(Framing::Handshake)
+        } else if websocket::starts_with_sip_frame(payload) {
+            Some(Framing::WebSocket(WsStream::default()))
+        } else {
+            None
+        }
+    }
+}
+
 struct Stream {
     /// Sequence number of the next byte expected; None until a SIP start is seen.
     next_seq: Option<u32>,
     buf: Vec<u8>,
     pending: Vec<(u32, Vec<u8>)>,
     last_ns: i64,
+    framing: Framing,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,6 +81,8 @@ pub struct TcpCounters {
     pub retransmitted_bytes: u64,
     pub resyncs: u64,
     pub streams_evicted: u64,
+    /// SIP over WebSocket.
+    pub websocket: WsCounters,
 }
 
 /// Follows TCP streams that carry SIP.
@@ -110,9 +146,9 @@ impl SipTcp {
             return;
         }
         if !self.streams.contains_key(&key) {
-            if !sip::looks_like_sip(payload) {
+            let Some(framing) = Framing::recognise(payload) else {
                 return;
-            }
+            };
             if self.streams.len() >= self.limits.max_streams
                 && let Some(oldest) = self
                     .streams
@@ -123,12 +159,31 @@ impl SipTcp {
                 self.streams.remove(&oldest);
                 self.counters.streams_evicted += 1;
             }
-            self.streams.insert(key, Stream::default());
+            if matches!(framing, Framing::WebSocket(_)) {
+                self.counters.websocket.streams += 1;
+            }
+            self.streams.insert(
+                key,
+                Stream {
+                    next_seq: None,
+                    buf: Vec::new(),
+                    pending: Vec::new(),
+                    last_ns: ts_ns,
+                    framing,
+                },
+            );
         }
         let limits = self.limits;
         let counters = &mut self.counters;
         let s = self.streams.get_mut(&key).expect("stream just inserted");
         s.last_ns = ts_ns;
+        if s.next_seq.is_none()
+            && matches!(s.framing, Framing::WebSocket(_))
+            && !websocket::starts_with_sip_frame(payload)
+        {
+            // Framing was lost: wait for a segment that starts with a frame.
+            return;
+        }
         let next = *s.next_seq.get_or_insert(seq);
         if seq_lt(next, seq) {
             // A gap: hold the segment until the missing bytes come.
@@ -152,19 +207,75 @@ impl SipTcp {
         if s.buf.len() > limits.max_buffer_bytes {
             resync(s, counters);
         }
-        // Cut complete messages.
+        let used = match s.framing {
+            Framing::Sip => cut_sip(&s.buf, counters, &mut on_message),
+            Framing::Handshake => match websocket::handshake(&s.buf) {
+                None => 0,
+                Some((end, true)) => {
+                    counters.websocket.streams += 1;
+                    let mut ws = WsStream::default();
+                    let used = end
+                        + ws_frames(&mut ws, &s.buf[end..], limits, counters, &mut on_message)
+                            .unwrap_or_else(|()| s.buf.len() - end);
+                    s.framing = Framing::WebSocket(ws);
+                    used
+                }
+                Some((_, false)) => {
+                    // A WebSocket for something else than SIP.
+                    self.streams.remove(&key);
+                    return;
+                }
+            },
+            Framing::WebSocket(ref mut ws) => {
+                match ws_frames(ws, &s.buf, limits, counters, &mut on_message) {
+                    Ok(n) => n,
+                    Err(()) => {
+                        resync(s, counters);
+                        0
+                    }
+                }
+            }
+        };
+        s.buf.drain(..used);
+        if flags & TCP_FIN != 0 {
+            self.streams.remove(&key);
+        }
+    }
+}
+
+/// Reads the whole WebSocket frames at the start of `buf`; `Err` when framing is lost.
+fn ws_frames(
+    ws: &mut WsStream,
+    buf: &[u8],
+    limits: TcpLimits,
+    counters: &mut TcpCounters,
+    on_message: &mut impl FnMut(&[u8]),
+) -> Result<usize, ()> {
+    ws.frames(
+        buf,
+        limits.max_buffer_bytes,
+        &mut counters.websocket,
+        on_message,
+    )
+    .map_err(|_| counters.websocket.resyncs += 1)
+}
+
+/// Cuts the complete SIP messages at the start of `buf` by their Content-Length; returns the
+/// bytes used.
+fn cut_sip(buf: &[u8], counters: &mut TcpCounters, on_message: &mut impl FnMut(&[u8])) -> usize {
+    {
         let mut used = 0;
         loop {
-            match sip::message_len(&s.buf[used..]) {
+            match sip::message_len(&buf[used..]) {
                 Ok(Some(n)) => {
-                    on_message(&s.buf[used..used + n]);
+                    on_message(&buf[used..used + n]);
                     used += n;
                 }
                 Ok(None) => break,
                 Err(_) => {
                     // Not SIP framing: skip to the next line that starts a SIP message.
                     counters.resyncs += 1;
-                    let rest = &s.buf[used..];
+                    let rest = &buf[used..];
                     let skip = (1..rest.len())
                         .find(|&i| rest[i - 1] == b'\n' && sip::looks_like_sip(&rest[i..]))
                         .unwrap_or(rest.len());
@@ -172,10 +283,7 @@ impl SipTcp {
                 }
             }
         }
-        s.buf.drain(..used);
-        if flags & TCP_FIN != 0 {
-            self.streams.remove(&key);
-        }
+        used
     }
 }
 
@@ -196,6 +304,9 @@ fn resync(s: &mut Stream, counters: &mut TcpCounters) {
     s.buf.clear();
     s.pending.clear();
     s.next_seq = None;
+    if let Framing::WebSocket(ws) = &mut s.framing {
+        ws.reset();
+    }
 }
 
 #[cfg(test)]

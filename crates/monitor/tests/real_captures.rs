@@ -44,16 +44,7 @@ fn rtp_streams_equal_tshark() {
         let theirs = common::tshark_rtp_streams(&path, decode_as(f));
         let one = analyse_with(&path, 1);
         let two = analyse_with(&path, 2);
-        assert_eq!(
-            one.counters, two.counters,
-            "{f}: counters with 1 and 2 workers"
-        );
-        assert_eq!(one.sip, two.sip, "{f}: SIP with 1 and 2 workers");
-        assert_eq!(
-            one.calls.len(),
-            two.calls.len(),
-            "{f}: calls with 1 and 2 workers"
-        );
+        common::assert_workers_agree(f, &one, &two);
         for workers in [1, 2] {
             let a = analyse_with(&path, workers);
             let ours: Vec<_> = a.all_streams().collect();

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use monitor::decode::{Decoder, Transport};
+use monitor::sctp::SipSctp;
 use monitor::tcp::SipTcp;
 
 use crate::SensorError;
@@ -336,6 +337,7 @@ impl SendQueue {
 pub(crate) struct HepForwarder {
     decoder: Decoder,
     tcp: SipTcp,
+    sctp: SipSctp,
     capture_id: u32,
     auth_key: Option<Vec<u8>>,
     queue: Arc<SendQueue>,
@@ -431,6 +433,7 @@ impl HepForwarder {
         Ok(HepForwarder {
             decoder: Decoder::default(),
             tcp: SipTcp::new(monitor::tcp::TcpLimits::default()),
+            sctp: SipSctp::new(monitor::sctp::SctpLimits::default()),
             capture_id: config.capture_id,
             auth_key,
             queue,
@@ -451,8 +454,8 @@ impl HepForwarder {
         self.analyse
     }
 
-    /// Forwards what `frame` carries: a UDP datagram, or the SIP messages a TCP segment
-    /// completes. Anything else (ARP, ICMP, TCP without SIP) is not forwarded.
+    /// Forwards what `frame` carries: a UDP datagram, or the SIP messages a TCP segment or an
+    /// SCTP packet completes. Anything else (ARP, ICMP, TCP without SIP) is not forwarded.
     pub fn frame(&mut self, ts_ns: i64, link_type: u32, frame: &[u8]) {
         let Ok(Some(d)) = self.decoder.decode(ts_ns, link_type, frame) else {
             return;
@@ -473,6 +476,12 @@ impl HepForwarder {
                     .segment(ts_ns, src, dst, seq, flags, d.payload, |message| {
                         send.packet(6, src, dst, message)
                     });
+            }
+            Transport::Sctp => {
+                let (src, dst) = (d.src, d.dst);
+                self.sctp.packet(ts_ns, src, dst, d.payload, |message| {
+                    send.packet(132, src, dst, message)
+                });
             }
         }
     }

@@ -404,6 +404,9 @@ fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
         plural(c.rtcp_packets, "RTCP packet"),
         plural(c.malformed, "malformed packet"),
     )?;
+    if let Some(line) = not_followed(r) {
+        writeln!(out, "{line}")?;
+    }
     if c.calls_dropped + c.streams_dropped + c.registrations_dropped > 0 {
         writeln!(
             out,
@@ -412,6 +415,41 @@ fn print_summary(r: &Report, to_stderr: bool) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// What the decoder saw and did not follow, when there is any: tunnels it does not open, SIP
+/// over SCTP or WebSocket dropped at their bounds.
+fn not_followed(r: &Report) -> Option<String> {
+    let c = &r.counters;
+    let (d, s, w) = (&c.decode, &c.sip_sctp, &c.sip_tcp.websocket);
+    let parts: Vec<String> = [
+        (d.gre_version, "GRE packets of version 1 (PPTP) or above"),
+        (d.gre_routing, "GRE packets with source routing"),
+        (
+            d.gre_protocol,
+            "GRE packets of a protocol other than IP, Ethernet and ERSPAN",
+        ),
+        (
+            d.erspan_unknown,
+            "ERSPAN packets of an unknown version or frame type",
+        ),
+        (
+            s.messages_dropped,
+            "SIP-over-SCTP messages dropped at their bounds or with a fragment missing",
+        ),
+        (s.idata_chunks, "SCTP I-DATA chunks"),
+        (s.chunks_malformed, "malformed SCTP chunks"),
+        (
+            w.messages_too_large,
+            "WebSocket messages over the size limit",
+        ),
+        (w.resyncs, "WebSocket streams that lost their framing"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{what}: {n}"))
+    .collect();
+    (!parts.is_empty()).then(|| format!("not followed: {}", parts.join("; ")))
 }
 
 /// Where the CDRs went, for the last line of a capture.

@@ -606,3 +606,59 @@ fn what_the_sdp_said_is_on_the_call_without_its_media() {
         );
     }
 }
+
+/// What the decoder does not follow is named on the summary, not dropped without a word; a
+/// call inside ERSPAN is read as a bare one.
+#[test]
+fn the_summary_names_tunnels_not_followed() {
+    use monitor::gre::build as gre;
+    use monitor::synth::PcapBuilder;
+    use monitor::synth::packet::{ethernet, ipv4, ipv4_udp};
+
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("tunnels.pcap");
+    let outer = |g: &[u8]| {
+        let ip = ipv4(
+            "192.0.2.1".parse().unwrap(),
+            "192.0.2.2".parse().unwrap(),
+            47,
+            g,
+        );
+        ethernet(0x0800, &ip)
+    };
+    let options = b"OPTIONS sip:pbx SIP/2.0\r\nCall-ID: o@x\r\nCSeq: 1 OPTIONS\r\n\r\n";
+    let sip = ipv4_udp(
+        "10.0.0.1:5060".parse().unwrap(),
+        "10.0.0.2:5060".parse().unwrap(),
+        options,
+    );
+    let mut b = PcapBuilder::create(&pcap).unwrap();
+    let mut pptp = gre::gre(0x880b, Some(1), None, b"\xff\x03\x00\x21");
+    pptp[1] |= 1;
+    b.frame(1_000_000_000, &outer(&pptp));
+    b.frame(2_000_000_000, &outer(&gre::gre(0x8847, None, None, &sip)));
+    b.frame(
+        3_000_000_000,
+        &outer(&gre::erspan_ii(1, 5, &ethernet(0x0800, &sip))),
+    );
+    b.finish().unwrap();
+    let out = tandem()
+        .args(["capture", "--no-store", "--read"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 SIP message"), "{text}");
+    assert!(
+        text.contains(
+            "not followed: GRE packets of version 1 (PPTP) or above: 1; \
+             GRE packets of a protocol other than IP, Ethernet and ERSPAN: 1"
+        ),
+        "{text}"
+    );
+}

@@ -39,11 +39,13 @@ use crate::bpf::{self, Insn};
 
 /// The filter `tandem capture --interface` uses unless told otherwise: every UDP packet (RTP
 /// ports are negotiated per call, so no port list would do) and every fragment of one, SIP over
-/// TCP on its two ports, IP-in-IP and IPv6-in-IP tunnels (which the monitor decodes), and the
-/// same behind one VLAN tag.
+/// TCP on its two ports, SIP over WebSocket on the usual ports of Asterisk (8088) and
+/// FreeSWITCH (5066), SCTP, IP-in-IP and IPv6-in-IP tunnels and GRE (with the ERSPAN mirrors
+/// it carries), all of which the monitor decodes, and the same behind one VLAN tag.
 pub const DEFAULT_FILTER: &str = "udp or tcp port 5060 or tcp port 5061 \
-    or ip proto 4 or ip proto 41 or ip6 proto 4 or ip6 proto 41 \
-    or (vlan and (udp or tcp port 5060 or tcp port 5061))";
+    or tcp port 5066 or tcp port 8088 or ip proto 132 or ip6 proto 132 \
+    or ip proto 4 or ip proto 41 or ip6 proto 4 or ip6 proto 41 or ip proto 47 or ip6 proto 47 \
+    or (vlan and (udp or tcp port 5060 or tcp port 5061 or ip proto 47 or ip proto 132))";
 
 /// A filter expression that is not in the supported subset, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -105,6 +105,16 @@ fn default_filter_keeps_sip_and_rtp_and_drops_the_rest() {
     assert!(!verdict(DEFAULT_FILTER, &FrameSpec::v4(L4::Icmp)));
     assert!(!verdict(DEFAULT_FILTER, &FrameSpec::arp()));
     assert!(verdict(DEFAULT_FILTER, &FrameSpec::v4(L4::Proto(4))));
+    // GRE (ERSPAN port mirrors), SCTP, and SIP over WebSocket on Asterisk's and FreeSWITCH's
+    // ports: all decoded by the monitor.
+    assert!(verdict(DEFAULT_FILTER, &FrameSpec::v4(L4::Proto(47))));
+    assert!(verdict(DEFAULT_FILTER, &FrameSpec::v6(L4::Proto(47))));
+    assert!(verdict(DEFAULT_FILTER, &FrameSpec::v4(L4::Proto(132))));
+    assert!(verdict(DEFAULT_FILTER, &tcp4(50000, 8088)));
+    assert!(verdict(DEFAULT_FILTER, &tcp4(5066, 50000)));
+    let mut tagged_gre = FrameSpec::v4(L4::Proto(47));
+    tagged_gre.inline_tags = vec![100];
+    assert!(verdict(DEFAULT_FILTER, &tagged_gre));
     let mut tagged = udp4(1, 2);
     tagged.inline_tags = vec![100];
     assert!(verdict(DEFAULT_FILTER, &tagged));

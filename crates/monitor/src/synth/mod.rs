@@ -86,6 +86,43 @@ pub mod packet {
         out.extend_from_slice(payload);
     }
 
+    /// An Ethernet frame with fixed addresses, `ethertype` and `payload`.
+    pub fn ethernet(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::with_capacity(14 + payload.len());
+        v.extend_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        v.extend_from_slice(&ethertype.to_be_bytes());
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// The ethertype of an IP packet (IPv4 or IPv6 by its first byte).
+    pub fn ethertype_of(ip: &[u8]) -> u16 {
+        if ip.first().is_some_and(|b| b >> 4 == 6) {
+            0x86dd
+        } else {
+            0x0800
+        }
+    }
+
+    /// A raw IP packet carrying a TCP segment: a 20-byte header with ACK and PSH set besides
+    /// `flags`, acknowledgement number 1, window 65535.
+    pub fn ip_tcp(
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u32,
+        flags: u8,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let mut tcp = Vec::with_capacity(20 + payload.len());
+        tcp.extend_from_slice(&src.port().to_be_bytes());
+        tcp.extend_from_slice(&dst.port().to_be_bytes());
+        tcp.extend_from_slice(&seq.to_be_bytes());
+        tcp.extend_from_slice(&1u32.to_be_bytes());
+        tcp.extend_from_slice(&[0x50, 0x18 | flags, 0xff, 0xff, 0, 0, 0, 0]);
+        tcp.extend_from_slice(payload);
+        ipv4(src.ip(), dst.ip(), 6, &tcp)
+    }
+
     pub fn ethernet_udp(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
         let mut v = Vec::with_capacity(62 + payload.len());
         write_ethernet_udp(&mut v, src, dst, payload);
