@@ -629,3 +629,39 @@ fn the_readme_freepbx_override_falls_back_to_the_script_and_otherwise_dials_tand
     assert!(dial.starts_with(&contacts), "{dial}");
     assert!(call.warnings.is_empty(), "{:?}", call.warnings);
 }
+
+#[test]
+fn a_change_to_the_store_while_serve_runs_says_what_works_meanwhile() {
+    let served = serve(&[]);
+    let run = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(served._data.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            !out.status.success(),
+            "{args:?} changed a store serve holds"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&["sip", "user", "add", "1001", "--password-stdin"]);
+    assert!(
+        err.contains("running `tandem serve`")
+            && err.contains("`tandem sip user list` and `tandem sip bindings`")
+            && !err.contains("export-astdb"),
+        "{err}"
+    );
+    let err = run(&["db", "put", "fam", "key", "value"]);
+    assert!(
+        err.contains("`tandem db get`, `show`, `export-astdb` and `backup`")
+            && !err.contains("tandem sip"),
+        "{err}"
+    );
+}
