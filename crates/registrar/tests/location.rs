@@ -173,7 +173,7 @@ async fn a_lapsed_binding_is_swept_from_memory_and_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_refreshes_for_one_aor_is_applied_in_order() {
-    let (_dir, store, serving) = fresh(no_auth()).await;
+    let (_dir, _store, serving) = fresh(no_auth()).await;
     let (reg, addr) = (serving.reg.clone(), serving.addr);
     let phone = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     // 50 refreshes sent back to back, each a higher CSeq and a longer expiry: if any overtook

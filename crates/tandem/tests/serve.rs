@@ -665,3 +665,69 @@ fn a_change_to_the_store_while_serve_runs_says_what_works_meanwhile() {
         "{err}"
     );
 }
+
+#[test]
+fn a_taken_web_metrics_or_sip_port_names_the_process_holding_it() {
+    let me = format!("by pid {}", std::process::id());
+    let refused = |args: &[&str]| {
+        let data = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("serve")
+            .args(args)
+            .env("TANDEM_DATA_DIR", data.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}: started on a taken port");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let agi = free_addr().to_string();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let free = free_addr().to_string();
+
+    let web = refused(&[
+        "--agi-listen",
+        &agi,
+        "--metrics-listen",
+        &free,
+        "--web-listen",
+        &addr,
+    ]);
+    assert!(
+        web.contains(&format!("console on {addr}")) && web.contains(&format!("(held: {addr} {me}")),
+        "{web}"
+    );
+    let metrics = refused(&[
+        "--agi-listen",
+        &agi,
+        "--metrics-listen",
+        &addr,
+        "--web-listen",
+        &free,
+    ]);
+    assert!(
+        metrics.contains(&format!("metrics on {addr}"))
+            && metrics.contains(&format!("(held: {addr} {me}")),
+        "{metrics}"
+    );
+
+    // The registrar's UDP port, as Asterisk's own SIP stack would hold it.
+    let sip = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sip_addr = sip.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fastagi]\nlisten = \"{agi}\"\n[metrics]\nlisten = \"{free}\"\n[web]\nenabled = false\n\
+             [history]\nenabled = false\n[registrar]\nlisten = \"{sip_addr}\"\n"
+        ),
+    )
+    .unwrap();
+    let registrar = refused(&["--config", config.to_str().unwrap()]);
+    assert!(
+        registrar.contains(&format!("SIP UDP on {sip_addr}"))
+            && registrar.contains(&format!("(held: {sip_addr} {me}")),
+        "{registrar}"
+    );
+}
