@@ -731,3 +731,42 @@ fn a_taken_web_metrics_or_sip_port_names_the_process_holding_it() {
         "{registrar}"
     );
 }
+
+#[test]
+fn a_capture_interface_that_does_not_exist_stops_serve_naming_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fastagi]\nlisten = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[web]\nenabled = false\n\
+             [history]\nenabled = false\n[kv]\ndata_dir = {:?}\n[capture]\ninterface = \"tdmnosuch0\"\n",
+            free_addr(),
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must stop by itself; a server that runs on without its capture is the failure.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tandem serve runs on without its capture");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[capture] interface = \"tdmnosuch0\"") && err.contains("no such interface"),
+        "{err}"
+    );
+}
