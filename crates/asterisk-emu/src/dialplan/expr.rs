@@ -10,6 +10,8 @@
 
 /// Longest expression read, as Asterisk's own buffer (`VAR_BUF_SIZE`).
 pub const MAX_EXPRESSION_BYTES: usize = 4096;
+/// Deepest nesting of parentheses and unary operators read (the parser recurses on them).
+pub const MAX_NESTING: usize = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Value {
@@ -99,6 +101,7 @@ fn tokens(text: &str) -> Result<Vec<String>, String> {
 struct Parser {
     tokens: Vec<String>,
     at: usize,
+    depth: usize,
 }
 
 impl Parser {
@@ -170,6 +173,16 @@ impl Parser {
     }
 
     fn unary(&mut self) -> Result<Value, String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("nested deeper than {MAX_NESTING}"));
+        }
+        let v = self.unary_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn unary_inner(&mut self) -> Result<Value, String> {
         match self.peek() {
             Some("-") => {
                 self.at += 1;
@@ -253,6 +266,7 @@ pub fn evaluate(expression: &str) -> Result<String, String> {
     let mut p = Parser {
         tokens: tokens(expression)?,
         at: 0,
+        depth: 0,
     };
     let v = p.or()?;
     if p.peek().is_some() {
@@ -308,6 +322,8 @@ mod tests {
         assert!(evaluate(" = 0").is_err());
         assert!(evaluate("1 +").is_err());
         assert!(evaluate("(1").is_err());
+        assert!(evaluate(&"(".repeat(2000)).is_err());
+        assert!(evaluate(&format!("{}1", "!".repeat(2000))).is_err());
         assert!(!is_true(""));
         assert!(is_true("abc") && is_true("2") && !is_true("0"));
     }
