@@ -93,6 +93,12 @@ fn tokens(text: &str) -> Result<Vec<String>, String> {
                     || OPERATORS.iter().any(|op| op.starts_with(c))
             })
             .unwrap_or(rest.len());
+        if end == 0 {
+            // The first character of an operator this reader does not know (`:` alone,
+            // Asterisk's regex match): nothing would consume it.
+            let c = rest.chars().next().unwrap_or_default();
+            return Err(format!("syntax error: operator {c:?} is not emulated"));
+        }
         out.push(rest[..end].to_string());
         rest = &rest[end..];
     }
@@ -323,6 +329,9 @@ mod tests {
         assert!(evaluate("1 +").is_err());
         assert!(evaluate("(1").is_err());
         assert!(evaluate(&"(".repeat(2000)).is_err());
+        // `:` alone (Asterisk's regex match) is not emulated: an error, not a loop.
+        assert!(evaluate(":\n").is_err());
+        assert!(evaluate("abc : a").is_err());
         assert!(evaluate(&format!("{}1", "!".repeat(2000))).is_err());
         assert!(!is_true(""));
         assert!(is_true("abc") && is_true("2") && !is_true("0"));
