@@ -9,16 +9,20 @@
 //! ```
 //!
 //! `TANDEM_CONTACTS` is `PJSIP/<endpoint>/<contact URI>` per binding, `&`-joined, highest q
-//! first; `TANDEM_CONTACT_COUNT` how many. The AOR is `user`, `user@domain` or a SIP URI. A
-//! contact whose URI holds a character that Dial would split on (`&`, `,`, `)`, a line end) is
+//! first; `TANDEM_CONTACT_COUNT` how many. The AOR is `user@domain`, a SIP URI, or a bare
+//! `user`: the user in the one domain served, or else in the one domain it has bindings in
+//! (`registrar::Registrar::find`). A bare user bound in several domains finds nothing: the
+//! count is 0, `TANDEM_AMBIGUOUS` names the domains and the log says so; it is empty otherwise.
+//! A contact whose URI holds a character that Dial would split on (`&`, `,`, `)`, a line end) is
 //! left out and logged: it could not be dialled as one target.
 
 use fastagi::{AgiError, Handler, RouteError, Router, Session};
-use registrar::Registrar;
+use registrar::{Found, Registrar};
 use std::sync::Arc;
 
 pub const CONTACTS_VARIABLE: &str = "TANDEM_CONTACTS";
 pub const COUNT_VARIABLE: &str = "TANDEM_CONTACT_COUNT";
+pub const AMBIGUOUS_VARIABLE: &str = "TANDEM_AMBIGUOUS";
 
 /// The route's handler: holds the running registrar.
 pub struct Location {
@@ -51,14 +55,31 @@ pub fn dial_string<'a>(endpoint: &str, uris: impl IntoIterator<Item = &'a str>) 
 
 impl Handler for Location {
     async fn call(&self, s: &mut Session) -> Result<(), AgiError> {
-        let aor = s.capture("aor").unwrap_or("").to_string();
-        let canonical = self.registrar.canonical_aor(&aor);
-        let bindings = self.registrar.lookup(&canonical);
+        let query = s.capture("aor").unwrap_or("").to_string();
+        let (aor, bindings, ambiguous) = match self.registrar.find(&query) {
+            Found::Aor { aor, bindings } => (Some(aor), bindings, String::new()),
+            Found::Nothing => (None, Vec::new(), String::new()),
+            Found::Ambiguous {
+                user,
+                domains,
+                bound_domains,
+            } => {
+                tracing::warn!(
+                    user,
+                    domains = %domains.join(" "),
+                    bound_domains,
+                    "registrar/{{aor}}: the user has bindings in several domains; ask for user@domain"
+                );
+                (None, Vec::new(), domains.join(" "))
+            }
+        };
         let endpoint = match s.arg(1).filter(|a| !a.is_empty()) {
             Some(e) => e.to_string(),
-            None => registrar::request::aor_of(&canonical)
-                .map(|(_, _, user)| user.to_string())
-                .unwrap_or(aor),
+            None => aor
+                .as_deref()
+                .and_then(registrar::location::user_of)
+                .unwrap_or(&query)
+                .to_string(),
         };
         if endpoint.contains(['&', ',', '/', ')', '(']) {
             return Err(AgiError::Handler(
@@ -67,7 +88,9 @@ impl Handler for Location {
         }
         let (dial, n) = dial_string(&endpoint, bindings.iter().map(|b| b.uri.as_str()));
         s.set_variable(CONTACTS_VARIABLE, &dial).await?;
-        s.set_variable(COUNT_VARIABLE, &n.to_string()).await
+        s.set_variable(COUNT_VARIABLE, &n.to_string()).await?;
+        // Always set, so that a value from an earlier lookup on the channel does not linger.
+        s.set_variable(AMBIGUOUS_VARIABLE, &ambiguous).await
     }
 }
 

@@ -122,6 +122,9 @@ pub struct Channel {
     pub extension_states: HashMap<String, String>,
     /// `PJSIP_DIAL_CONTACTS()` by endpoint.
     pub pjsip_contacts: HashMap<String, String>,
+    /// What Asterisk would have logged as a WARNING while evaluating on this channel (an
+    /// expression that does not parse).
+    pub warnings: Vec<String>,
 }
 
 impl Channel {
@@ -142,6 +145,7 @@ impl Channel {
             digit: None,
             extension_states: HashMap::new(),
             pjsip_contacts: HashMap::new(),
+            warnings: Vec::new(),
         }
     }
 
@@ -399,6 +403,7 @@ impl Channel {
                 }
             }
             "URIENCODE" => uri_encode(args),
+            "LEN" => args.chars().count().to_string(),
             "EXTENSION_STATE" => {
                 let (exten, context) = args.split_once('@').unwrap_or((args, "default"));
                 let context = if context.is_empty() {
@@ -416,46 +421,108 @@ impl Channel {
         })
     }
 
-    /// Substitutes `${...}` as Asterisk does: the braces are matched first, then the inside is
-    /// substituted, then read as a variable or function. A value is not substituted again.
-    /// Unknown names give nothing.
-    fn substitute(&mut self, text: &str) -> String {
+    /// Substitutes `${...}` and `$[...]` as Asterisk does: the braces (or brackets) are
+    /// matched first, then the inside is substituted, then read as a variable or function
+    /// (`${EXTEN:1}`, `${VAR:0:5}` take a substring) or evaluated as an expression (an
+    /// expression that does not parse is empty, and its error is kept in `warnings`). A value
+    /// is not substituted again. Unknown names give nothing.
+    pub fn substitute(&mut self, text: &str) -> String {
         let mut out = String::new();
         let mut rest = text;
-        while let Some(start) = rest.find("${") {
+        while let Some(start) = rest.find(['$']) {
             out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let mut depth = 1usize;
-            let mut end = None;
-            for (i, c) in after.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            end = Some(i);
-                            break;
-                        }
-                    }
-                    _ => {}
+            let after = &rest[start + 1..];
+            let (open, close) = match after.chars().next() {
+                Some('{') => ('{', '}'),
+                Some('[') => ('[', ']'),
+                _ => {
+                    out.push('$');
+                    rest = after;
+                    continue;
                 }
-            }
-            let Some(end) = end else {
+            };
+            let body = &after[1..];
+            let Some(end) = matching(body, open, close) else {
                 out.push_str(&rest[start..]);
                 return out;
             };
-            let inner = &after[..end];
-            let name = if inner.contains("${") {
+            let inner = &body[..end];
+            let inner = if inner.contains('$') {
                 self.substitute(inner)
             } else {
                 inner.to_string()
             };
-            out.push_str(&self.read(&name).unwrap_or_default());
-            rest = &after[end + 1..];
+            if open == '{' {
+                out.push_str(&self.read_with_substring(&inner));
+            } else {
+                match crate::dialplan::expr::evaluate(&inner) {
+                    Ok(v) => out.push_str(&v),
+                    Err(e) => self.warnings.push(format!("{e}; Input: {inner:?}")),
+                }
+            }
+            rest = &body[end + 1..];
         }
         out.push_str(rest);
         out
     }
+
+    /// `NAME`, `FUNC(args)`, or either with `:offset[:length]` (Asterisk's substring, negative
+    /// values counting from the end).
+    fn read_with_substring(&mut self, name: &str) -> String {
+        let mut depth = 0i32;
+        let colon = name.char_indices().find_map(|(i, c)| {
+            match c {
+                '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                ':' if depth == 0 => return Some(i),
+                _ => {}
+            }
+            None
+        });
+        let Some(colon) = colon else {
+            return self.read(name).unwrap_or_default();
+        };
+        let value: Vec<char> = self
+            .read(&name[..colon])
+            .unwrap_or_default()
+            .chars()
+            .collect();
+        let mut parts = name[colon + 1..].splitn(2, ':');
+        let offset: i64 = parts
+            .next()
+            .and_then(|o| o.trim().parse().ok())
+            .unwrap_or(0);
+        let length: Option<i64> = parts.next().and_then(|l| l.trim().parse().ok());
+        let n = value.len() as i64;
+        let start = if offset < 0 {
+            (n + offset).max(0)
+        } else {
+            offset.min(n)
+        };
+        let end = match length {
+            None => n,
+            Some(l) if l < 0 => (n + l).max(start),
+            Some(l) => (start + l).min(n),
+        };
+        value[start as usize..end as usize].iter().collect()
+    }
+}
+
+/// Where the `close` that ends a group opened just before `text` is (groups of `open`/`close`
+/// nest).
+fn matching(text: &str, open: char, close: char) -> Option<usize> {
+    let mut depth = 1usize;
+    for (i, c) in text.char_indices() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
 }
 
 /// The `name=value` pairs of an `MSet` argument as Asterisk reads them: up to 99 pairs split
@@ -473,7 +540,7 @@ pub fn mset_pairs(data: &str) -> Vec<(String, String)> {
 /// Asterisk's `__ast_app_separate_args` with `remove_chars`: splits at `delim` outside
 /// parentheses, brackets and quotes; quotes are removed and a backslash makes the next character
 /// literal. At most `max` arguments; the last of `max` is the rest of the text, untouched.
-fn separate_args(buf: &str, delim: char, max: usize) -> Vec<String> {
+pub(crate) fn separate_args(buf: &str, delim: char, max: usize) -> Vec<String> {
     let chars: Vec<char> = buf.chars().collect();
     let mut out = Vec::new();
     let (mut paren, mut bracket, mut quote) = (0u32, 0u32, false);

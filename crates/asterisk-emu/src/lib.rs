@@ -8,10 +8,13 @@
 //! `tandem bench agi`.
 //!
 //! Start reading at [`run`] (one session by a [`Plan`]), then [`Channel::execute`] (the
-//! answers), then [`run_load`] (many sessions at once).
+//! answers), then [`run_load`] (many sessions at once). [`Dialplan`] loads `extensions.conf`
+//! text and [`Call::run`] runs a call through it, its AGI applications through [`run`] or
+//! [`run_classic`], so that dialplan meant for an operator is tested as written.
 
 mod channel;
 mod classic;
+pub mod dialplan;
 pub mod freepbx;
 mod load;
 mod session;
@@ -19,6 +22,7 @@ mod transcript;
 
 pub use channel::{Answer, COMMANDS, Channel, mset_pairs};
 pub use classic::run_classic;
+pub use dialplan::{AgiHost, Call, CallEnd, Dialplan, markdown_block};
 pub use load::{Load, LoadReport, Target, run_load};
 pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run};
 pub use transcript::{HangupFacts, Line, Side, Transcript, TranscriptError};

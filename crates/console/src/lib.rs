@@ -176,9 +176,10 @@ impl Console {
         };
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
-            .map_err(|source| ConsoleError::Bind {
+            .map_err(|e| ConsoleError::Bind {
                 addr: cfg.listen,
-                source,
+                // An address in use names what holds it.
+                source: procstat::name_holder(cfg.listen, procstat::Proto::Tcp, e),
             })?;
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let state = web::ConsoleState {

@@ -40,7 +40,7 @@ pub fn refuse_shared_port(addr: SocketAddr, ours: &[std::net::TcpListener]) -> s
                 "another process is already listening on {} ({}); two FastAGI servers on one \
                  port would split Asterisk's sessions between them",
                 e.local,
-                holder_text(e.inode)
+                procstat::holder_text(e.inode)
             ),
         )),
     }
@@ -59,39 +59,8 @@ pub fn check_listen_free(addr: SocketAddr) -> std::io::Result<()> {
 
 /// `cannot listen on ADDR: WHY`, and who holds the port when it is in use.
 pub fn listen_error(addr: SocketAddr, e: std::io::Error) -> std::io::Error {
-    let holders = match e.kind() {
-        std::io::ErrorKind::AddrInUse => {
-            let h = port_holders(addr);
-            if h.is_empty() {
-                h
-            } else {
-                format!(" (held: {h})")
-            }
-        }
-        _ => String::new(),
-    };
-    std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}{holders}"))
-}
-
-/// Who holds the listening socket(s) on `addr`'s port, for an "address in use" message.
-pub fn port_holders(addr: SocketAddr) -> String {
-    let mut holders: Vec<String> = procstat::tcp_listeners_on_port(addr.port())
-        .into_iter()
-        .filter(|e| procstat::listen_addrs_overlap(e.local, addr))
-        .map(|e| format!("{} by {}", e.local, holder_text(e.inode)))
-        .collect();
-    // One line per process, not per worker socket.
-    holders.sort();
-    holders.dedup();
-    holders.join(", ")
-}
-
-fn holder_text(inode: u64) -> String {
-    match procstat::socket_holder(inode) {
-        Some(h) if h.command.is_empty() => format!("pid {}", h.pid),
-        Some(h) => format!("pid {}: {}", h.pid, h.command),
-        None => "a process this user cannot see".to_string(),
-    }
+    let e = procstat::name_holder(addr, procstat::Proto::Tcp, e);
+    std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"))
 }
 
 /// Worker threads to run: `configured`, or one per CPU the process may use when 0.

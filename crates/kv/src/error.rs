@@ -18,8 +18,8 @@ pub enum KvError {
     /// Another process holds the store open for writing.
     #[error(
         "key-value store {path} is in use by another process (lock file {lock} is held); \
-         stop the other Tandem process (for example `tandem serve`) or use a read-only command \
-         (get, show, export-astdb, backup)"
+         stop the other Tandem process (for example `tandem serve`) first, or read the store \
+         with a command that does not change it"
     )]
     Locked { path: PathBuf, lock: PathBuf },
 

@@ -31,9 +31,10 @@ pub enum HttpError {
 pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener, HttpError> {
     tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|source| HttpError::Bind {
+        .map_err(|e| HttpError::Bind {
             addr: listen,
-            source,
+            // An address in use names what holds it.
+            source: procstat::name_holder(listen, procstat::Proto::Tcp, e),
         })
 }
 

@@ -14,8 +14,9 @@
 pub mod host;
 mod sockets;
 pub use sockets::{
-    SocketHolder, TcpListenerEntry, listen_addrs_overlap, parse_tcp_line, socket_holder,
-    socket_inode, tcp_listeners_on_port,
+    Proto, SocketHolder, TcpListenerEntry, holder_text, listen_addrs_overlap, name_holder,
+    parse_tcp_line, parse_udp_line, port_holders, socket_holder, socket_inode,
+    tcp_listeners_on_port, udp_sockets_on_port,
 };
 
 /// One thread's CPU time so far.

@@ -1,5 +1,6 @@
-//! Listening TCP sockets and the processes that hold them, from `/proc/net/tcp`,
-//! `/proc/net/tcp6` and `/proc/PID/fd` (proc(5)).
+//! Listening TCP sockets, bound UDP sockets and the processes that hold them, from
+//! `/proc/net/tcp`, `/proc/net/udp` (and their IPv6 twins) and `/proc/PID/fd` (proc(5)), so
+//! that "address in use" can name what holds the address (`listen_error`).
 //!
 //! A line of `/proc/net/tcp` is `sl local rem st ... uid timeout inode ...`: `local` is
 //! `ADDR:PORT` in hex, the address as the kernel stores it (IPv4: one 32-bit word; IPv6: four),
@@ -9,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// A listening TCP socket as the kernel lists it.
+/// A listening TCP socket (or a bound UDP one) as the kernel lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpListenerEntry {
     pub local: SocketAddr,
@@ -29,11 +30,22 @@ pub struct SocketHolder {
 /// Parses one line of `/proc/net/tcp` or `/proc/net/tcp6`; `None` for the header, a line that
 /// is not one, or a socket that is not listening.
 pub fn parse_tcp_line(line: &str) -> Option<TcpListenerEntry> {
+    parse_line(line, Some("0A"))
+}
+
+/// Parses one line of `/proc/net/udp` or `/proc/net/udp6`: every socket bound to a port.
+pub fn parse_udp_line(line: &str) -> Option<TcpListenerEntry> {
+    parse_line(line, None)
+}
+
+/// A line of the `/proc/net` socket tables whose state is `state` (any when None).
+fn parse_line(line: &str, state: Option<&str>) -> Option<TcpListenerEntry> {
     let mut f = line.split_ascii_whitespace();
     let _slot = f.next()?;
     let local = f.next()?;
     let _remote = f.next()?;
-    if f.next()? != "0A" {
+    let st = f.next()?;
+    if state.is_some_and(|s| s != st) || u8::from_str_radix(st, 16).is_err() {
         return None;
     }
     let mut rest = f.skip(3);
@@ -68,16 +80,76 @@ fn word(hex: &str) -> Option<u32> {
 
 /// Every listening TCP socket on `port`, IPv4 and IPv6.
 pub fn tcp_listeners_on_port(port: u16) -> Vec<TcpListenerEntry> {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+    on_port(["/proc/net/tcp", "/proc/net/tcp6"], parse_tcp_line, port)
+}
+
+/// Every UDP socket bound to `port`, IPv4 and IPv6.
+pub fn udp_sockets_on_port(port: u16) -> Vec<TcpListenerEntry> {
+    on_port(["/proc/net/udp", "/proc/net/udp6"], parse_udp_line, port)
+}
+
+fn on_port(
+    tables: [&str; 2],
+    parse: fn(&str) -> Option<TcpListenerEntry>,
+    port: u16,
+) -> Vec<TcpListenerEntry> {
+    tables
         .iter()
         .filter_map(|p| std::fs::read_to_string(p).ok())
         .flat_map(|text| {
             text.lines()
-                .filter_map(parse_tcp_line)
+                .filter_map(parse)
                 .filter(|e| e.local.port() == port)
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// The transport of an address a server binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+/// What holds `addr` for `proto`: `ADDR by pid N: COMMAND` for each socket that takes its
+/// traffic, one per process, comma-joined; empty when none is seen.
+pub fn port_holders(addr: SocketAddr, proto: Proto) -> String {
+    let found = match proto {
+        Proto::Tcp => tcp_listeners_on_port(addr.port()),
+        Proto::Udp => udp_sockets_on_port(addr.port()),
+    };
+    let mut holders: Vec<String> = found
+        .into_iter()
+        .filter(|e| listen_addrs_overlap(e.local, addr))
+        .map(|e| format!("{} by {}", e.local, holder_text(e.inode)))
+        .collect();
+    // One line per process, not per worker socket.
+    holders.sort();
+    holders.dedup();
+    holders.join(", ")
+}
+
+/// `pid N: COMMAND` for the process holding the socket `inode`.
+pub fn holder_text(inode: u64) -> String {
+    match socket_holder(inode) {
+        Some(h) if h.command.is_empty() => format!("pid {}", h.pid),
+        Some(h) => format!("pid {}: {}", h.pid, h.command),
+        None => "a process this user cannot see".to_string(),
+    }
+}
+
+/// `e`, a failure to bind `addr`, with what holds the address when it is in use:
+/// `Address already in use (held: 127.0.0.1:9574 by pid 812: python3 -m http.server 9574)`.
+pub fn name_holder(addr: SocketAddr, proto: Proto, e: std::io::Error) -> std::io::Error {
+    if e.kind() != std::io::ErrorKind::AddrInUse {
+        return e;
+    }
+    let holders = port_holders(addr, proto);
+    if holders.is_empty() {
+        return e;
+    }
+    std::io::Error::new(e.kind(), format!("{e} (held: {holders})"))
 }
 
 /// True when a socket listening on `a` and one on `b` take connections for the same address:
@@ -165,6 +237,40 @@ mod tests {
         );
         let line = "   1: 0100007F:11DD 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000  1000        0 123457 1 0000000000000000 20 4 30 10 -1";
         assert_eq!(parse_tcp_line(line), None);
+    }
+
+    #[test]
+    fn a_udp_line_in_any_state_is_a_bound_socket() {
+        // 0.0.0.0:5060, unconnected (07), as /proc/net/udp lists a SIP server's socket.
+        let line = "  55: 00000000:13C4 00000000:0000 07 00000000:00000000 00:00000000 00000000   106        0 4242 2 0000000000000000 0";
+        let e = parse_udp_line(line).unwrap();
+        assert_eq!(e.local, "0.0.0.0:5060".parse().unwrap());
+        assert_eq!(e.inode, 4242);
+        assert_eq!(parse_tcp_line(line), None, "not a TCP listener");
+    }
+
+    #[test]
+    fn an_address_in_use_names_this_process_as_its_holder() {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = udp.local_addr().unwrap();
+        let e = std::net::UdpSocket::bind(addr).unwrap_err();
+        let named = name_holder(addr, Proto::Udp, e).to_string();
+        let me = format!("{addr} by pid {}", std::process::id());
+        assert!(named.contains("(held: ") && named.contains(&me), "{named}");
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let e = std::net::TcpListener::bind(addr).unwrap_err();
+        assert!(
+            name_holder(addr, Proto::Tcp, e)
+                .to_string()
+                .contains(&format!("{addr} by pid"))
+        );
+        let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert!(
+            !name_holder(addr, Proto::Tcp, other)
+                .to_string()
+                .contains("held")
+        );
     }
 
     #[test]

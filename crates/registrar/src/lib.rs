@@ -36,7 +36,7 @@ pub mod users;
 
 pub use binding::Binding;
 pub use digest::Algorithm;
-pub use server::{Registrar, Transport, now_ms};
+pub use server::{Found, Registrar, Transport, now_ms};
 pub use settings::Settings;
 pub use transport::{Listeners, StreamLimits, bind, serve, tls_acceptor};
 

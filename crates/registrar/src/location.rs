@@ -9,6 +9,9 @@
 //! Stored as `aor/<aor>` in the `registrar` namespace, one value per AOR holding all its
 //! bindings (see `binding::encode`): a REGISTER's change is one put, so it is on disk whole or
 //! not at all.
+//!
+//! Beside the map of AORs, an index by user (`1001` → its AORs in every domain) answers a
+//! lookup of a bare user, which is what a dialplan has (`${EXTEN}`), without a walk of the map.
 
 use crate::Error;
 use crate::binding::{self, Binding};
@@ -67,9 +70,13 @@ pub struct LocationStats {
 }
 
 type AorMap = HashMap<Arc<str>, Arc<Aor>>;
+type UserMap = HashMap<Box<str>, Vec<Arc<Aor>>>;
 
 pub struct Location {
     shards: Box<[RwLock<AorMap>]>,
+    /// The AORs of each user part, sharded by user. An entry is added with its AOR's and
+    /// removed with it, under the AOR's shard lock (taken first), so the two never disagree.
+    users: Box<[RwLock<UserMap>]>,
     ns: Namespace,
     wheel: Mutex<Wheel>,
     bindings: AtomicU64,
@@ -80,6 +87,20 @@ struct Wheel {
     /// The last second swept.
     swept_s: u64,
     entries: usize,
+}
+
+/// The user part of a canonical AOR (`sip:user@host`, as `request::aor_of` builds it).
+pub fn user_of(aor: &str) -> Option<&str> {
+    aor.strip_prefix("sip:")?
+        .rsplit_once('@')
+        .map(|(user, _)| user)
+}
+
+/// The host part of a canonical AOR.
+pub fn domain_of(aor: &str) -> Option<&str> {
+    aor.strip_prefix("sip:")?
+        .rsplit_once('@')
+        .map(|(_, host)| host)
 }
 
 fn shard_of(aor: &str) -> usize {
@@ -97,6 +118,7 @@ impl Location {
         let ns = store.namespace(NAMESPACE)?;
         let loc = Location {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            users: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             ns,
             wheel: Mutex::new(Wheel {
                 slots: vec![Vec::new(); WHEEL_SLOTS],
@@ -139,22 +161,45 @@ impl Location {
         if let Some(a) = shard.read().get(name) {
             return a.clone();
         }
-        shard
-            .write()
-            .entry(Arc::from(name))
-            .or_insert_with_key(|k| {
-                Arc::new(Aor {
-                    name: k.clone(),
-                    bindings: RwLock::new(Arc::from(Vec::new())),
-                    scheduled_s: AtomicU64::new(0),
-                    queue: Mutex::new(AorQueue {
-                        jobs: VecDeque::new(),
-                        draining: false,
-                        retired: false,
-                    }),
-                })
-            })
-            .clone()
+        let mut map = shard.write();
+        if let Some(a) = map.get(name) {
+            return a.clone();
+        }
+        let aor = Arc::new(Aor {
+            name: Arc::from(name),
+            bindings: RwLock::new(Arc::from(Vec::new())),
+            scheduled_s: AtomicU64::new(0),
+            queue: Mutex::new(AorQueue {
+                jobs: VecDeque::new(),
+                draining: false,
+                retired: false,
+            }),
+        });
+        map.insert(aor.name.clone(), aor.clone());
+        if let Some(user) = user_of(name) {
+            self.users[shard_of(user)]
+                .write()
+                .entry(user.into())
+                .or_default()
+                .push(aor.clone());
+        }
+        aor
+    }
+
+    /// Every AOR of `user` (in every domain) that has live bindings at `now_ms`, with them.
+    pub fn user_bindings(&self, user: &str, now_ms: u64) -> Vec<(Arc<str>, Vec<Binding>)> {
+        let aors = self.users[shard_of(user)]
+            .read()
+            .get(user)
+            .cloned()
+            .unwrap_or_default();
+        let mut out: Vec<(Arc<str>, Vec<Binding>)> = aors
+            .into_iter()
+            .map(|a| (a.name.clone(), a.live(now_ms)))
+            .filter(|(_, live)| !live.is_empty())
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// The live bindings of an AOR, in q order, from memory.
@@ -234,6 +279,15 @@ impl Location {
         if aor.bindings.read().is_empty() && q.jobs.is_empty() && !q.draining {
             q.retired = true;
             shard.remove(&aor.name);
+            if let Some(user) = user_of(&aor.name) {
+                let mut users = self.users[shard_of(user)].write();
+                if let Some(list) = users.get_mut(user) {
+                    list.retain(|a| !Arc::ptr_eq(a, aor));
+                    if list.is_empty() {
+                        users.remove(user);
+                    }
+                }
+            }
         }
     }
 }

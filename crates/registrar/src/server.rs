@@ -5,7 +5,7 @@
 use crate::binding::{self, Binding, Policy, Update};
 use crate::digest::{self, Algorithm, Credentials, NonceCounts, NonceKey, Verdict};
 use crate::guard::{FailedAttempts, Transactions, TxVerdict, transaction_key};
-use crate::location::{Aor, Location};
+use crate::location::{self, Aor, AorQuery, Location};
 use crate::metrics::{Metrics, ReasonLabel};
 use crate::request::{self, Refusal, Register};
 use crate::response::{self, ALLOW, SUPPORTED};
@@ -22,6 +22,26 @@ use tokio::sync::mpsc;
 /// Timer J / Timer H for unreliable transports: 64 × T1 (500 ms).
 const TX_LINGER_MS: u64 = 32_000;
 const NONCE_SECRET_KEY: &str = "nonce";
+/// Domains an ambiguous lookup names (the count says how many there are).
+pub const AMBIGUOUS_DOMAINS_SHOWN: usize = 8;
+
+/// Where a lookup led: see [`Registrar::find`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// One AOR and its live bindings in q order (none when it has none).
+    Aor { aor: String, bindings: Vec<Binding> },
+    /// A bare user with no AOR to look in: several domains or none configured, and no live
+    /// binding in any of them.
+    Nothing,
+    /// A bare user with live bindings in several domains: which one is meant cannot be told.
+    /// `domains` names the first [`AMBIGUOUS_DOMAINS_SHOWN`] in order; `bound_domains` counts
+    /// them all.
+    Ambiguous {
+        user: String,
+        domains: Vec<String>,
+        bound_domains: usize,
+    },
+}
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -137,19 +157,54 @@ impl Registrar {
         &self.location
     }
 
-    /// The live bindings of `aor` (`sip:user@domain`, or `user` in a single-domain setup), from
-    /// memory, in q order.
+    /// The live bindings of `aor` (`sip:user@domain`, `user@domain`, or a bare `user` when
+    /// that names one AOR: see [`Registrar::find`]), from memory, in q order.
     pub fn lookup(&self, aor: &str) -> Vec<Binding> {
-        self.location.lookup(&self.canonical_aor(aor), now_ms())
+        match self.find(aor) {
+            Found::Aor { bindings, .. } => bindings,
+            Found::Nothing | Found::Ambiguous { .. } => Vec::new(),
+        }
     }
 
-    /// `user` alone names the AOR in the first served domain, or in the only one registered.
-    pub fn canonical_aor(&self, aor: &str) -> String {
-        match crate::location::AorQuery::parse(aor) {
-            crate::location::AorQuery::Aor(canon) => canon,
-            crate::location::AorQuery::User(user) => match self.config.domains.first() {
-                Some(d) => format!("sip:{user}@{}", d.to_ascii_lowercase()),
-                None => format!("sip:{user}@"),
+    /// Where `query` leads, from memory. An AOR (`sip:1001@example.com`, `1001@example.com`)
+    /// is that AOR. A bare user (`1001`, as a dialplan has it) is the user in the one domain
+    /// served when `domains` names one; otherwise the AOR the user has bindings in, when there
+    /// is exactly one (with `domains = []` phones register in whatever domain they were given,
+    /// often the server's address); bindings in several domains are [`Found::Ambiguous`].
+    pub fn find(&self, query: &str) -> Found {
+        let now = now_ms();
+        let user = match AorQuery::parse(query) {
+            AorQuery::Aor(aor) => {
+                let bindings = self.location.lookup(&aor, now);
+                return Found::Aor { aor, bindings };
+            }
+            AorQuery::User(user) => user,
+        };
+        if let [domain] = self.config.domains.as_slice() {
+            let aor = format!("sip:{user}@{}", domain.to_ascii_lowercase());
+            let bindings = self.location.lookup(&aor, now);
+            return Found::Aor { aor, bindings };
+        }
+        let mut bound = self.location.user_bindings(&user, now);
+        // Bindings left from a domain no longer served do not count.
+        bound.retain(|(aor, _)| location::domain_of(aor).is_some_and(|d| self.serves(d)));
+        match bound.len() {
+            0 => Found::Nothing,
+            1 => {
+                let (aor, bindings) = bound.pop().expect("one entry");
+                Found::Aor {
+                    aor: aor.to_string(),
+                    bindings,
+                }
+            }
+            n => Found::Ambiguous {
+                domains: bound
+                    .iter()
+                    .take(AMBIGUOUS_DOMAINS_SHOWN)
+                    .filter_map(|(aor, _)| location::domain_of(aor).map(str::to_string))
+                    .collect(),
+                bound_domains: n,
+                user,
             },
         }
     }

@@ -48,7 +48,16 @@ pub async fn bind(
     tls: Option<(SocketAddr, tokio_rustls::TlsAcceptor)>,
 ) -> Result<Listeners, Error> {
     let bind_err = |what: &str, a: SocketAddr, e: std::io::Error| {
-        Error::Bind(format!("SIP {what} on {a}: {e}"))
+        // An address in use names what holds it (Asterisk's own SIP stack, often).
+        let proto = if what == "UDP" {
+            procstat::Proto::Udp
+        } else {
+            procstat::Proto::Tcp
+        };
+        Error::Bind(format!(
+            "SIP {what} on {a}: {}",
+            procstat::name_holder(a, proto, e)
+        ))
     };
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),

@@ -4,7 +4,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use ::cdr::CdrFilter;
+use ::cdr::query::{Cursor, LIMIT_MAX, NumberFilter};
+use ::cdr::search::{CallQuery, CallSummary, ResponseMatch};
 use anyhow::Context;
 use utc::{format_us, parse_us};
 
@@ -47,7 +48,9 @@ pub enum CdrCommand {
         /// Calls that started before this time.
         #[arg(long)]
         until: Option<String>,
-        /// Caller or called number contains this.
+        /// Caller or called number, as the console's search writes it: `1001` (that number),
+        /// `12*` (starts with), `*89` (ends with), `*12*` (contains), `1001,12*` (any of),
+        /// `!1001,12*` (neither the caller nor the called is any of).
         #[arg(long)]
         number: Option<String>,
         /// Last SIP response code to the INVITE.
@@ -93,6 +96,33 @@ fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
     .transpose()
 }
 
+/// The calls `q` matches, newest first, at most `limit` (0: all), a page at a time through the
+/// console's search (its indexes, its number syntax).
+fn search_all(
+    store: &mut dyn ::cdr::CdrStore,
+    mut q: CallQuery,
+    limit: usize,
+) -> anyhow::Result<Vec<CallSummary>> {
+    let mut out = Vec::new();
+    loop {
+        let want = if limit == 0 {
+            LIMIT_MAX
+        } else {
+            (limit - out.len()).min(LIMIT_MAX)
+        };
+        if want == 0 {
+            return Ok(out);
+        }
+        q.limit = want;
+        let page = store.search(&q)?;
+        out.extend(page.calls);
+        match page.next {
+            Some(next) => q.after = Some(Cursor::parse("after", &next)?),
+            None => return Ok(out),
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let CdrCommand::Pcap { .. } = &args.command {
         refuse_terminal()?;
@@ -116,15 +146,47 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             limit,
             json,
         } => {
-            let filter = CdrFilter {
-                since_us: time_arg("since", since)?,
-                until_us: time_arg("until", until)?,
-                number,
-                last_response: response,
+            let number = number
+                .map(|n| NumberFilter::parse("--number", &n))
+                .transpose()?
+                .flatten();
+            let base = CallQuery {
+                from_us: time_arg("since", since)?,
+                to_us: time_arg("until", until)?,
+                response: response.map(ResponseMatch::Code).into_iter().collect(),
                 mos_below,
-                limit,
+                ..CallQuery::default()
             };
-            let calls = store.list(&filter)?;
+            let calls: Vec<_> = match number {
+                None => search_all(store.as_mut(), base, limit)?,
+                // None of them on either side: both filters at once.
+                Some(f) if f.negate => {
+                    let q = CallQuery {
+                        caller: Some(f.clone()),
+                        called: Some(f),
+                        ..base
+                    };
+                    search_all(store.as_mut(), q, limit)?
+                }
+                // Either side: the newest of the two searches, each call once.
+                Some(f) => {
+                    let callers = CallQuery {
+                        caller: Some(f.clone()),
+                        ..base.clone()
+                    };
+                    let mut both = search_all(store.as_mut(), callers, limit)?;
+                    let called = CallQuery {
+                        called: Some(f),
+                        ..base
+                    };
+                    both.extend(search_all(store.as_mut(), called, limit)?);
+                    both.sort_by_key(|c| std::cmp::Reverse((c.call.start_us, c.id)));
+                    both.dedup_by_key(|c| c.id);
+                    both.truncate(if limit == 0 { usize::MAX } else { limit });
+                    both
+                }
+            };
+            let calls = calls.into_iter().map(|c| c.call).collect::<Vec<_>>();
             let row = |start: &str,
                        caller: &str,
                        called: &str,

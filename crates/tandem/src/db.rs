@@ -54,15 +54,29 @@ fn store_file(dir: &Path) -> PathBuf {
     dir.join(kv::FILE_NAME)
 }
 
-fn open_rw(dir: &Path) -> anyhow::Result<Store> {
+/// The store in `dir` opened for writing by a command that makes a change. While another
+/// process (a running `tandem serve`) holds it, the error says to stop that process and names
+/// `readers`, the commands of the same family that work meanwhile.
+pub fn open_rw(dir: &Path, readers: &str) -> anyhow::Result<Store> {
     // A command makes one commit: preallocating the WAL would write 18 MiB of zeros for it.
     let options = Options {
         wal_preallocate: false,
         ..Options::default()
     };
-    Store::open_dir(dir, options)
-        .with_context(|| format!("opening the key-value store in {}", dir.display()))
+    match Store::open_dir(dir, options) {
+        Err(kv::KvError::Locked { lock, .. }) => anyhow::bail!(
+            "the key-value store in {} is held by another process, most likely a running \
+             `tandem serve` (lock file {}): this command changes it, so stop that process, run \
+             the command, then start it again; {readers} work while it runs",
+            dir.display(),
+            lock.display()
+        ),
+        r => r.with_context(|| format!("opening the key-value store in {}", dir.display())),
+    }
 }
+
+/// What `tandem db` offers while `serve` runs.
+const DB_READERS: &str = "`tandem db get`, `show`, `export-astdb` and `backup`";
 
 fn open_ro(dir: &Path) -> anyhow::Result<ReadOnlyStore> {
     ReadOnlyStore::open(store_file(dir))
@@ -97,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         DbCommand::Put { family, key, value } => {
-            let store = open_rw(dir)?;
+            let store = open_rw(dir, DB_READERS)?;
             store
                 .put_with(&family, &key, value, kv::Durability::Sync)?
                 .wait()?;
@@ -105,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             drop(store);
         }
         DbCommand::Del { family, key } => {
-            let store = open_rw(dir)?;
+            let store = open_rw(dir, DB_READERS)?;
             let existed = store.del(&family, &key)?;
             drop(store);
             if existed {
@@ -116,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         DbCommand::Deltree { family, keytree } => {
-            let store = open_rw(dir)?;
+            let store = open_rw(dir, DB_READERS)?;
             let n = store.deltree(Some(&family), keytree.as_deref())?;
             drop(store);
             if n == 0 {
@@ -136,7 +150,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             writeln!(out, "{} results found.", entries.len())?;
         }
         DbCommand::ImportAstdb { file } => {
-            let n = open_rw(dir)?
+            let n = open_rw(dir, DB_READERS)?
                 .import_astdb(&file)
                 .with_context(|| format!("importing {}", file.display()))?;
             writeln!(out, "Imported {n} entries from {}.", file.display())?;

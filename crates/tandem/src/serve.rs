@@ -171,10 +171,21 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 }
                 Some(handle)
             }
-            // Said at once; FastAGI goes on serving without the monitor.
+            // Like any other bad setting, it stops Tandem before anything serves.
             Err(e) => {
-                tracing::error!(error = %e, "call monitor stopped");
-                None
+                let c = &config.capture;
+                let source = match (c.interface.is_empty(), c.hep_listen.is_empty()) {
+                    (false, true) => format!("interface = {:?}", c.interface),
+                    (true, false) => format!("hep_listen = {:?}", c.hep_listen),
+                    _ => format!(
+                        "interface = {:?}, hep_listen = {:?}",
+                        c.interface, c.hep_listen
+                    ),
+                };
+                anyhow::bail!(
+                    "the call monitor ([capture] {source}) cannot start: {e}; correct the \
+                     setting or remove it from the configuration file"
+                );
             }
         }
     } else {

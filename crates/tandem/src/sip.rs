@@ -60,12 +60,11 @@ enum UserCommand {
 }
 
 fn open_rw(dir: &Path) -> anyhow::Result<kv::Store> {
-    let options = kv::Options {
-        wal_preallocate: false,
-        ..kv::Options::default()
-    };
-    kv::Store::open_dir(dir, options)
-        .with_context(|| format!("opening the key-value store in {}", dir.display()))
+    crate::db::open_rw(
+        dir,
+        "`tandem sip user list` and `tandem sip bindings` (bindings and their remaining time \
+         survive the restart)",
+    )
 }
 
 /// The registrar's entries under `family`, read from the file (works while `serve` runs).

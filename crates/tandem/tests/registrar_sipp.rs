@@ -40,6 +40,7 @@ struct Tandem {
     config: PathBuf,
     sip: SocketAddr,
     http: SocketAddr,
+    agi: SocketAddr,
     sipp_runs: u32,
 }
 
@@ -82,6 +83,7 @@ impl Tandem {
             config,
             sip: SocketAddr::from(([127, 0, 0, 1], sip)),
             http: SocketAddr::from(([127, 0, 0, 1], http)),
+            agi: SocketAddr::from(([127, 0, 0, 1], agi)),
             sipp_runs: 0,
         };
         t.spawn();
@@ -645,4 +647,84 @@ fn every_acknowledged_registration_survives_a_sigkill_in_a_refresh_storm() {
         "{} refreshes answered before the kill, {refreshed_found} found after the restart",
         refreshed.len()
     );
+}
+
+/// A call to `exten` through `dialplan`'s `[from-internal]`, with the dialplan's
+/// `127.0.0.1:4573` reaching this server's FastAGI port.
+fn readme_call(
+    t: &Tandem,
+    dialplan: &asterisk_emu::Dialplan,
+    exten: &str,
+) -> (asterisk_emu::Call, asterisk_emu::CallEnd) {
+    let mut channel = asterisk_emu::Channel::new("PJSIP/2000-00000001", "1795239019.1");
+    channel.sounds.push("vm-nobodyavail".into());
+    let mut call = asterisk_emu::Call::new(channel);
+    call.agi_hosts.push(asterisk_emu::AgiHost {
+        name: "127.0.0.1:4573".into(),
+        addr: t.agi,
+    });
+    call.agi_idle_timeout = Duration::from_secs(10);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let end = runtime
+        .block_on(call.run(dialplan, "from-internal", exten))
+        .unwrap();
+    (call, end)
+}
+
+#[test]
+fn the_readme_dialplan_dials_a_phone_registered_by_sipp_on_default_settings() {
+    // As the README sets it up: every domain (`domains = []`), a user with a password, the
+    // default algorithms; SIPp registers 1001 in the domain it was given, example.com.
+    let args = ["-s", "1001", "-au", "1001", "-ap", "s3cret"];
+    let Some((mut t, _)) = played("", with_user("1001", "s3cret"), "auth_md5", &args) else {
+        return;
+    };
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let block = asterisk_emu::markdown_block(&readme, "AGI(agi://127.0.0.1/registrar/${EXTEN})")
+        .expect("the README's registrar dialplan");
+    let dialplan = asterisk_emu::Dialplan::load(&[("extensions.conf", block)]);
+    assert!(dialplan.warnings.is_empty(), "{:?}", dialplan.warnings);
+
+    // The registered phone is dialled at the contact SIPp registered.
+    let (call, end) = readme_call(&t, &dialplan, "1001");
+    let asterisk_emu::CallEnd::Answered { dial } = &end else {
+        panic!(
+            "1001 was not dialled: {end:?}\n{:#?}\n{}",
+            call.log(),
+            t.log()
+        );
+    };
+    assert!(
+        dial.starts_with("PJSIP/1001/sip:1001@127.0.0.1:") && dial.ends_with(",30"),
+        "{dial}"
+    );
+    assert!(
+        call.playbacks.is_empty() && call.warnings.is_empty(),
+        "{:?} {:?}",
+        call.playbacks,
+        call.warnings
+    );
+
+    // A user with no phone registered goes to the unavailable message.
+    let (call, end) = readme_call(&t, &dialplan, "1002");
+    assert_eq!(end, asterisk_emu::CallEnd::FellThrough, "{:#?}", call.log());
+    assert_eq!(call.playbacks, ["vm-nobodyavail"]);
+    assert!(
+        call.dials.is_empty() && call.warnings.is_empty(),
+        "{:?}",
+        call.warnings
+    );
+
+    // Tandem stopped: AGISTATUS says so, and the call goes to the message rather than to a
+    // Dial with nothing to dial.
+    t.kill();
+    let (call, _) = readme_call(&t, &dialplan, "1001");
+    assert_eq!(call.playbacks, ["vm-nobodyavail"], "{:#?}", call.log());
+    assert!(call.dials.is_empty());
+    assert_eq!(call.channel.variables["AGISTATUS"], "FAILURE");
 }

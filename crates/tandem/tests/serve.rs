@@ -446,3 +446,327 @@ fn serve_keeps_a_history_of_its_metrics_and_of_the_host() {
             .all(|q| q.is_some_and(|v| v > 0.0 && v < 10.0))
     );
 }
+
+/// Stands in for FreePBX's generated `macro-dial` where the README's override block meets it:
+/// the same priorities and labels (the script at priority 6, labelled `dial`, on line 8 as in
+/// `extensions_additional.conf`; its result tested at 7; `normdial` at 10), simpler dialling.
+const MACRO_DIAL_STAND_IN: &str = r#"[macro-dial]
+include => macro-dial-custom
+exten => s,1,NoOp(macro-dial as FreePBX 16 and 17 number it)
+exten => s,n,NoOp(2)
+exten => s,n,NoOp(3)
+exten => s,n,NoOp(4)
+exten => s,n,NoOp(5)
+exten => s,n(dial),AGI(dialparties.agi)
+exten => s,n,GotoIf($["${MACRODIALGOTO_PRI}"!=""]?${MACRODIALGOTO_PRI})
+exten => s,n,NoOp(nothing to dial: ${DIALSTATUS})
+exten => s,n,Return()
+exten => s,n(normdial),Dial(${ds})
+exten => s,n,Return()
+[tandem-test]
+exten => rg,1,Set(RingGroupMethod=ringall)
+ same => n,Set(__NODEST=600)
+ same => n,Gosub(macro-dial,s,1(20,tr,201-202))
+ same => n,Hangup()
+"#;
+
+/// The sections of the Asterisk 22 recording (`tests/data/asterisk22-freepbx-override.txt`):
+/// title → lines.
+fn asterisk_recording() -> std::collections::HashMap<String, Vec<String>> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/asterisk22-freepbx-override.txt");
+    let mut out = std::collections::HashMap::new();
+    let mut title = String::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        if let Some(t) = line.strip_prefix("## ") {
+            title = t.to_string();
+        } else if !line.starts_with('#') && !title.is_empty() {
+            out.entry(title.clone())
+                .or_insert_with(Vec::new)
+                .push(line.to_string());
+        }
+    }
+    out
+}
+
+/// What a log shows of the override at work: the macro-dial priorities run from 6 to the one
+/// after 7 (where FreePBX's dialplan takes over again), and the lines of 6, 7 and 500 to 502,
+/// with the recording's prefix and suffix taken off.
+fn override_steps(lines: &[String]) -> (Vec<u32>, Vec<String>) {
+    let mut priorities = Vec::new();
+    let mut touched = Vec::new();
+    for line in lines {
+        let line = line.strip_prefix("VERBOSE pbx.c: ").unwrap_or(line);
+        let line = line.strip_suffix(" in new stack").unwrap_or(line);
+        let Some(p) = line
+            .strip_prefix("Executing [s@macro-dial:")
+            .and_then(|r| r.split(']').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if p == 6 || !priorities.is_empty() {
+            priorities.push(p);
+        }
+        if [6, 7, 500, 501, 502].contains(&p) {
+            touched.push(line.to_string());
+        }
+        if priorities.len() >= 2 && priorities[priorities.len() - 2] == 7 {
+            break;
+        }
+    }
+    (priorities, touched)
+}
+
+/// A ring group's call through the README's block over the stand-in, as the recorded one.
+fn ring_group_call(
+    dialplan: &asterisk_emu::Dialplan,
+    mut channel: asterisk_emu::Channel,
+    tandem: SocketAddr,
+    agi_dir: &std::path::Path,
+) -> (asterisk_emu::Call, asterisk_emu::CallEnd) {
+    channel.name = "Local/rg@tandem-test-00000000;2".into();
+    let mut call = asterisk_emu::Call::new(channel);
+    call.agi_hosts.push(asterisk_emu::AgiHost {
+        name: "127.0.0.1:4573".into(),
+        addr: tandem,
+    });
+    call.agi_dir = Some(agi_dir.to_path_buf());
+    call.agi_idle_timeout = Duration::from_secs(10);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let end = rt
+        .block_on(call.run(dialplan, "tandem-test", "rg"))
+        .unwrap();
+    (call, end)
+}
+
+#[test]
+fn the_readme_freepbx_override_falls_back_to_the_script_and_otherwise_dials_tandems_decision() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let block = asterisk_emu::markdown_block(&readme, "exten => s,500(tandem)")
+        .expect("the README's FreePBX override block");
+    let dialplan = asterisk_emu::Dialplan::load(&[
+        ("extensions_override_freepbx.conf", block),
+        ("extensions_additional.conf", MACRO_DIAL_STAND_IN),
+    ]);
+    let recorded = asterisk_recording();
+    // Loading: Asterisk 22 refused FreePBX's line 6 and nothing else, for 16 and 17.
+    for version in [16, 17] {
+        let warnings: Vec<String> = recorded[&format!("FreePBX {version}: dialplan reload")]
+            .iter()
+            .map(|w| w.split_once(".c: ").unwrap().1.to_string())
+            .collect();
+        assert_eq!(dialplan.warnings, warnings, "FreePBX {version}");
+    }
+
+    // The classic script, a stand-in as in the recording.
+    let agi_dir = tempfile::tempdir().unwrap();
+    let script = agi_dir.path().join("dialparties.agi");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nwhile read -r line && [ -n \"$line\" ]; do :; done\n\
+         echo 'SET VARIABLE DIALPARTIES_BY classic'\nread -r reply\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let members = ["201".to_string(), "202".to_string()];
+
+    // Tandem stopped (started, then killed: its port refuses): the call runs the classic
+    // script, exactly as Asterisk 22 did.
+    let stopped = serve(&[]).agi;
+    let (call, end) = ring_group_call(
+        &dialplan,
+        asterisk_emu::freepbx::extensions(&members),
+        stopped,
+        agi_dir.path(),
+    );
+    let real = &recorded["FreePBX 17: a ring group (ringall 201-202), Tandem stopped"];
+    assert_eq!(
+        override_steps(&call.log()),
+        override_steps(real),
+        "{:#?}",
+        call.log()
+    );
+    assert_eq!(call.channel.variables["DIALPARTIES_BY"], "classic");
+    assert_eq!(call.channel.variables["AGISTATUS"], "SUCCESS");
+    let real_warnings: Vec<&str> = real
+        .iter()
+        .filter_map(|l| l.strip_prefix("WARNING res_agi.c: "))
+        .collect();
+    assert_eq!(call.warnings, real_warnings, "{end:?}");
+    assert!(call.dials.is_empty(), "{:?}", call.dials);
+
+    // Tandem serving: its decision is dialled, and the classic script does not run.
+    let served = serve(&[]);
+    let (call, end) = ring_group_call(
+        &dialplan,
+        asterisk_emu::freepbx::extensions(&members),
+        served.agi,
+        agi_dir.path(),
+    );
+    let real = &recorded["FreePBX 17: the same call, Tandem serving dialparties natively on 127.0.0.1:4573"];
+    assert_eq!(
+        override_steps(&call.log()),
+        override_steps(real),
+        "{:#?}",
+        call.log()
+    );
+    assert!(!call.channel.variables.contains_key("DIALPARTIES_BY"));
+    let asterisk_emu::CallEnd::Answered { dial } = end else {
+        panic!("nothing dialled: {end:?} {:#?}", call.log());
+    };
+    let contacts = format!(
+        "{}&{},20,tr",
+        asterisk_emu::freepbx::contact("201"),
+        asterisk_emu::freepbx::contact("202")
+    );
+    assert!(dial.starts_with(&contacts), "{dial}");
+    assert!(call.warnings.is_empty(), "{:?}", call.warnings);
+}
+
+#[test]
+fn a_change_to_the_store_while_serve_runs_says_what_works_meanwhile() {
+    let served = serve(&[]);
+    let run = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(served._data.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            !out.status.success(),
+            "{args:?} changed a store serve holds"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&["sip", "user", "add", "1001", "--password-stdin"]);
+    assert!(
+        err.contains("running `tandem serve`")
+            && err.contains("`tandem sip user list` and `tandem sip bindings`")
+            && !err.contains("export-astdb"),
+        "{err}"
+    );
+    let err = run(&["db", "put", "fam", "key", "value"]);
+    assert!(
+        err.contains("`tandem db get`, `show`, `export-astdb` and `backup`")
+            && !err.contains("tandem sip"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_taken_web_metrics_or_sip_port_names_the_process_holding_it() {
+    let me = format!("by pid {}", std::process::id());
+    let refused = |args: &[&str]| {
+        let data = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("serve")
+            .args(args)
+            .env("TANDEM_DATA_DIR", data.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}: started on a taken port");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let agi = free_addr().to_string();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let free = free_addr().to_string();
+
+    let web = refused(&[
+        "--agi-listen",
+        &agi,
+        "--metrics-listen",
+        &free,
+        "--web-listen",
+        &addr,
+    ]);
+    assert!(
+        web.contains(&format!("console on {addr}")) && web.contains(&format!("(held: {addr} {me}")),
+        "{web}"
+    );
+    let metrics = refused(&[
+        "--agi-listen",
+        &agi,
+        "--metrics-listen",
+        &addr,
+        "--web-listen",
+        &free,
+    ]);
+    assert!(
+        metrics.contains(&format!("metrics on {addr}"))
+            && metrics.contains(&format!("(held: {addr} {me}")),
+        "{metrics}"
+    );
+
+    // The registrar's UDP port, as Asterisk's own SIP stack would hold it.
+    let sip = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sip_addr = sip.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fastagi]\nlisten = \"{agi}\"\n[metrics]\nlisten = \"{free}\"\n[web]\nenabled = false\n\
+             [history]\nenabled = false\n[registrar]\nlisten = \"{sip_addr}\"\n"
+        ),
+    )
+    .unwrap();
+    let registrar = refused(&["--config", config.to_str().unwrap()]);
+    assert!(
+        registrar.contains(&format!("SIP UDP on {sip_addr}"))
+            && registrar.contains(&format!("(held: {sip_addr} {me}")),
+        "{registrar}"
+    );
+}
+
+#[test]
+fn a_capture_interface_that_does_not_exist_stops_serve_naming_the_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fastagi]\nlisten = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[web]\nenabled = false\n\
+             [history]\nenabled = false\n[kv]\ndata_dir = {:?}\n[capture]\ninterface = \"tdmnosuch0\"\n",
+            free_addr(),
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must stop by itself; a server that runs on without its capture is the failure.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tandem serve runs on without its capture");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[capture] interface = \"tdmnosuch0\"") && err.contains("no such interface"),
+        "{err}"
+    );
+}

@@ -27,10 +27,12 @@ mod metrics;
 mod path;
 mod prewarm;
 mod process;
+mod user;
 
 pub use metrics::ScriptMetrics;
 pub use path::{RefusedPath, ScriptPath, canonical_dir, resolve};
 pub use process::Exit;
+pub use user::{RunAs, RunAsError};
 
 use crate::{AgiError, Handler, Session};
 use serde::Deserialize;
@@ -60,6 +62,11 @@ pub struct ScriptConfig {
     pub dir: Option<PathBuf>,
     /// The scripts' working directory, `/` as in classic AGI.
     pub working_dir: PathBuf,
+    /// The user scripts run as (its uid, primary group and supplementary groups), `asterisk`
+    /// for FreePBX's, which read `/etc/freepbx.conf` and write under `/var/spool/asterisk`.
+    /// Unset: Tandem's own user. Needs Tandem to run as root or with CAP_SETUID and CAP_SETGID;
+    /// without them the runner refuses to start.
+    pub user: Option<String>,
     /// Deliver SIGHUP to a script when its channel hangs up (Asterisk's AGISIGHUP).
     pub sighup: bool,
     /// After Asterisk goes away (or the session must end), time between SIGHUP and SIGKILL.
@@ -90,6 +97,7 @@ impl Default for ScriptConfig {
         ScriptConfig {
             dir: None,
             working_dir: PathBuf::from("/"),
+            user: None,
             sighup: true,
             kill_grace_ms: 2_000,
             max_run_ms: 0,
@@ -152,11 +160,20 @@ impl Default for AstDirs {
 }
 
 /// The environment variables a script gets on top of Tandem's own.
+/// How a script is started: the variables on top of Tandem's own, and the user it runs as.
 #[derive(Debug, Clone)]
-pub struct AstEnv(Vec<(String, String)>);
+pub struct AstEnv {
+    vars: Vec<(String, String)>,
+    run_as: Option<Arc<RunAs>>,
+}
 
 impl AstEnv {
-    fn new(config: &ScriptConfig, script_dir: &Path, version: Option<&str>) -> AstEnv {
+    fn new(
+        config: &ScriptConfig,
+        script_dir: &Path,
+        version: Option<&str>,
+        run_as: Option<Arc<RunAs>>,
+    ) -> AstEnv {
         let d = &config.env;
         let agi_dir = d
             .agi_dir
@@ -182,11 +199,15 @@ impl AstEnv {
         if let Some(v) = version {
             vars.push(("AST_VERSION".into(), v.to_string()));
         }
-        AstEnv(vars)
+        AstEnv { vars, run_as }
     }
 
     pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn run_as(&self) -> Option<&Arc<RunAs>> {
+        self.run_as.as_ref()
     }
 }
 
@@ -220,6 +241,7 @@ pub struct ScriptRunner {
     pools: prewarm::Pools,
     intercept: Option<Arc<dyn Intercept>>,
     running: Arc<tokio::sync::Semaphore>,
+    run_as: Option<Arc<RunAs>>,
 }
 
 impl ScriptRunner {
@@ -245,7 +267,15 @@ impl ScriptRunner {
             .collect();
         commands.sort();
         commands.dedup();
-        let env = AstEnv::new(&config, &dir, None);
+        let run_as = match &config.user {
+            Some(name) => {
+                let user = RunAs::lookup(name).map_err(std::io::Error::other)?;
+                user.check_permitted().map_err(std::io::Error::other)?;
+                Some(Arc::new(user))
+            }
+            None => None,
+        };
+        let env = AstEnv::new(&config, &dir, None, run_as.clone());
         let mut warm = Vec::new();
         for r in config.route.iter().filter(|r| r.prewarm > 0) {
             let script = resolve(&dir, &r.path).map_err(|e| {
@@ -261,7 +291,9 @@ impl ScriptRunner {
         }
         metrics.running_max.set(config.max_running as i64);
         info!(dir = %dir.display(), prewarmed = config.route.iter().filter(|r| r.prewarm > 0).count(),
-              max_running = config.max_running, "serving AGI scripts");
+              max_running = config.max_running,
+              user = run_as.as_ref().map_or("(tandem's own)", |u| u.name.as_str()),
+              "serving AGI scripts");
         Ok(ScriptRunner {
             running: Arc::new(tokio::sync::Semaphore::new(config.max_running)),
             config,
@@ -271,6 +303,7 @@ impl ScriptRunner {
             metrics,
             pools,
             intercept: None,
+            run_as,
         })
     }
 
@@ -351,7 +384,12 @@ impl Handler for ScriptRunner {
         let child = match self.pools.take(&name) {
             Some(child) => child,
             None => {
-                let env = AstEnv::new(&self.config, &self.dir, Some(session.header().version()));
+                let env = AstEnv::new(
+                    &self.config,
+                    &self.dir,
+                    Some(session.header().version()),
+                    self.run_as.clone(),
+                );
                 process::spawn(&script.full, session.args(), &self.config.working_dir, &env)
                     .map_err(|source| {
                         AgiError::handler(ScriptError::Spawn {

@@ -33,7 +33,8 @@ impl From<ExitStatus> for Exit {
     }
 }
 
-/// Starts `path` with `args` as argv[1..], in `working_dir`, with the `AST_*` variables.
+/// Starts `path` with `args` as argv[1..], in `working_dir`, with the `AST_*` variables, as
+/// the user `env` names (if any).
 pub fn spawn(
     path: &Path,
     args: &[String],
@@ -49,6 +50,9 @@ pub fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(user) = env.run_as() {
+        user.apply(&mut cmd);
+    }
     cmd.spawn()
 }
 
