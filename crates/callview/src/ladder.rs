@@ -160,8 +160,9 @@ impl Ladder {
             text_cut_bytes: 0,
             resent: false,
         };
-        let own_len = match Message::parse(data) {
-            Ok(m) => {
+        let mut repaired = Vec::new();
+        let own_len = match Message::parse_lossy(data, &mut repaired) {
+            Ok((m, _)) => {
                 read_message(&m, &mut event);
                 if !tcp && let (Some(call_id), Some((cseq, method))) = (m.call_id(), m.cseq()) {
                     event.resent = self.resends.is_resend(

@@ -1400,8 +1400,11 @@ impl Front {
         udp: bool,
         emit: &mut dyn FnMut(u16, Event),
     ) {
-        let m = match Message::parse(data) {
-            Ok(m) => m,
+        // A header section not in UTF-8 (a Latin-1 display name) is read with its bad bytes
+        // replaced, and the shards are handed the repaired bytes.
+        let mut repaired = Vec::new();
+        let (m, data) = match Message::parse_lossy(data, &mut repaired) {
+            Ok(read) => read,
             Err(_) => {
                 self.counters.sip_parse_errors += 1;
                 return;

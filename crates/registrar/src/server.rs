@@ -253,7 +253,9 @@ impl Registrar {
 
     /// Handles one packet. REGISTER is queued on its AOR; the rest is answered here.
     pub fn dispatch(self: &Arc<Self>, mut job: Job) {
-        let Ok(msg) = Message::parse(&job.bytes) else {
+        // A Latin-1 display name is read with its bad bytes replaced, not dropped.
+        let mut scratch = Vec::new();
+        let Ok((msg, _)) = Message::parse_lossy(&job.bytes, &mut scratch) else {
             self.drop_packet("unparsable");
             return;
         };
@@ -547,7 +549,8 @@ impl Registrar {
 
     /// One REGISTER, with the AOR's queue held: checks, update, commit, answer.
     async fn register(&self, slot: &Aor, job: &Job) -> (u16, Vec<u8>) {
-        let Ok(msg) = Message::parse(&job.bytes) else {
+        let mut scratch = Vec::new();
+        let Ok((msg, _)) = Message::parse_lossy(&job.bytes, &mut scratch) else {
             return (0, Vec::new());
         };
         let source = job.source;

@@ -280,3 +280,26 @@ async fn a_bare_user_is_the_user_in_the_one_domain_served() {
     .await;
     assert_eq!(reg.lookup("1001")[0].uri, "sip:1001@192.0.2.21");
 }
+
+/// A phone that sends its display name in Latin-1 (older firmware does) registers like any
+/// other: its REGISTER is not dropped as unparsable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_register_with_a_latin1_display_name_is_served() {
+    let (_dir, _store, running) = fresh(no_auth()).await;
+    let phone = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let text = register("1001", "latin1", 1, "sip:1001@192.0.2.10:5060", 600, "l1")
+        .replace("From: <", "From: \"M\u{fc}ller\" <");
+    // As the phone puts it on the wire: ü as the one byte 0xFC.
+    let mut bytes = text.into_bytes();
+    let at = bytes.windows(2).position(|w| w == "ü".as_bytes()).unwrap();
+    bytes.splice(at..at + 2, [0xfc]);
+    phone.send_to(&bytes, running.addr).await.unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(10), phone.recv_from(&mut buf))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let r = String::from_utf8_lossy(&buf[..n]);
+    assert!(r.starts_with("SIP/2.0 200 OK\r\n"), "{r}");
+    assert_eq!(running.reg.lookup("1001@example.com").len(), 1);
+}

@@ -126,6 +126,17 @@ fn find_header_end(buf: &[u8]) -> Option<(usize, usize)> {
     None
 }
 
+/// Replaces every byte of each invalid UTF-8 sequence in `bytes` by `?`, in place.
+fn replace_invalid_utf8(bytes: &mut [u8]) {
+    let mut from = 0;
+    while let Err(e) = std::str::from_utf8(&bytes[from..]) {
+        let bad = from + e.valid_up_to();
+        let end = e.error_len().map_or(bytes.len(), |n| bad + n);
+        bytes[bad..end].fill(b'?');
+        from = end;
+    }
+}
+
 /// True when `buf` starts like a SIP message (a known method followed by a space, or
 /// `SIP/2.0 `). Cheap: used to pick SIP out of arbitrary UDP and TCP payloads.
 pub fn looks_like_sip(buf: &[u8]) -> bool {
@@ -166,13 +177,18 @@ pub fn message_len(buf: &[u8]) -> Result<Option<usize>, ParseError> {
         }
         return Ok(None);
     };
-    let head = std::str::from_utf8(&rest[..body_start]).map_err(|_| ParseError::NotUtf8)?;
+    // Only Content-Length matters here, and it is ASCII: a header elsewhere in the section that
+    // is not UTF-8 (a Latin-1 display name) must not stop a stream's framing.
     let mut content_length = 0usize;
-    for line in head.lines().skip(1) {
-        if let Some((name, value)) = line.split_once(':')
-            && header_name_eq(name.trim(), "content-length")
-        {
-            let v = value.trim();
+    for line in rest[..body_start].split(|&b| b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let Ok(name) = std::str::from_utf8(&line[..colon]) else {
+            continue;
+        };
+        if header_name_eq(name.trim(), "content-length") {
+            let v = String::from_utf8_lossy(line[colon + 1..].trim_ascii());
             content_length = v
                 .parse()
                 .map_err(|_| ParseError::BadContentLength(v.to_string()))?;
@@ -256,6 +272,30 @@ impl<'a> Message<'a> {
         msg.body = &rest[..body_len];
         msg.len = skip + body_start + body_len;
         Ok(msg)
+    }
+
+    /// As [`Message::parse`], but a header section that is not UTF-8 does not lose the
+    /// message: phones still send display names in Latin-1, and a corrupted byte in a tag is
+    /// seen on real links; tshark shows such messages, and a monitor that dropped them would lose
+    /// the call. The message is then read from a copy in `scratch` in which every byte of an
+    /// invalid sequence in the header section is replaced by `?`, one for one, so that lengths
+    /// and offsets are the input's. Returns the message and the bytes it was read from (`buf`,
+    /// or the repaired copy), which is what a caller that keeps the message's bytes must copy.
+    pub fn parse_lossy(
+        buf: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<(Message<'a>, &'a [u8]), ParseError> {
+        match Message::parse(buf) {
+            Err(ParseError::NotUtf8) => {
+                scratch.clear();
+                scratch.extend_from_slice(buf);
+                let head_end = find_header_end(scratch).map_or(scratch.len(), |(_, end)| end);
+                replace_invalid_utf8(&mut scratch[..head_end.min(MAX_HEADER_BYTES)]);
+                let repaired: &'a [u8] = scratch;
+                Message::parse(repaired).map(|m| (m, repaired))
+            }
+            other => other.map(|m| (m, buf)),
+        }
     }
 
     /// The first value of header `name` (long form, any case; compact forms match too).
@@ -562,6 +602,31 @@ v=0\r\nextra";
         assert_eq!(message_len(&one[..10]).unwrap(), None);
         assert_eq!(message_len(&one[..one.len() - 1]).unwrap(), None);
         assert!(message_len(b"BYE x SIP/2.0\r\nl: z\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn a_header_section_not_in_utf8_is_read_with_the_bad_bytes_replaced() {
+        // A Latin-1 display name ("Müller") and a tag with stray bytes, as real phones send.
+        let bytes: &[u8] = b"INVITE sip:100@pbx SIP/2.0\r\n\
+From: \"M\xfcller\" <sip:200@pbx>;tag=a\xc3\r\n\
+To: <sip:100@pbx>;tag=5af5720\xef\x0e\xa4b\x01\r\n\
+Call-ID: latin1@pbx\r\nCSeq: 1 INVITE\r\nContent-Length: 4\r\n\r\n\xff\xfe\x00x";
+        assert_eq!(Message::parse(bytes), Err(ParseError::NotUtf8));
+        let mut scratch = Vec::new();
+        let (m, read) = Message::parse_lossy(bytes, &mut scratch).unwrap();
+        assert_eq!(m.call_id(), Some("latin1@pbx"));
+        assert_eq!(m.from().unwrap().display, Some("M?ller"));
+        assert_eq!(m.from().unwrap().user(), "200");
+        assert_eq!(m.to().unwrap().user(), "100");
+        // Offsets are the input's, and the body is left as it came.
+        assert_eq!((m.len, read.len()), (bytes.len(), bytes.len()));
+        assert_eq!(m.body, b"\xff\xfe\x00x");
+        // Framing on a stream needs only Content-Length.
+        assert_eq!(message_len(bytes).unwrap(), Some(bytes.len()));
+        // A message in UTF-8 is read in place.
+        let mut unused = Vec::new();
+        let (_, read) = Message::parse_lossy(INVITE, &mut unused).unwrap();
+        assert!(std::ptr::eq(read, INVITE) && unused.is_empty());
     }
 
     #[test]
