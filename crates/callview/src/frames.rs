@@ -173,12 +173,12 @@ fn read_with_monitor(
 
 /// What a frame carries, as far as the call view is concerned.
 pub(crate) enum Seen<'a> {
-    /// One SIP message: over UDP its datagram, over TCP the message framed out of the stream
-    /// (reported with the segment that completes it).
+    /// One SIP message: over UDP its datagram, over TCP or SCTP the message framed out of the
+    /// stream (reported with the segment or packet that completes it).
     Sip {
         src: SocketAddr,
         dst: SocketAddr,
-        tcp: bool,
+        transport: SipTransport,
         data: &'a [u8],
     },
     Rtp {
@@ -193,6 +193,25 @@ pub(crate) enum Seen<'a> {
         dst: SocketAddr,
         datagram: &'a [u8],
     },
+}
+
+/// What carried a SIP message, as the ladder names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SipTransport {
+    Udp,
+    /// TCP, and WebSocket over it.
+    Tcp,
+    Sctp,
+}
+
+impl SipTransport {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SipTransport::Udp => "UDP",
+            SipTransport::Tcp => "TCP",
+            SipTransport::Sctp => "SCTP",
+        }
+    }
 }
 
 /// Reads frames down to [`Seen`]. Plain UDP is read without state (`peek_udp`, as the
@@ -241,7 +260,7 @@ impl Classifier {
                     .segment(frame.ts_ns, d.src, d.dst, seq, flags, d.payload, |m| {
                         messages.push(m.to_vec())
                     });
-                sip_messages(d.src, d.dst, &mut messages, f);
+                sip_messages(d.src, d.dst, SipTransport::Tcp, &mut messages, f);
                 self.tcp_messages = messages;
             }
             Transport::Tcp { .. } => {}
@@ -250,7 +269,7 @@ impl Classifier {
                 self.sctp.packet(frame.ts_ns, d.src, d.dst, d.payload, |m| {
                     messages.push(m.to_vec())
                 });
-                sip_messages(d.src, d.dst, &mut messages, f);
+                sip_messages(d.src, d.dst, SipTransport::Sctp, &mut messages, f);
                 self.tcp_messages = messages;
             }
             Transport::Sctp => {}
@@ -263,6 +282,7 @@ impl Classifier {
 fn sip_messages(
     src: SocketAddr,
     dst: SocketAddr,
+    transport: SipTransport,
     messages: &mut Vec<Vec<u8>>,
     f: &mut impl FnMut(Seen<'_>),
 ) {
@@ -270,7 +290,7 @@ fn sip_messages(
         f(Seen::Sip {
             src,
             dst,
-            tcp: true,
+            transport,
             data: &m,
         });
     }
@@ -282,7 +302,7 @@ fn udp(src: SocketAddr, dst: SocketAddr, payload: &[u8], f: &mut impl FnMut(Seen
         f(Seen::Sip {
             src,
             dst,
-            tcp: false,
+            transport: SipTransport::Udp,
             data: payload,
         });
     } else if let Some(header) = RtpHeader::parse(payload) {

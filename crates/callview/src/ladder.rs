@@ -9,6 +9,7 @@ use sip::Message;
 use sip::sdp::{Direction, Sdp};
 
 use crate::Limits;
+use crate::frames::SipTransport;
 
 /// Characters kept of a message's label (an unreadable message's first line, a response's
 /// reason phrase), of its CSeq and of its Call-ID: each comes from the input, and a header may
@@ -125,14 +126,14 @@ impl Ladder {
     }
 
     /// Adds one message: `data` is a UDP datagram (which may run past the message) or a
-    /// message framed out of TCP.
+    /// message framed out of TCP or SCTP.
     pub(crate) fn push(
         &mut self,
         frame: u64,
         ts_ns: i64,
         src: SocketAddr,
         dst: SocketAddr,
-        tcp: bool,
+        transport: SipTransport,
         data: &[u8],
     ) {
         if self.events.len() >= self.messages_max {
@@ -149,7 +150,7 @@ impl Ladder {
             delta_us,
             src,
             dst,
-            transport: if tcp { "TCP" } else { "UDP" },
+            transport: transport.name(),
             label: String::new(),
             method: None,
             code: None,
@@ -164,7 +165,9 @@ impl Ladder {
         let own_len = match Message::parse_lossy(data, &mut repaired) {
             Ok((m, _)) => {
                 read_message(&m, &mut event);
-                if !tcp && let (Some(call_id), Some((cseq, method))) = (m.call_id(), m.cseq()) {
+                if transport == SipTransport::Udp
+                    && let (Some(call_id), Some((cseq, method))) = (m.call_id(), m.cseq())
+                {
                     event.resent = self.resends.is_resend(
                         call_id,
                         src_addr,

@@ -300,11 +300,11 @@ impl Pass {
                 Seen::Sip {
                     src,
                     dst,
-                    tcp,
+                    transport,
                     data,
                 } => {
                     if with_ladder {
-                        ladder.push(frame.number, frame.ts_ns, src, dst, tcp, data);
+                        ladder.push(frame.number, frame.ts_ns, src, dst, transport, data);
                     }
                 }
                 Seen::Rtp {

@@ -54,6 +54,20 @@ impl Pcap {
         self.udp_cut(t_us, src, dst, payload, None);
     }
 
+    /// A whole Ethernet frame at `t_us`.
+    fn frame(&mut self, t_us: u64, frame: &[u8]) {
+        let t = 1_700_000_000_000_000 + t_us;
+        for v in [
+            t / 1_000_000,
+            t % 1_000_000,
+            frame.len() as u64,
+            frame.len() as u64,
+        ] {
+            self.bytes.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+        self.bytes.extend_from_slice(frame);
+    }
+
     /// An RTP packet whose payload is `len` bytes of `fill`.
     #[allow(clippy::too_many_arguments)]
     fn rtp(
@@ -522,4 +536,27 @@ fn resent_requests_and_responses_are_marked_as_wireshark_marks_them() {
         }
         _ => test_env::skip("the tshark part: tshark (Debian: tshark) did not run"),
     }
+}
+
+#[test]
+fn the_ladder_names_the_transport_of_each_message() {
+    use monitor::sctp::build as sctp;
+    use monitor::synth::packet::{ethernet, ipv4};
+    let (a, b) = ("10.0.0.1:5060", "10.0.0.2:5060");
+    let mut p = Pcap::new();
+    let over_sctp = |tsn: u32, from: &str, to: &str, msg: &[u8]| {
+        let (from, to): (SocketAddr, SocketAddr) = (from.parse().unwrap(), to.parse().unwrap());
+        let chunks = sctp::message_chunks(tsn, 0, tsn as u16, msg, usize::MAX);
+        let packet = sctp::packet(5060, 5060, 0xabcd, &chunks);
+        ethernet(0x0800, &ipv4(from.ip(), to.ip(), 132, &packet))
+    };
+    let invite = sip_message("INVITE sip:1002@10.0.0.2 SIP/2.0", "1 INVITE", a, b);
+    p.frame(0, &over_sctp(1, a, b, &invite));
+    let ok = sip_message("SIP/2.0 200 OK", "1 INVITE", b, a);
+    p.frame(100_000, &over_sctp(1, b, a, &ok));
+    let bye = sip_message("BYE sip:1002@10.0.0.2 SIP/2.0", "2 BYE", a, b);
+    p.udp(200_000, a, b, &bye);
+    let view = callview::analyze(&p.bytes, &Limits::default()).unwrap();
+    let transports: Vec<&str> = view.ladder.iter().map(|e| e.transport).collect();
+    assert_eq!(transports, ["SCTP", "SCTP", "UDP"]);
 }
