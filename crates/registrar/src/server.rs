@@ -104,7 +104,46 @@ pub struct Registrar {
     nonce_counts: Mutex<NonceCounts>,
     failures: Mutex<FailedAttempts>,
     transactions: Mutex<Transactions>,
+    /// The AOR queues being drained by tasks of their own.
+    drains: Arc<Drains>,
     pub metrics: Metrics,
+}
+
+/// Counts the tasks draining AOR queues, so that a stopping server waits for the REGISTERs it
+/// accepted (their commit and their answer) and for those tasks' hold on the registrar, and so
+/// on the store, before it lets go of the store.
+#[derive(Default)]
+struct Drains {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Drains {
+    /// Runs `drain` on a task of its own, counted until it has returned and dropped what it
+    /// held.
+    fn spawn(self: &Arc<Self>, drain: impl std::future::Future<Output = ()> + Send + 'static) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.running.fetch_add(1, SeqCst);
+        let me = self.clone();
+        tokio::spawn(async move {
+            drain.await;
+            if me.running.fetch_sub(1, SeqCst) == 1 {
+                me.idle.notify_waiters();
+            }
+        });
+    }
+
+    async fn done(&self) {
+        loop {
+            let idle = self.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            idle.as_mut().enable();
+            if self.running.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
 }
 
 /// The server secret for nonces: read from the store, or made and stored on first start.
@@ -140,6 +179,7 @@ impl Registrar {
                 config.sources_tracked_max,
             )),
             transactions: Mutex::new(Transactions::new(config.transactions_max)),
+            drains: Arc::default(),
             config,
             policy,
             location,
@@ -147,6 +187,13 @@ impl Registrar {
         };
         r.refresh_gauges();
         Ok(Arc::new(r))
+    }
+
+    /// Returns once no task drains an AOR queue: every REGISTER taken from the wire has been
+    /// committed and answered. A server that stopped reading waits for this before it lets go
+    /// of the store ([`crate::serve`]).
+    pub async fn drained(&self) {
+        self.drains.done().await
     }
 
     pub fn config(&self) -> &Config {
@@ -324,7 +371,7 @@ impl Registrar {
             };
             if start {
                 let me = self.clone();
-                tokio::spawn(async move { me.drain(slot).await });
+                self.drains.spawn(me.drain(slot));
             }
             return;
         }
@@ -671,7 +718,7 @@ impl Registrar {
             };
             if more {
                 let me = self.clone();
-                tokio::spawn(async move { me.drain(slot).await });
+                self.drains.spawn(me.drain(slot));
             } else {
                 self.location.forget_if_empty(&slot);
             }

@@ -138,9 +138,24 @@ pub async fn serve(
         }
     });
     stop.await;
-    // Waits for every task to end, so the registrar (and its hold on the store) goes with them.
+    // Waits for every task to end, so the registrar (and its hold on the store) goes with them:
+    // first the readers and the sweep, then the REGISTERs already queued, which commit and are
+    // answered (bounded: a store that no longer completes a commit does not hold the stop).
     tasks.shutdown().await;
+    if tokio::time::timeout(DRAIN_ON_STOP, registrar.drained())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout_ms = DRAIN_ON_STOP.as_millis() as u64,
+            "REGISTERs still being committed when the registrar stopped"
+        );
+    }
 }
+
+/// How long a stopping registrar waits for the REGISTERs it already took to be committed and
+/// answered.
+const DRAIN_ON_STOP: Duration = Duration::from_secs(10);
 
 async fn udp_loop(registrar: Arc<Registrar>, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
