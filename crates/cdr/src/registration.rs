@@ -8,8 +8,8 @@
 //!
 //! `from` and `to` bound `last_us` (the chain's last message); `user` has the number syntax of
 //! `caller` (`1001`, `10*`, `*01`, lists, `!`); `ip` is an address or CIDR matched against the
-//! source or the destination; `result` is a comma list of `registered`, `challenged`, `failed`,
-//! `no-response`. Pages are newest first by (`last_us`, `id`) with the same keyset cursor and
+//! source or the destination; `result` is a comma list of `registered`, `unregistered`,
+//! `challenged`, `failed`, `no-response`. Pages are newest first by (`last_us`, `id`) with the same keyset cursor and
 //! the same plans as the calls ([`crate::search`]): the indexes are `registration_last
 //! (last_us[, id])` and `registration_user (username, last_us[, id])`; an IP or a result is
 //! checked on each row of a walk in time order.
@@ -40,7 +40,7 @@ pub struct CdrRegistration {
     pub requests: u32,
     /// The last response's code.
     pub last_code: Option<u16>,
-    /// `registered`, `challenged`, `failed` or `no-response`.
+    /// `registered`, `unregistered`, `challenged`, `failed` or `no-response`.
     pub result: String,
     /// The expiry the registrar granted (its 2xx), else the one requested.
     pub expires_s: Option<u32>,
@@ -52,6 +52,8 @@ pub struct CdrRegistration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegResult {
     Registered,
+    /// A 2xx to a request that removed the binding (expires 0, `Contact: *`).
+    Unregistered,
     Challenged,
     Failed,
     NoResponse,
@@ -61,14 +63,16 @@ impl RegResult {
     pub fn as_str(&self) -> &'static str {
         match self {
             RegResult::Registered => "registered",
+            RegResult::Unregistered => "unregistered",
             RegResult::Challenged => "challenged",
             RegResult::Failed => "failed",
             RegResult::NoResponse => "no-response",
         }
     }
 
-    const ALL: [RegResult; 4] = [
+    const ALL: [RegResult; 5] = [
         RegResult::Registered,
+        RegResult::Unregistered,
         RegResult::Challenged,
         RegResult::Failed,
         RegResult::NoResponse,
@@ -127,7 +131,8 @@ impl RegistrationQuery {
                     QueryError::new(
                         "result",
                         format!(
-                            "{:?} is not one of registered, challenged, failed, no-response",
+                            "{:?} is not one of registered, unregistered, challenged, failed, \
+                             no-response",
                             item.chars().take(16).collect::<String>()
                         ),
                     )

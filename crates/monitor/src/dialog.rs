@@ -538,9 +538,12 @@ impl Registration {
             .or(self.requested_expires_s);
     }
 
+    /// The chain's result: `registered`, `unregistered` (a 2xx to a request that removed the
+    /// binding: expires 0, or `Contact: *`), `challenged`, `failed` or `no-response`.
     pub fn outcome(&self) -> &'static str {
         match self.last_code {
             0 => "no-response",
+            200..=299 if self.expires_s == Some(0) => "unregistered",
             200..=299 => "registered",
             401 | 407 => "challenged",
             _ => "failed",

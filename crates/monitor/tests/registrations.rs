@@ -120,7 +120,7 @@ fn another_to_user_in_the_same_call_id_starts_its_own_chain() {
     write(
         &path,
         &[
-            // Line 1 is removed (every binding), with a challenge on the way...
+            // Line 1 is removed (every binding), with a challenge on the way: unregistered...
             (true, register("1001", 10, "*", 0)),
             (false, response("1001", 10, CHALLENGE, "")),
             (true, register("1001", 11, "*", 0)),
@@ -150,7 +150,7 @@ fn another_to_user_in_the_same_call_id_starts_its_own_chain() {
         assert_eq!(
             got,
             [
-                ("1001", "*", 2, "registered", 200, Some(0)),
+                ("1001", "*", 2, "unregistered", 200, Some(0)),
                 ("1002", second, 2, "failed", 403, None),
             ],
             "{workers} worker(s)"
