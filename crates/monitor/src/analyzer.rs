@@ -1601,7 +1601,6 @@ impl Front {
         emit: &mut dyn FnMut(u16, Event),
     ) -> bool {
         // Returns whether the SDP made the flow UDPTL: the caller then reads it as T.38.
-        self.counters.rtp_packets += 1;
         let packed_flow = PackedKey::new(src, dst, 0);
         let flow_shard = if self.shards == 1 {
             0
@@ -1611,6 +1610,9 @@ impl Front {
         if self.me.is_some_and(|me| me != flow_shard) {
             return false;
         }
+        // Counted by the flow's worker, which alone decides what the packet is (a fragmented
+        // datagram reaches every worker: see the workers' loop).
+        self.counters.rtp_packets += 1;
         let now_ms = self.rel_ms(ts_ns);
         // Which way the packet goes for the endpoint found: to it (0) or from it (1).
         let (mut ep, way) = match self.endpoints.get_mut(&PackedAddr::new(dst)) {
@@ -2092,11 +2094,18 @@ impl Monitor {
                                 if counted {
                                     front.packet(ts, lt, frame, &mut emit);
                                 } else {
-                                    // Counted by another worker: analyse, but leave the counts.
+                                    // Counted by another worker: analyse, but leave the counts,
+                                    // except those of a flow this worker owns (a fragmented RTP or
+                                    // UDPTL datagram is counted by its flow's worker, which alone
+                                    // tells what it is).
                                     let counters = front.counters;
                                     let sip = std::mem::take(&mut front.sip);
                                     front.packet(ts, lt, frame, &mut emit);
+                                    let owned =
+                                        (front.counters.rtp_packets, front.counters.udptl_packets);
                                     front.counters = counters;
+                                    (front.counters.rtp_packets, front.counters.udptl_packets) =
+                                        owned;
                                     front.sip = sip;
                                 }
                             }

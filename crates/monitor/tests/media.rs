@@ -536,3 +536,61 @@ fn an_srtp_offer_or_answer_makes_the_call_encrypted_without_its_media() {
         assert_eq!(call.is_encrypted(), encrypted, "{offer} / {answer}");
     }
 }
+
+/// Fragmented datagrams go to every worker; the packet is counted by the worker that owns its
+/// flow, once, and only if it is RTP: large RTP datagrams (video) split by IP, and an NFS reply
+/// on well-known ports whose first byte happens to read as RTP version 2 (which no monitor takes
+/// for RTP without signalling). One worker and three count the same.
+#[test]
+fn fragmented_datagrams_are_counted_once_whatever_the_workers() {
+    use monitor::synth::packet::{ethernet, fragmented_udp};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fragments.pcap");
+    let mut b = PcapBuilder::create(&path).unwrap();
+    let t0 = 1_700_000_000_000_000_000i64;
+    let mut id = 1;
+    for n in 0..20u16 {
+        let t = t0 + i64::from(n) * 20_000_000;
+        let mut rtp = Vec::new();
+        write_rtp(
+            &mut rtp,
+            96,
+            false,
+            1000 + n,
+            3000 * u32::from(n),
+            0x5eed,
+            2400,
+            7,
+        );
+        for flow in 0..4u16 {
+            let src = addr(&format!("10.0.0.1:{}", 40_000 + 2 * flow));
+            let dst = addr(&format!("10.0.0.2:{}", 50_000 + 2 * flow));
+            for f in fragmented_udp(src, dst, &rtp, 1200, id) {
+                b.frame(t, &ethernet(0x0800, &f));
+            }
+            id += 1;
+        }
+        // NFS over UDP: port 2049 answering 789.
+        let nfs = [0x80u8; 2400];
+        for f in fragmented_udp(addr("10.0.0.3:2049"), addr("10.0.0.4:789"), &nfs, 1200, id) {
+            b.frame(t + 1_000_000, &ethernet(0x0800, &f));
+        }
+        id += 1;
+    }
+    b.finish().unwrap();
+    let counts = |workers: usize| {
+        let mut m = Monitor::new(MonitorConfig::default(), workers);
+        m.read_file(&path, |_| {}).unwrap();
+        let a = m.finish();
+        let streams: Vec<u64> = a.all_streams().map(|s| s.stream.packets).collect();
+        (
+            a.counters.rtp_packets,
+            a.counters.fragments_reassembled,
+            streams,
+        )
+    };
+    assert_eq!(counts(1), (80, 100, vec![20; 4]));
+    for workers in [2, 3] {
+        assert_eq!(counts(workers), counts(1), "{workers} workers");
+    }
+}
