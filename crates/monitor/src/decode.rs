@@ -1,5 +1,6 @@
 //! Packet decoding from the link layer to UDP, TCP and SCTP: Ethernet, Linux cooked capture v1
-//! and v2, raw IP, BSD loopback; 802.1Q/802.1ad VLAN tags; IPv4 and IPv6 (extension headers);
+//! and v2, raw IP, BSD loopback; 802.1Q/802.1ad VLAN tags, MPLS label stacks and PPPoE sessions
+//! (a mirror of a provider's or a DSL link); IPv4 and IPv6 (extension headers);
 //! tunnels — IP-in-IP (IPv4 and IPv6 inside either), GRE carrying IP or Ethernet, the ERSPAN
 //! port mirrors ([`crate::gre`]), and VXLAN on UDP port 4789 (cloud traffic mirrors) — nested
 //! at most [`MAX_TUNNEL_DEPTH`] deep; IPv4 and IPv6
@@ -27,6 +28,8 @@ pub mod link {
 
 /// Nested VLAN tags beyond this are malformed.
 pub const MAX_VLAN_TAGS: usize = 4;
+/// MPLS label stacks deeper than this are malformed.
+pub const MAX_MPLS_LABELS: usize = 8;
 /// Tunnels (IP-in-IP, GRE, ERSPAN) nested beyond this are malformed.
 pub const MAX_TUNNEL_DEPTH: usize = 4;
 /// IPv6 extension headers beyond this are malformed.
@@ -183,7 +186,8 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Walks an ethertype chain (VLAN tags) to the network layer.
+/// Walks an ethertype chain (VLAN tags, then an MPLS label stack or a PPPoE session) to the
+/// network layer.
 fn by_ethertype(mut ethertype: u16, mut rest: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
     let mut tags = 0;
     while matches!(ethertype, 0x8100 | 0x88a8 | 0x9100) {
@@ -199,8 +203,45 @@ fn by_ethertype(mut ethertype: u16, mut rest: &[u8]) -> Result<Option<&[u8]>, De
     }
     Ok(match ethertype {
         0x0800 | 0x86dd => Some(rest),
+        0x8847 | 0x8848 => mpls(rest)?,
+        0x8864 => pppoe_session(rest)?,
         _ => None,
     })
+}
+
+/// Below an MPLS label stack (RFC 3032): IP, told by its version nibble as a label switch
+/// router would by the label; anything else (an Ethernet pseudowire's control word) is not IP.
+fn mpls(mut rest: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
+    for _ in 0..MAX_MPLS_LABELS {
+        let Some(entry) = rest.get(..4) else {
+            return Err(DecodeError::Truncated("MPLS"));
+        };
+        let bottom = entry[2] & 0x01 != 0;
+        rest = &rest[4..];
+        if bottom {
+            return Ok(matches!(rest.first().map(|b| b >> 4), Some(4 | 6)).then_some(rest));
+        }
+    }
+    Err(DecodeError::Invalid("MPLS"))
+}
+
+/// Inside a PPPoE session frame (RFC 2516): the PPP frame's IPv4 or IPv6 (protocol 0x0021 or
+/// 0x0057, or their one-byte compressed forms); other PPP protocols (LCP, IPCP) are not IP.
+fn pppoe_session(rest: &[u8]) -> Result<Option<&[u8]>, DecodeError> {
+    if rest.len() < 8 {
+        return Err(DecodeError::Truncated("PPPoE"));
+    }
+    if rest[0] != 0x11 || rest[1] != 0x00 {
+        return Err(DecodeError::Invalid("PPPoE"));
+    }
+    let ppp = &rest[6..];
+    // An odd first byte is a compressed (one-byte) protocol field (RFC 1661 6.5).
+    let (protocol, ip) = if ppp[0] & 0x01 != 0 {
+        (u16::from(ppp[0]), &ppp[1..])
+    } else {
+        (be16(ppp, 0), &ppp[2..])
+    };
+    Ok(matches!(protocol, 0x0021 | 0x0057).then_some(ip))
 }
 
 fn parse_ip(data: &[u8], depth: usize) -> Result<Net<'_>, DecodeError> {
@@ -685,6 +726,53 @@ mod tests {
         let mut d = Decoder::default();
         let g = d.decode(0, link::ETHERNET, &frame).unwrap().unwrap();
         assert_eq!((g.src, g.dst, g.payload), (src, dst, &b"hello"[..]));
+    }
+
+    #[test]
+    fn decodes_mpls_and_pppoe_down_to_ip_and_peeks_the_same() {
+        let src: SocketAddr = "10.0.0.1:5060".parse().unwrap();
+        let dst: SocketAddr = "[2001:db8::2]:5062".parse().unwrap();
+        let v4 = packet::ethernet_udp(src, "10.0.0.2:5062".parse().unwrap(), b"v4");
+        let v6 = packet::ethernet_udp("[2001:db8::1]:5060".parse().unwrap(), dst, b"v6");
+        let with = |eth: &[u8], ethertype: [u8; 2], shim: &[u8]| {
+            let mut f = eth[..12].to_vec();
+            f.extend_from_slice(&ethertype);
+            f.extend_from_slice(shim);
+            f.extend_from_slice(&eth[14..]);
+            f
+        };
+        // Two labels, the second the bottom of the stack.
+        let labels = [0x00, 0x01, 0x00, 0x40, 0x00, 0x02, 0x01, 0x40];
+        let pppoe = |proto: &[u8]| {
+            let mut h = vec![0x11, 0x00, 0x12, 0x34, 0x00, 0x00];
+            h.extend_from_slice(proto);
+            h
+        };
+        let mut d = Decoder::default();
+        for (frame, payload) in [
+            (with(&v4, [0x88, 0x47], &labels), &b"v4"[..]),
+            (with(&v6, [0x88, 0x47], &labels), b"v6"),
+            (with(&v4, [0x88, 0x64], &pppoe(&[0x00, 0x21])), b"v4"),
+            (with(&v6, [0x88, 0x64], &pppoe(&[0x00, 0x57])), b"v6"),
+            (with(&v4, [0x88, 0x64], &pppoe(&[0x21])), b"v4"),
+        ] {
+            let g = d.decode(0, link::ETHERNET, &frame).unwrap().unwrap();
+            assert_eq!(g.payload, payload);
+            let (s, t, p) = peek_udp(link::ETHERNET, &frame).unwrap();
+            assert_eq!((s, t, p), (g.src, g.dst, g.payload));
+        }
+        // LCP inside PPPoE and a pseudowire below MPLS are not IP; a stack that never ends is
+        // malformed.
+        let lcp = with(&v4, [0x88, 0x64], &pppoe(&[0xc0, 0x21]));
+        assert!(d.decode(0, link::ETHERNET, &lcp).unwrap().is_none());
+        let pw = with(&v4[..14], [0x88, 0x47], &[0, 1, 1, 0x40, 0, 0, 0, 0]);
+        assert!(d.decode(0, link::ETHERNET, &pw).unwrap().is_none());
+        let endless = with(&v4, [0x88, 0x47], &[0u8; 4 * (MAX_MPLS_LABELS + 1)]);
+        assert_eq!(
+            d.decode(0, link::ETHERNET, &endless).err(),
+            Some(DecodeError::Invalid("MPLS"))
+        );
+        assert_eq!(d.counters.not_ip, 2);
     }
 
     #[test]
