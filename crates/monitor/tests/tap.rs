@@ -6,10 +6,8 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use monitor::synth::packet::write_rtp;
 use monitor::synth::{PcapBuilder, SynthConfig, generate};
 use monitor::{CallTap, Monitor, MonitorConfig, StreamId, TapFrame, TapKind};
 
@@ -228,26 +226,6 @@ fn recording(cfg: MonitorConfig, shards: usize) -> (Monitor, Arc<Mutex<Heard>>) 
     (mon, heard)
 }
 
-/// `n` PCMA packets of `ssrc` from `src` to `dst` every 20 ms from `t`, numbered from `seq`;
-/// returns the time after the last.
-fn rtp_run(
-    b: &mut PcapBuilder,
-    t: i64,
-    (src, dst): (SocketAddr, SocketAddr),
-    ssrc: u32,
-    seq: u16,
-    n: u16,
-) -> i64 {
-    let mut rtp = Vec::new();
-    for i in 0..n {
-        rtp.clear();
-        let s = seq + i;
-        write_rtp(&mut rtp, 8, false, s, 160 * u32::from(s), ssrc, 160, 0xd5);
-        b.udp(t + i64::from(i) * 20 * MS, src, dst, &rtp);
-    }
-    t + i64::from(n) * 20 * MS
-}
-
 /// An RTCP receiver report from `src` to `dst` with one block about `ssrc`.
 fn receiver_report(ssrc: u32) -> Vec<u8> {
     let mut p = vec![0x81, 201, 0, 7];
@@ -275,7 +253,7 @@ fn media_without_signalling_is_heard_under_each_stream_s_identity() {
     );
     let mut t = t0;
     for k in 0..3u16 {
-        t = rtp_run(&mut b, t, long, 0xAB, 40 * k, 40);
+        t = b.pcma_run(t, long, 0xAB, 40 * k, 40);
         b.udp(
             t,
             addr("10.9.9.8:30003"),
@@ -283,7 +261,7 @@ fn media_without_signalling_is_heard_under_each_stream_s_identity() {
             &receiver_report(0xAB),
         );
     }
-    rtp_run(&mut b, t + 500 * MS, short, 0xCD, 0, 5);
+    b.pcma_run(t + 500 * MS, short, 0xCD, 0, 5);
     b.finish().unwrap();
     for shards in [1, 2, 3] {
         let cfg = MonitorConfig {
@@ -328,7 +306,7 @@ fn a_stream_whose_sdp_comes_late_joins_its_call() {
     let path = dir.path().join("late_sdp.pcap");
     let mut b = PcapBuilder::create(&path).unwrap();
     let t0 = 1_795_000_000_000_000_000;
-    let t = rtp_run(&mut b, t0, (addr(B_MEDIA), addr(A_MEDIA)), B_SSRC, 90, 10);
+    let t = b.pcma_run(t0, (addr(B_MEDIA), addr(A_MEDIA)), B_SSRC, 90, 10);
     let t = common::calls::answered_call(&mut b, t, &audio_sdp(true), &audio_sdp(false), 1);
     let t = audio(&mut b, t, 10..60, &[0, 1]);
     common::calls::bye(&mut b, t + 20 * MS, 2);

@@ -73,7 +73,9 @@ pub enum CdrCommand {
         json: bool,
     },
     /// The call's archived packets (SIP and RTP merged in time order) as one pcap on stdout:
-    /// `tandem cdr pcap CALL-ID > call.pcap`. Needs a capture made with --archive.
+    /// `tandem cdr pcap CALL-ID > call.pcap`. Needs a capture made with --archive. A stream
+    /// seen without SIP is asked for by its uid, as the console's Streams page and
+    /// `/api/streams` give it: `tandem cdr pcap 'local|rtp|SRC|DST|SSRC|START/0'`.
     Pcap { call_id: String },
 }
 
@@ -237,11 +239,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         CdrCommand::Pcap { call_id } => {
-            let Some((c, _)) = store.show(&call_id)? else {
-                anyhow::bail!(
-                    "no call with Call-ID {call_id:?} in {}",
-                    args.cdr_db.display()
-                );
+            let (c, what) = match store.show(&call_id)? {
+                Some((c, _)) => (c, format!("call {call_id:?}")),
+                None => match store.lone_stream_by_uid(&call_id)? {
+                    // A stream without a call: its own member, named by its uid.
+                    Some(s) => (
+                        s.stream.archive_as_call(&s.uid, &s.sensor),
+                        format!("stream {call_id:?}"),
+                    ),
+                    None => anyhow::bail!(
+                        "no call with Call-ID {call_id:?}, nor a stream without a call with that uid, in {}",
+                        args.cdr_db.display()
+                    ),
+                },
             };
             let remote = !c.sensor.is_empty() && c.sensor != ::cdr::writer::DEFAULT_SENSOR;
             if remote && args.collector_socket.exists() {
@@ -251,7 +261,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     &collector::PcapCall::from(&c),
                     std::time::Duration::from_secs(120),
                 )
-                .map_err(|e| anyhow::anyhow!("call {call_id:?} from sensor {}: {e}", c.sensor))?;
+                .map_err(|e| anyhow::anyhow!("{what} from sensor {}: {e}", c.sensor))?;
                 out.write_all(&pcap)?;
                 return Ok(());
             }
@@ -260,7 +270,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     anyhow::Error::new(e).context("writing the pcap to stdout")
                 }
                 other if remote => anyhow::Error::new(other).context(format!(
-                    "call {call_id:?} was archived by sensor {:?}, and no collector answers here ({} is missing): run this on the collector's machine, or on that sensor's",
+                    "{what} was archived by sensor {:?}, and no collector answers here ({} is missing): run this on the collector's machine, or on that sensor's",
                     c.sensor,
                     args.collector_socket.display()
                 )),
