@@ -21,7 +21,9 @@
 //! RTP are: `sip_tar` / `rtp_tar` (the tar file), `*_member` (the member's name), `*_offset` (byte
 //! offset of the member's data in the tar), `*_len` (bytes of member data) and
 //! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
-//! before these columns existed get them added when opened ([`LATER_COLUMNS`]).
+//! before these columns existed get them added when opened ([`LATER_COLUMNS`]). A stream
+//! without a call has its packets in a member of its own, and its `cdr_rtp` row the same
+//! `rtp_*` columns ([`STREAM_LATER_COLUMNS`]; a call's streams leave them NULL).
 //!
 //! Media beyond voice: each call row has its keypad digits (`dtmf`), for a fax its pages and
 //! result (`fax_pages`, `fax_result`), and whether its SDP was SRTP (`encrypted`) and offered
