@@ -517,9 +517,20 @@ fn calls_not_archived_whole_are_named() {
         ..SynthConfig::default()
     };
     generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    // And 100 s of RTP without SIP: 1.15 MB of it.
+    let lone = work.path().join("lone.pcap");
+    let mut b = monitor::synth::PcapBuilder::create(&lone).unwrap();
+    b.pcma_run(
+        1_795_248_540_000_000_000,
+        flow("10.9.9.9:30000", "10.9.9.8:30002"),
+        0xAB,
+        0,
+        5000,
+    );
+    b.finish().unwrap();
     let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
     let err = capture_files(
-        &[&pcap],
+        &[&pcap, &lone],
         &dir,
         &db,
         &["--archive-store", "full", "--archive-call-max-mib", "1"],
@@ -532,9 +543,19 @@ fn calls_not_archived_whole_are_named() {
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(at_limits > 0, "{summary}");
     assert!(
-        err.contains("calls not archived whole: at limits: synth-0@tandem.test"),
+        err.contains(
+            "calls not archived whole: at limits: synth-0@tandem.test, \
+             stream 10.9.9.9:30000>10.9.9.8:30002 0x000000AB"
+        ),
         "{err}"
     );
+    // What was kept of the stream is still its own, read back as a pcap.
+    let streams = lone_streams(&db);
+    assert_eq!(streams[0].stream.packets, 5000);
+    let out = work.path().join("stream.pcap");
+    stream_pcap(&db, &streams[0].uid, &out);
+    let kept = std::fs::metadata(&out).unwrap().len();
+    assert!(kept > 1_000_000 && kept <= 1 << 20, "{kept} bytes");
 }
 
 /// The streams stored without a call, newest first, as the console's Streams page lists them.
