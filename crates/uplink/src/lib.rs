@@ -362,7 +362,9 @@ pub struct Nack {
     pub reason: String,
 }
 
-/// Where a call's packets are in a sensor's archive: the archive columns of its CDR.
+/// Where a call's packets are in a sensor's archive: the archive columns of its CDR. For a
+/// stream without a call, its row's RTP columns, and `call_id` its uid
+/// (`cdr::CdrStream::archive_as_call`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PcapCall {
