@@ -624,6 +624,33 @@ fn real_capture_of_rtp_without_signalling_is_archived_as_its_stream() {
         assert_eq!(streams.len(), 1);
         let s = &streams[0];
         assert_eq!(s.stream.ssrc, 0xDEE0_EE8F);
+        // `tandem cdr streams` finds it as the console does, with the uid `pcap` takes.
+        for (filter, found) in [
+            (["--ip", "10.1.6.18", "--port", "2006"], 1),
+            (["--ssrc", "0xdee0ee8f", "--limit", "5"], 1),
+            (["--ssrc", "3739283087", "--port", "5000"], 1),
+            (["--ip", "10.1.6.18", "--port", "2007"], 0),
+        ] {
+            let out = ok(
+                tandem()
+                    .args(["cdr", "--db"])
+                    .arg(&db)
+                    .args(["streams", "--json"])
+                    .args(filter)
+                    .output()
+                    .unwrap(),
+                "tandem cdr streams",
+            );
+            let lines: Vec<Value> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(lines.len(), found, "{filter:?}");
+            if found == 1 {
+                assert_eq!(lines[0]["uid"], s.uid.as_str(), "{filter:?}");
+            }
+        }
         assert!(
             s.uid
                 .starts_with("local|rtp|10.1.3.143:5000|10.1.6.18:2006|3739283087|")
