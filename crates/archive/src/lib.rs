@@ -153,6 +153,15 @@ pub enum ArchiveError {
     /// The handle is not a call in progress (never started, or already ended).
     #[error("archive has no call in progress with handle {0}")]
     UnknownCall(u64),
+    /// [`Archive::move_rtp`] between calls whose packets start with different link-layer
+    /// headers: they cannot share one pcap.
+    #[error("archive: cannot move packets of link type {from} into a call of link type {into}")]
+    LinkTypes {
+        /// The moved call's link type.
+        from: u32,
+        /// The receiving call's.
+        into: u32,
+    },
     /// An existing tar file does not end with the end-of-archive blocks, so it was not written by
     /// this archive (or was cut short); it is left alone.
     #[error("archive {path}: existing file does not end with a tar trailer; not appending to it")]

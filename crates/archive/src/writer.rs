@@ -340,6 +340,63 @@ impl Archive {
         Ok(out)
     }
 
+    /// Moves the RTP packets buffered for `from` after those of `into`, and forgets `from`: a
+    /// stream archived on its own that turned out to be `into`'s (the SDP announcing it came
+    /// after its first packets). Returns the packets moved. Packets over `into`'s limit
+    /// ([`ArchiveConfig::max_call_bytes`]) are dropped and counted, as [`Archive::add_rtp`]
+    /// would; `from` must have `into`'s link type (else nothing moves and `from` stays).
+    pub fn move_rtp(&mut self, from: CallHandle, into: CallHandle) -> Result<u64, ArchiveError> {
+        let to_link = match self.calls.get(&into.0) {
+            Some(c) if from != into => c.link_type,
+            _ => return Err(ArchiveError::UnknownCall(into.0)),
+        };
+        let from_link = self
+            .calls
+            .get(&from.0)
+            .ok_or(ArchiveError::UnknownCall(from.0))?
+            .link_type;
+        if from_link != to_link {
+            return Err(ArchiveError::LinkTypes {
+                from: from_link.0,
+                into: to_link.0,
+            });
+        }
+        let f = self.calls.remove(&from.0).expect("looked up above");
+        self.stats.buffered_bytes -= f.sip.pcap.len() + f.rtp.pcap.len();
+        let records = f
+            .rtp
+            .pcap
+            .get(pcap::FILE_HEADER_BYTES..)
+            .unwrap_or_default();
+        let max_call_bytes = self.config.max_call_bytes;
+        let snaplen = self.config.snaplen_bytes;
+        let to = &mut self.calls.get_mut(&into.0).expect("looked up above").rtp;
+        to.dropped += f.rtp.dropped;
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let header = if to.pcap.is_empty() {
+            pcap::FILE_HEADER_BYTES
+        } else {
+            0
+        };
+        let need = header + records.len();
+        if to.pcap.len() + need > max_call_bytes
+            || self.stats.buffered_bytes + need > self.config.max_buffered_bytes
+        {
+            to.dropped += f.rtp.packets;
+            self.stats.packets_dropped += f.rtp.packets;
+            return Ok(0);
+        }
+        if header > 0 {
+            pcap::write_file_header(&mut to.pcap, to_link, snaplen);
+        }
+        to.pcap.extend_from_slice(records);
+        to.packets += f.rtp.packets;
+        self.stats.buffered_bytes += need;
+        Ok(f.rtp.packets)
+    }
+
     /// Forgets a call in progress without writing it, releasing its buffers; returns the packets
     /// that were buffered. For calls that will never be ended (their packets were attributed to
     /// a call the capture has already closed).

@@ -1047,3 +1047,73 @@ fn a_discarded_call_writes_nothing_and_frees_its_buffer() {
         Err(ArchiveError::UnknownCall(_))
     ));
 }
+
+/// A stream archived on its own that turns out to be a call's: its packets move after the
+/// call's, the pcap holds both in order of arrival, and the buffers are counted once; a stream
+/// of another link type stays where it is.
+#[test]
+fn a_stream_s_packets_move_into_the_call_it_joins() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut archive = Archive::new(ArchiveConfig {
+        store: StoreMode::FullRtp,
+        ..ArchiveConfig::new(dir.path())
+    })
+    .unwrap();
+    let lone = archive
+        .start_call(b"rtp_10.0.0.2:5000", T0, LinkType::ETHERNET)
+        .unwrap();
+    let call = archive
+        .start_call(b"joined@tandem.test", T0, LinkType::ETHERNET)
+        .unwrap();
+    let packet = |seq: u16| {
+        udp_frame(
+            [10, 0, 0, 2],
+            [10, 0, 0, 1],
+            5000,
+            4000,
+            &rtp_packet(seq, 0, false),
+        )
+    };
+    let add = |archive: &mut Archive, h, seq: u16| {
+        let (f, at) = packet(seq);
+        let p = Packet {
+            ts_sec: T0 as u32,
+            ts_usec: u32::from(seq) * 20_000,
+            data: &f,
+            orig_len: f.len() as u32,
+        };
+        archive.add_rtp(h, &p, at).unwrap();
+    };
+    for seq in 0..3 {
+        add(&mut archive, lone, seq);
+    }
+    add(&mut archive, call, 3);
+    let buffered = archive.stats().buffered_bytes;
+    assert_eq!(archive.move_rtp(lone, call).unwrap(), 3);
+    assert_eq!(
+        archive.stats().buffered_bytes,
+        buffered - pcap::FILE_HEADER_BYTES,
+        "one pcap header less"
+    );
+    assert_eq!(archive.stats().calls_in_progress, 1);
+    assert!(matches!(
+        archive.end_call(lone),
+        Err(ArchiveError::UnknownCall(_))
+    ));
+    let other = archive.start_call(b"raw", T0, LinkType::RAW).unwrap();
+    assert!(matches!(
+        archive.move_rtp(other, call),
+        Err(ArchiveError::LinkTypes { .. })
+    ));
+    archive.discard_call(other).unwrap();
+    let rec = archive.end_call(call).unwrap().rtp.unwrap();
+    assert_eq!(rec.packets, 4);
+    let bytes = extract(&rec).unwrap();
+    let (_, records) = pcap::records(&bytes).unwrap();
+    let seqs: Vec<u16> = records
+        .iter()
+        .map(|r| u16::from_be_bytes([r.data[44], r.data[45]]))
+        .collect();
+    assert_eq!(seqs, [3, 0, 1, 2], "the call's packet, then the stream's");
+    assert_eq!(archive.stats().buffered_bytes, 0);
+}

@@ -153,6 +153,47 @@ impl Browser {
         Ok(self.client.find(at).await?.click().await?)
     }
 
+    /// Starts the audio player `selector` finds (muted) and returns its duration in seconds
+    /// once it plays; an error says why the browser would not.
+    pub async fn play_audio(&self, selector: &str) -> anyhow::Result<f64> {
+        let script = format!(
+            "const done = arguments[arguments.length - 1];
+             const a = document.querySelector({selector:?});
+             if (!a) {{ done({{error: 'no such player'}}); return; }}
+             a.muted = true;
+             const fail = (e) => done({{error: String(e && (e.message || e.type) || e), code: a.error && a.error.code}});
+             a.addEventListener('error', fail, {{once: true}});
+             a.addEventListener('timeupdate', () => {{ if (a.currentTime > 0) done({{duration: a.duration, at: a.currentTime}}); }});
+             a.play().catch(fail);"
+        );
+        let v = self.client.execute_async(&script, vec![]).await?;
+        if !v["error"].is_null() {
+            anyhow::bail!("{selector} did not play: {v}");
+        }
+        v["duration"].as_f64().context("no duration")
+    }
+
+    /// The bytes at `url_expr` (a JavaScript expression for a URL), fetched by the page itself
+    /// with its session.
+    pub async fn fetch_bytes(&self, url_expr: &str) -> anyhow::Result<Vec<u8>> {
+        let script = format!(
+            "const done = arguments[arguments.length - 1];
+             fetch({url_expr}, {{credentials: 'same-origin'}})
+               .then(r => r.ok ? r.arrayBuffer() : Promise.reject(r.status))
+               .then(buf => done(Array.from(new Uint8Array(buf))))
+               .catch(e => done({{error: String(e)}}));"
+        );
+        let v = self.client.execute_async(&script, vec![]).await?;
+        if v.get("error").is_some() {
+            anyhow::bail!("download failed: {v}");
+        }
+        Ok(v.as_array()
+            .context("not bytes")?
+            .iter()
+            .map(|x| x.as_u64().unwrap_or(0) as u8)
+            .collect())
+    }
+
     /// Navigation Timing of the current page: (responseEnd, loadEventEnd) in ms from its start.
     pub async fn load_timing_ms(&self) -> anyhow::Result<(f64, f64)> {
         let v = self

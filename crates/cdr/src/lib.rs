@@ -21,7 +21,9 @@
 //! RTP are: `sip_tar` / `rtp_tar` (the tar file), `*_member` (the member's name), `*_offset` (byte
 //! offset of the member's data in the tar), `*_len` (bytes of member data) and
 //! `*_compression` (`zstd` or `none`); all NULL when nothing was archived. Databases created
-//! before these columns existed get them added when opened ([`LATER_COLUMNS`]).
+//! before these columns existed get them added when opened ([`LATER_COLUMNS`]). A stream
+//! without a call has its packets in a member of its own, and its `cdr_rtp` row the same
+//! `rtp_*` columns ([`STREAM_LATER_COLUMNS`]; a call's streams leave them NULL).
 //!
 //! Media beyond voice: each call row has its keypad digits (`dtmf`), for a fax its pages and
 //! result (`fax_pages`, `fax_result`), and whether its SDP was SRTP (`encrypted`) and offered
@@ -242,6 +244,17 @@ pub const SEARCH_COLUMNS: [(&str, &str, &str); 9] = [
     ("jitter_max_ms", "REAL", "DOUBLE PRECISION"),
 ];
 
+/// The columns of `cdr_rtp` added after its first release: where a stream without a call has
+/// its packets archived. Opening an SQLite database adds those it lacks; PostgreSQL gets them
+/// from migration 4.
+pub const STREAM_LATER_COLUMNS: [(&str, &str, &str); 5] = [
+    ("rtp_tar", "TEXT", "TEXT"),
+    ("rtp_member", "TEXT", "TEXT"),
+    ("rtp_offset", "INTEGER", "BIGINT"),
+    ("rtp_len", "INTEGER", "BIGINT"),
+    ("rtp_compression", "TEXT", "TEXT"),
+];
+
 /// The columns of `cdr_t38` added after its first release.
 pub const T38_LATER_COLUMNS: [(&str, &str, &str); 3] = [
     ("redundant", "INTEGER", "BIGINT"),
@@ -298,6 +311,40 @@ pub struct CdrStream {
     pub rtcp_reports: u32,
     pub rtcp_fraction_lost_pct: Option<f64>,
     pub rtcp_jitter_ms: Option<f64>,
+    /// A stream without a call: the tar file holding its RTP and RTCP packets, if archived
+    /// (a call's streams are in their call's `rtp_*` member, and leave these empty).
+    pub rtp_tar: Option<String>,
+    /// The stream's member name in `rtp_tar`.
+    pub rtp_member: Option<String>,
+    /// Byte offset of the member's data in `rtp_tar`.
+    pub rtp_offset: Option<u64>,
+    /// Bytes of member data.
+    pub rtp_len: Option<u64>,
+    /// How the member is stored: `zstd` or `none`.
+    pub rtp_compression: Option<String>,
+}
+
+impl CdrStream {
+    /// Whether the stream's own packets are archived (a stream without a call).
+    pub fn archived(&self) -> bool {
+        self.rtp_tar.is_some()
+    }
+
+    /// A call row whose RTP archive columns are this stream's, and whose `call_id` is `name`:
+    /// what reads a pcap back (`sensor::call_pcap`, a collector's pcap request) takes.
+    pub fn archive_as_call(&self, name: &str, sensor: &str) -> CdrCall {
+        CdrCall {
+            call_id: name.to_string(),
+            start_us: self.start_us,
+            rtp_tar: self.rtp_tar.clone(),
+            rtp_member: self.rtp_member.clone(),
+            rtp_offset: self.rtp_offset,
+            rtp_len: self.rtp_len,
+            rtp_compression: self.rtp_compression.clone(),
+            sensor: sensor.to_string(),
+            ..CdrCall::default()
+        }
+    }
 }
 
 /// Which calls `list` returns. Empty fields do not filter.
@@ -453,7 +500,12 @@ CREATE TABLE IF NOT EXISTS cdr_rtp (
     rtcp_reports            INTEGER NOT NULL,
     rtcp_fraction_lost_pct  REAL,
     rtcp_jitter_ms          REAL,
-    uid                     TEXT
+    uid                     TEXT,
+    rtp_tar                 TEXT,
+    rtp_member              TEXT,
+    rtp_offset              INTEGER,
+    rtp_len                 INTEGER,
+    rtp_compression         TEXT
 );
 CREATE TABLE IF NOT EXISTS cdr_t38 (
     id            INTEGER PRIMARY KEY,
@@ -627,7 +679,7 @@ impl SqliteStore {
     }
 }
 
-/// Adds the later columns to `cdr` and `cdr_t38` tables created before they existed; true when
+/// Adds the later columns to `cdr`, `cdr_t38` and `cdr_rtp` tables created before they existed; true when
 /// search columns were added to a `cdr` table that holds rows (they must be filled).
 fn add_missing_columns(conn: &Connection) -> rusqlite::Result<bool> {
     let mut fill = false;
@@ -635,6 +687,7 @@ fn add_missing_columns(conn: &Connection) -> rusqlite::Result<bool> {
         ("cdr", &LATER_COLUMNS[..], false),
         ("cdr", &SEARCH_COLUMNS[..], true),
         ("cdr_t38", &T38_LATER_COLUMNS[..], false),
+        ("cdr_rtp", &STREAM_LATER_COLUMNS[..], false),
     ] {
         let mut st = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
         let have: Vec<String> = st
@@ -703,7 +756,8 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
 /// The columns of a stream row as inserted, `cdr_id` first.
 pub(crate) const STREAM_COLUMNS: &str = "cdr_id, call_id, src, dst, ssrc, payload, start_us, end_us, packets, lost, \
      duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms, \
-     mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms";
+     mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, \
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
 
 /// `a = excluded.a, b = excluded.b, ...`: an upsert that replaces every column of `columns`
 /// (SQLite and PostgreSQL share the syntax).
@@ -875,8 +929,8 @@ impl CdrStore for SqliteStore {
             ))?;
             let mut ins_stream = tx.prepare_cached(&format!(
                 "INSERT INTO cdr_rtp ({STREAM_COLUMNS}, uid) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) \
-                 ON CONFLICT (uid) DO UPDATE SET {}",
+                 VALUES ({}) ON CONFLICT (uid) DO UPDATE SET {}",
+                placeholders(STREAM_COLUMNS.split(',').count() + 1, false),
                 upsert_set(STREAM_COLUMNS)
             ))?;
             let mut ins_reg = tx.prepare_cached(&registration_insert_sql(false))?;
@@ -1045,6 +1099,8 @@ impl CdrStore for SqliteStore {
                     rtcp_reports: r.get(17)?,
                     rtcp_fraction_lost_pct: r.get(18)?,
                     rtcp_jitter_ms: r.get(19)?,
+                    // A call's streams are in their call's member.
+                    ..CdrStream::default()
                 })
             })
             .map_err(|e| self.err(e))?
@@ -1168,6 +1224,11 @@ pub(crate) fn sqlite_insert_stream(
         s.rtcp_reports,
         s.rtcp_fraction_lost_pct,
         s.rtcp_jitter_ms,
+        s.rtp_tar,
+        s.rtp_member,
+        opt_i64(s.rtp_offset),
+        opt_i64(s.rtp_len),
+        s.rtp_compression,
         uid
     ])
 }

@@ -87,6 +87,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "indexes of the streams without a call",
         apply: lone_stream_indexes,
     },
+    Migration {
+        version: 4,
+        name: "streams without a call say where their packets are archived",
+        apply: stream_archive_columns,
+    },
 ];
 
 /// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
@@ -100,6 +105,22 @@ fn lone_stream_indexes(
     cx: &MigrationContext<'_>,
 ) -> Result<(), CdrError> {
     tx.batch_execute(&lone_index_sql(cx.layout))
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// Version 4: `cdr_rtp`'s archive columns ([`crate::STREAM_LATER_COLUMNS`]: a stream without a
+/// call has its packets in a member of its own), in either layout (a partitioned parent passes
+/// them to its days, and days made later copy them). Each is added only where it is missing,
+/// so this applies again to the tables version 1 makes.
+fn stream_archive_columns(
+    tx: &mut Transaction<'_>,
+    cx: &MigrationContext<'_>,
+) -> Result<(), CdrError> {
+    let adds: Vec<String> = crate::STREAM_LATER_COLUMNS
+        .iter()
+        .map(|(name, _, ty)| format!("ADD COLUMN IF NOT EXISTS {name} {ty}"))
+        .collect();
+    tx.batch_execute(&format!("ALTER TABLE cdr_rtp {}", adds.join(", ")))
         .map_err(|e| pg_error(cx.target, e))
 }
 

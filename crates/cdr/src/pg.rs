@@ -937,6 +937,8 @@ impl CdrStore for PgStore {
                 rtcp_reports: r.get::<_, i64>(17) as u32,
                 rtcp_fraction_lost_pct: r.get(18),
                 rtcp_jitter_ms: r.get(19),
+                // A call's streams are in their call's member.
+                ..CdrStream::default()
             })
             .collect();
         Ok(Some((call, streams)))

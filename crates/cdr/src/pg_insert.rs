@@ -130,7 +130,7 @@ const CALL: [(&str, Ty); 43] = [
 
 /// `cdr_rtp`'s: [`crate::STREAM_COLUMNS`] with `call_start_us` after `cdr_id` (partitioned
 /// layout only), then `uid`.
-const STREAM: [(&str, Ty); 23] = [
+const STREAM: [(&str, Ty); 28] = [
     ("cdr_id", I8),
     ("call_start_us", I8),
     ("call_id", Text),
@@ -153,6 +153,11 @@ const STREAM: [(&str, Ty); 23] = [
     ("rtcp_reports", I8),
     ("rtcp_fraction_lost_pct", F8),
     ("rtcp_jitter_ms", F8),
+    ("rtp_tar", Text),
+    ("rtp_member", Text),
+    ("rtp_offset", I8),
+    ("rtp_len", I8),
+    ("rtp_compression", Text),
     ("uid", Text),
 ];
 
@@ -807,6 +812,11 @@ pub(crate) fn insert(
             rtp.int(i64::from(s.rtcp_reports));
             rtp.f8(s.rtcp_fraction_lost_pct);
             rtp.f8(s.rtcp_jitter_ms);
+            rtp.opt_str(s.rtp_tar.as_deref());
+            rtp.opt_str(s.rtp_member.as_deref());
+            rtp.i8(opt_i64(s.rtp_offset));
+            rtp.i8(opt_i64(s.rtp_len));
+            rtp.opt_str(s.rtp_compression.as_deref());
             rtp.owned(rec.stream_uid(k));
             rtp.end_row();
         }

@@ -1128,7 +1128,8 @@ pub(crate) fn totals(x: &mut dyn Exec, q: &CallQuery) -> Result<CallTotals, CdrE
 /// The columns of a stream row that [`stream_from`] reads, in [`CdrStream`]'s order.
 pub(crate) const STREAM_READ_COLUMNS: &str = "call_id, src, dst, ssrc, payload, start_us, \
      end_us, packets, lost, duplicates, out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, \
-     mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms";
+     mean_jitter_ms, max_jitter_ms, mos, rtcp_reports, rtcp_fraction_lost_pct, rtcp_jitter_ms, \
+     rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression";
 
 /// A stream from the columns of [`STREAM_READ_COLUMNS`].
 pub(crate) fn stream_from(c: &mut Cols) -> Result<CdrStream, CdrError> {
@@ -1153,6 +1154,11 @@ pub(crate) fn stream_from(c: &mut Cols) -> Result<CdrStream, CdrError> {
         rtcp_reports: c.u32()?,
         rtcp_fraction_lost_pct: c.opt_f64()?,
         rtcp_jitter_ms: c.opt_f64()?,
+        rtp_tar: c.opt_text()?,
+        rtp_member: c.opt_text()?,
+        rtp_offset: c.opt_i64()?.map(|v| v.max(0) as u64),
+        rtp_len: c.opt_i64()?.map(|v| v.max(0) as u64),
+        rtp_compression: c.opt_text()?,
     })
 }
 

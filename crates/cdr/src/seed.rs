@@ -327,6 +327,7 @@ fn synthetic_call(i: u64, n: u64, from_us: i64, to_us: i64, seed: u64) -> CdrRec
                 rtcp_reports: (secs / 5.0) as u32,
                 rtcp_fraction_lost_pct: Some(loss_pct),
                 rtcp_jitter_ms: Some(jitter / 3.0),
+                ..CdrStream::default()
             });
         }
     }
@@ -773,6 +774,11 @@ impl Chunk {
             w.int(i64::from(s.rtcp_reports));
             w.opt_real(s.rtcp_fraction_lost_pct);
             w.opt_real(s.rtcp_jitter_ms);
+            w.opt_text(s.rtp_tar.as_deref());
+            w.opt_text(s.rtp_member.as_deref());
+            w.opt_int(s.rtp_offset.map(u));
+            w.opt_int(s.rtp_len.map(u));
+            w.opt_text(s.rtp_compression.as_deref());
             w.opt_text(rec.stream_uid(i).as_deref());
             w.end_row();
             loaded.streams += 1;

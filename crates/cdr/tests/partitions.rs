@@ -543,6 +543,59 @@ fn a_version_1_database_gets_the_call_flags() {
     }
 }
 
+/// Version 4, in either layout: a database of version 3 gets `cdr_rtp`'s archive columns when
+/// this release connects; tables version 1 made take version 4 before 2 and 3 (each migration
+/// applies again to version 1's tables, as moving into partitions does); a stream without a
+/// call then keeps where its packets are.
+#[test]
+fn a_version_3_database_gets_the_streams_archive_columns() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let columns = "SELECT count(*) FROM information_schema.columns WHERE table_name = 'cdr_rtp' \
+                   AND column_name IN ('rtp_tar', 'rtp_member', 'rtp_offset', 'rtp_len', \
+                   'rtp_compression')";
+    for layout in common::LAYOUTS {
+        for (name, first) in [
+            ("version3", &migrate::MIGRATIONS[..3]),
+            ("version1", &migrate::MIGRATIONS[..1]),
+        ] {
+            let conninfo = server.database(&format!("{name}_{layout:?}").to_lowercase());
+            let mut pg = client(&conninfo);
+            migrate::apply(&mut pg, name, layout, first).unwrap();
+            assert_eq!(count(&mut pg, columns), 0, "{name} {layout:?}");
+            if name == "version1" {
+                let v4 = [migrate::MIGRATIONS[0], migrate::MIGRATIONS[3]];
+                assert_eq!(
+                    migrate::apply(&mut pg, name, layout, &v4).unwrap().versions,
+                    [4]
+                );
+                assert_eq!(count(&mut pg, columns), 5, "{name} {layout:?}");
+            }
+            let mut st = PgStore::connect(&conninfo).unwrap();
+            assert_eq!(st.layout(), layout);
+            assert_eq!(versions(&mut pg), all_versions(), "{name} {layout:?}");
+            assert_eq!(count(&mut pg, columns), 5, "{name} {layout:?}");
+            let mut lone = CdrRecord::lone_stream(CdrStream {
+                src: "10.1.0.5:4000".into(),
+                dst: "192.168.10.5:4000".into(),
+                ssrc: 7,
+                start_us: 1_795_000_000_000_000,
+                rtp_tar: Some("/archive/2026-11-18/20/13/rtp.tar".into()),
+                rtp_member: Some("rtp.pcap".into()),
+                rtp_offset: Some(1536),
+                rtp_len: Some(4096),
+                rtp_compression: Some("none".into()),
+                ..CdrStream::default()
+            });
+            lone.uid = lone.identity("site-a");
+            st.insert_records(std::slice::from_ref(&lone)).unwrap();
+            let found = st.lone_stream_by_uid(&format!("{}/0", lone.uid)).unwrap();
+            assert_eq!(found.unwrap().stream, lone.streams[0], "{name} {layout:?}");
+        }
+    }
+}
+
 #[test]
 fn a_failing_migration_changes_nothing_and_is_named() {
     let Some(server) = PgServer::start() else {
@@ -649,8 +702,10 @@ fn a_plain_database_moves_into_partitions_only_when_told() {
     });
     records.push(registration(1, t0 + 5));
     let mut lone = CdrRecord::lone_stream(records[2].streams[0].clone());
+    lone.streams[0].rtp_tar = Some("/archive/2026-11-18/20/13/rtp.tar".into());
+    lone.streams[0].rtp_offset = Some(1536);
     lone.uid = lone.identity("site-e");
-    records.push(lone);
+    records.push(lone.clone());
     st.insert_records(&records).unwrap();
     // A call stored without a uid (by `insert`), found by its number.
     let bare = CdrCall {
@@ -699,6 +754,9 @@ fn a_plain_database_moves_into_partitions_only_when_told() {
         .uid;
     assert!(bare_uid.starts_with('#'));
     assert!(st.call_by_uid(bare_uid).unwrap().is_some());
+    // A stream without a call keeps where its packets are.
+    let moved_lone = st.lone_stream_by_uid(&format!("{}/0", lone.uid)).unwrap();
+    assert_eq!(moved_lone.unwrap().stream, lone.streams[0]);
     assert_eq!(
         st.t38(&records[0].call.as_ref().unwrap().call_id)
             .unwrap()

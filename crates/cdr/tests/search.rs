@@ -1247,3 +1247,36 @@ fn streams_without_a_call_are_found_by_address_port_ssrc_and_time() {
         assert_eq!(page.newest_us, Some(T0 + 2999 * 60_000_000), "{db}");
     });
 }
+
+/// A stream without a call says where its own packets are archived: the columns go in by
+/// `COPY` (new records) and by the upsert (stored again, moved), and come back with the
+/// stream, by search and by uid. A call's streams have none.
+#[test]
+fn a_stream_without_a_call_keeps_its_archive_columns() {
+    use cdr::lone::StreamQuery;
+    let pg = PgServer::start();
+    on_both(&pg, |st, db| {
+        let mut rec = lone("10.1.0.5:4000", "192.0.2.9:31000", 0xABCD_0001, 50);
+        let s = &mut rec.streams[0];
+        s.rtp_tar = Some("/var/lib/tandem/archive/2026-11-18/20/14/rtp.tar".into());
+        s.rtp_member = Some("rtp_10.1.0.5:4000_192.0.2.9:31000_abcd0001.pcap".into());
+        s.rtp_offset = Some(5_000_000_000);
+        s.rtp_len = Some(172_024);
+        s.rtp_compression = Some("none".into());
+        let mut records = ten_calls();
+        records.push(rec.clone());
+        st.insert_records(&records).unwrap();
+        let found = st.lone_stream_by_uid(&format!("{}/0", rec.uid)).unwrap();
+        assert_eq!(found.unwrap().stream, rec.streams[0], "{db}");
+        let page = st.lone_streams(&StreamQuery::default()).unwrap();
+        assert_eq!(page.streams[0].stream, rec.streams[0], "{db}");
+        assert!(page.streams[0].stream.archived());
+        // Stored again with its member elsewhere (the upsert replaces the columns).
+        rec.streams[0].rtp_offset = Some(512);
+        st.insert_records(std::slice::from_ref(&rec)).unwrap();
+        let found = st.lone_stream_by_uid(&format!("{}/0", rec.uid)).unwrap();
+        assert_eq!(found.unwrap().stream.rtp_offset, Some(512), "{db}");
+        let (_, streams, _) = st.call_by_uid(&records[0].uid).unwrap().unwrap();
+        assert!(streams.iter().all(|s| !s.archived()), "{db}");
+    });
+}

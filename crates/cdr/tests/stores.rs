@@ -72,10 +72,25 @@ CREATE TABLE cdr_t38 (
 );
 INSERT INTO cdr_t38 (cdr_id, src, dst, start_us, end_us, packets, bytes, lost, duplicates,
     out_of_order, types) VALUES (1, 'a', 'b', 1, 2, 3, 4, 0, 0, 0, 'cng');
+CREATE TABLE cdr_rtp (
+    id ID PRIMARY KEY, cdr_id BIGINT, call_id TEXT, src TEXT NOT NULL, dst TEXT NOT NULL,
+    ssrc BIGINT NOT NULL, payload TEXT NOT NULL, start_us BIGINT NOT NULL,
+    end_us BIGINT NOT NULL, packets BIGINT NOT NULL, lost BIGINT NOT NULL,
+    duplicates BIGINT NOT NULL, out_of_order BIGINT NOT NULL,
+    min_delta_ms DOUBLE PRECISION NOT NULL, mean_delta_ms DOUBLE PRECISION NOT NULL,
+    max_delta_ms DOUBLE PRECISION NOT NULL, mean_jitter_ms DOUBLE PRECISION NOT NULL,
+    max_jitter_ms DOUBLE PRECISION NOT NULL, mos DOUBLE PRECISION, rtcp_reports BIGINT NOT NULL,
+    rtcp_fraction_lost_pct DOUBLE PRECISION, rtcp_jitter_ms DOUBLE PRECISION
+);
+INSERT INTO cdr_rtp (src, dst, ssrc, payload, start_us, end_us, packets, lost, duplicates,
+    out_of_order, min_delta_ms, mean_delta_ms, max_delta_ms, mean_jitter_ms, max_jitter_ms,
+    rtcp_reports) VALUES ('10.0.0.9:4000', '10.0.0.8:4000', 9, 'g711U', 5, 6, 7, 0, 0, 0,
+    20, 20, 20, 0, 0, 0);
 ";
 
 /// A database from before the later columns: opening adds them, old rows read as not
-/// archived, without digits or fax, and new rows keep what they hold.
+/// archived, without digits or fax, and new rows keep what they hold (calls, and streams
+/// without a call).
 fn check_upgraded(st: &mut dyn CdrStore) {
     let (old, _) = st.show("old").unwrap().unwrap();
     assert_eq!(
@@ -97,6 +112,22 @@ fn check_upgraded(st: &mut dyn CdrStore) {
     let new = archived_call("new");
     st.insert(std::slice::from_ref(&new), &[]).unwrap();
     assert_eq!(st.show("new").unwrap().unwrap().0, new);
+    // An old stream without a call reads as not archived; a new one keeps where it is.
+    let old = st.lone_streams(&Default::default()).unwrap().streams;
+    assert_eq!((old.len(), old[0].stream.ssrc), (1, 9));
+    assert!(!old[0].stream.archived());
+    let mut lone = cdr::CdrRecord::lone_stream(CdrStream {
+        rtp_tar: Some("/var/lib/tandem/archive/2026-11-21/08/09/rtp.tar".into()),
+        rtp_member: Some("rtp_10.0.0.1:4000_10.0.0.2:4000_deadbeef.pcap".into()),
+        rtp_offset: Some(1536),
+        rtp_len: Some(8_000),
+        rtp_compression: Some("none".into()),
+        ..stream(None)
+    });
+    lone.uid = lone.identity("local");
+    st.insert_records(std::slice::from_ref(&lone)).unwrap();
+    let found = st.lone_stream_by_uid(&format!("{}/0", lone.uid)).unwrap();
+    assert_eq!(found.unwrap().stream, lone.streams[0]);
 }
 
 fn stream(call_id: Option<&str>) -> CdrStream {
@@ -121,6 +152,7 @@ fn stream(call_id: Option<&str>) -> CdrStream {
         rtcp_reports: 2,
         rtcp_fraction_lost_pct: Some(1.5),
         rtcp_jitter_ms: None,
+        ..CdrStream::default()
     }
 }
 

@@ -468,18 +468,22 @@
     }
   }
 
-  function streamsTable(view, uid, admin) {
+  // The streams' table; `base` is the API path of what they are in (`/api/calls/UID` or
+  // `/api/streams/UID`), whose `audio/N.wav` plays stream N. `alone`: the page of one stream,
+  // whose title already says its addresses, SSRC and codec (the table then fits a laptop).
+  function streamsTable(view, base, admin, alone = false) {
     const tbody = document.querySelector("#streams tbody");
     (view.streams || []).forEach((sv, i) => {
       const s = sv.figures;
       let listen;
       if (!sv.audio) listen = el("span", { class: "muted" }, sv.audio_note || "not decodable here");
       else if (!admin) listen = el("span", { class: "muted" }, "admins only");
-      else listen = el("audio", { controls: true, preload: "none", src: `/api/calls/${encodeURIComponent(uid)}/audio/${i}.wav`, "data-stream": i });
-      tbody.append(el("tr", { "data-stream": i },
+      else listen = el("audio", { controls: true, preload: "none", src: `${base}/audio/${i}.wav`, "data-stream": i });
+      const who = alone ? [] : [
         el("td", {}, String(i)), el("td", { class: "src" }, s.src), el("td", { class: "dst" }, s.dst),
         el("td", { class: "ssrc" }, `0x${(s.ssrc >>> 0).toString(16).toUpperCase().padStart(8, "0")}`),
-        el("td", { class: "payload" }, s.payload),
+        el("td", { class: "payload" }, s.payload)];
+      tbody.append(el("tr", { "data-stream": i }, ...who,
         el("td", { class: "listen" }, listen),
         el("td", { class: "n packets" }, String(s.packets)), el("td", { class: "n lost" }, String(s.lost)),
         el("td", { class: "n duplicates" }, String(s.duplicates)), el("td", { class: "n out_of_order" }, String(s.out_of_order)),
@@ -492,7 +496,7 @@
     const mixed = document.getElementById("mixed");
     if (mixed && (view.streams || []).some((s) => s.audio)) {
       mixed.replaceChildren(admin
-        ? el("p", {}, "Both directions mixed: ", el("audio", { controls: true, preload: "none", src: `/api/calls/${encodeURIComponent(uid)}/audio/mixed.wav`, id: "mixed-audio" }))
+        ? el("p", {}, "Both directions mixed: ", el("audio", { controls: true, preload: "none", src: `${base}/audio/mixed.wav`, id: "mixed-audio" }))
         : el("p", { class: "muted" }, "Listening to calls needs the admin role."));
     }
   }
@@ -547,13 +551,14 @@
     return el("figure", { class: "chart-box", "data-figure": title }, el("figcaption", {}, `${title} (${unit})`), svg);
   }
 
-  function streamCharts(view) {
+  // Each stream's figures per second; `titled`: a heading per stream (a call has several).
+  function streamCharts(view, titled = true) {
     const box = document.getElementById("stream-charts");
     (view.streams || []).forEach((sv, i) => {
       const s = sv.figures;
       const iv = sv.intervals || [];
       const fig = el("section", { class: `stream-charts c${i % 8}`, "data-stream": i },
-        el("h3", {}, `Stream ${i}: ${s.src} → ${s.dst} ${s.payload}`));
+        titled ? el("h3", {}, `Stream ${i}: ${s.src} → ${s.dst} ${s.payload}`) : null);
       const grid = el("div", { class: "charts" });
       grid.append(
         lineChart("Jitter", "ms", iv.map((p) => [p.t_s, p.jitter_ms]), 0),
@@ -616,7 +621,7 @@
       else actions.append(el("span", { class: "muted" }, view.note || "This call's packets were not archived."));
       drawLadder(view);
       t38Panel(view);
-      streamsTable(view, uid, admin);
+      streamsTable(view, `/api/calls/${encodeURIComponent(uid)}`, admin);
       streamCharts(view);
       page.dataset.ready = "1";
     } catch (e) {
@@ -653,8 +658,10 @@
   async function streamPage() {
     const page = document.getElementById("stream-page");
     const uid = page.dataset.uid;
+    const admin = page.dataset.admin === "true";
+    const base = `/api/streams/${encodeURIComponent(uid)}`;
     try {
-      const body = await api(`/api/streams/${encodeURIComponent(uid)}`);
+      const body = await api(base);
       const s = body.stream;
       document.getElementById("stream-title").textContent = `RTP ${s.src} → ${s.dst}, SSRC ${ssrcText(s.ssrc)}`;
       document.title = `RTP ${s.src} → ${s.dst} · Tandem`;
@@ -668,7 +675,14 @@
       add("MOS", num(s.mos, 2) || "–");
       add("Sensor", s.sensor);
       document.getElementById("stream-note").textContent = body.note || "";
-      streamsTable({ streams: [{ figures: s, audio: null, audio_note: "no packets archived" }] }, uid, false);
+      const actions = document.getElementById("stream-actions");
+      if (admin && body.archived) {
+        const name = `rtp_${s.src}_${s.dst}_${ssrcText(s.ssrc)}.pcap`.replace(/[^A-Za-z0-9._-]/g, "_");
+        actions.append(el("a", { href: `${base}/pcap`, id: "pcap", download: name }, "Download pcap"));
+      } else if (body.archived) actions.append(el("span", { class: "muted" }, "Downloading packets and listening need the admin role."));
+      streamsTable(body, base, admin, true);
+      if (body.archived) streamCharts(body, false);
+      else document.getElementById("charts-panel").hidden = true;
       page.dataset.ready = "1";
     } catch (e) {
       page.prepend(el("p", { class: "error", id: "stream-error" }, `This stream cannot be shown: ${e.message}`));

@@ -84,7 +84,7 @@ use crate::offer::{PENDING_OFFERS_MAX, PendingOffers, RtpTail, offer_cseq};
 use crate::pcap::{CaptureError, CaptureReader};
 use crate::rtp::{ReportBlock, RtpHeader, RtpStream, StreamKey};
 use crate::sctp::{SctpCounters, SctpLimits, SipSctp};
-use crate::tap::{CallTap, FrameDedup, TapFrame, TapKind};
+use crate::tap::{CallTap, FrameDedup, Owner, StreamId, TapFrame, TapKind};
 use crate::tcp::{SipTcp, TcpCounters, TcpLimits};
 
 /// Limits and timeouts of the monitor. Every table is bounded; what does not fit is counted in
@@ -617,6 +617,20 @@ impl CallShard {
         }
     }
 
+    /// Reports a media frame to the tap as its owner's: a call's, or a stream's without one
+    /// (a frame is one stream's, so it needs no deduplication).
+    fn report_media(&mut self, owner: Option<Owner>, kind: TapKind, cur: &Current<'_>) {
+        match owner {
+            Some(Owner::Call(c)) => self.report(&c, kind, cur),
+            Some(Owner::Stream(s)) => {
+                if let Some(tap) = self.tap.as_mut() {
+                    tap.stream_packet(&s, kind, &cur.frame);
+                }
+            }
+            None => {}
+        }
+    }
+
     fn handle(&mut self, ev: Event, cur: &Current<'_>) {
         match ev {
             Event::Sip {
@@ -644,21 +658,13 @@ impl CallShard {
                 encrypted,
             } => {
                 let sdp = (media, encrypted);
-                let call = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call, sdp);
-                if let Some(c) = call {
-                    self.report(
-                        &c,
-                        TapKind::Rtp {
-                            rtp_offset: rtp_offset.map(|o| o as usize),
-                        },
-                        cur,
-                    );
-                }
+                let owner = self.on_rtp(ts_ns, now_ms, src, dst, &header, clock_rate, call, sdp);
+                let rtp_offset = rtp_offset.map(|o| o as usize);
+                self.report_media(owner, TapKind::Rtp { rtp_offset }, cur);
             }
             Event::Rtcp { blocks, src, dst } => {
-                if let Some(c) = self.on_rtcp(&blocks, src, dst) {
-                    self.report(&c, TapKind::Rtcp, cur);
-                }
+                let owner = self.on_rtcp(&blocks, src, dst);
+                self.report_media(owner, TapKind::Rtcp, cur);
             }
             Event::Dtmf {
                 ts_ns,
@@ -760,13 +766,14 @@ impl CallShard {
         clock_rate: u32,
         call: CallRef,
         (media, encrypted): (Media, bool),
-    ) -> Option<Arc<str>> {
+    ) -> Option<Owner> {
         let known = match call {
             CallRef::Unknown => None,
             CallRef::Known(c) => Some(c),
             CallRef::Announce(c) => {
-                self.flow_calls.insert(PackedKey::new(src, dst, 0), c);
-                None
+                self.flow_calls
+                    .insert(PackedKey::new(src, dst, 0), c.clone());
+                Some(c)
             }
         };
         let key = StreamKey {
@@ -776,7 +783,31 @@ impl CallShard {
         };
         let packed = PackedKey::new(src, dst, h.ssrc);
         let slot = match self.streams.get_mut(&packed) {
-            Some(s) => s,
+            Some(s) => {
+                // A stream whose first packets came before the SDP announcing it: now the
+                // call's. Alone, only a call this shard holds (one it closed already keeps
+                // none); with other shards the call may be theirs, and the records join at
+                // the end.
+                if s.call.is_none()
+                    && let Some(c) = known
+                    && (!self.sole || self.dialogs.contains_key(&c))
+                {
+                    if let Some(d) = self.dialogs.get_mut(&c)
+                        && d.streams.len() < 64
+                    {
+                        d.streams.push(key);
+                    }
+                    if let Some(tap) = self.tap.as_mut() {
+                        let id = StreamId {
+                            key,
+                            first_ns: s.stream.first_ns,
+                        };
+                        tap.stream_joined(&id, &c);
+                    }
+                    s.call = Some(c);
+                }
+                s
+            }
             None => {
                 let call = known.or_else(|| self.flow_calls.get(&packed.flow()).cloned());
                 if self.streams.len() >= self.max_streams {
@@ -801,8 +832,15 @@ impl CallShard {
             slot.stream.media = media;
             slot.stream.encrypted = encrypted;
         }
-        // The packet is its stream's call's (a clone only when someone listens).
-        slot.call.as_ref().filter(|_| self.tap.is_some()).cloned()
+        // The packet is its stream's call's, or the stream's own (only when someone listens).
+        self.tap.as_ref()?;
+        Some(match &slot.call {
+            Some(c) => Owner::Call(c.clone()),
+            None => Owner::Stream(StreamId {
+                key,
+                first_ns: slot.stream.first_ns,
+            }),
+        })
     }
 
     /// Counts a UDPTL packet in its flow; returns the flow's call, for the tap.
@@ -841,16 +879,18 @@ impl CallShard {
         call
     }
 
-    /// Adds RTCP report blocks to their streams; returns the call of the first stream that has
-    /// one, for the tap. Each block goes to the stream on the packet's path
-    /// ([`crate::rtp::rtcp_reported_streams`]), else to the latest stream of its SSRC.
+    /// Adds RTCP report blocks to their streams; returns, for the tap, the call of the first
+    /// stream that has one, else the first stream reported on. Each block goes to the stream
+    /// on the packet's path ([`crate::rtp::rtcp_reported_streams`]), else to the latest stream
+    /// of its SSRC.
     fn on_rtcp(
         &mut self,
         blocks: &[ReportBlock],
         src: SocketAddr,
         dst: SocketAddr,
-    ) -> Option<Arc<str>> {
+    ) -> Option<Owner> {
         let mut call = None;
+        let mut lone = None;
         for b in blocks {
             let on_path = crate::rtp::rtcp_reported_streams(src, dst, b.ssrc)
                 .iter()
@@ -863,18 +903,37 @@ impl CallShard {
                 s.stream.add_rtcp(b);
                 if call.is_none() && self.tap.is_some() {
                     call = s.call.clone();
+                    if call.is_none() && lone.is_none() {
+                        lone = Some(StreamId {
+                            key: s.stream.key,
+                            first_ns: s.stream.first_ns,
+                        });
+                    }
                 }
             }
         }
-        call
+        call.map(Owner::Call).or(lone.map(Owner::Stream))
     }
 
-    fn close_stream(&mut self, key: &StreamKey) -> Option<StreamRecord> {
+    /// Takes a stream's record out at capture time `now_ns`; the tap hears the end of one
+    /// without a call.
+    fn close_stream(&mut self, key: &StreamKey, now_ns: i64) -> Option<StreamRecord> {
         let packed = PackedKey::stream(key);
         let slot = self.streams.remove(&packed)?;
         self.flow_calls.remove(&packed.flow());
         if self.by_ssrc.get(&key.ssrc) == Some(key) {
             self.by_ssrc.remove(&key.ssrc);
+        }
+        if slot.call.is_none()
+            && let Some(tap) = self.tap.as_mut()
+        {
+            let id = StreamId {
+                key: *key,
+                first_ns: slot.stream.first_ns,
+            };
+            // Left out of the analysis when this short ([`Monitor::take_finished`]).
+            let kept = slot.stream.packets >= self.cfg.min_unsignalled_packets;
+            tap.stream_ended(&id, now_ns, kept);
         }
         Some(StreamRecord {
             stream: slot.stream,
@@ -929,7 +988,7 @@ impl CallShard {
             let streams = d
                 .streams
                 .iter()
-                .filter_map(|s| self.close_stream(s))
+                .filter_map(|s| self.close_stream(s, now_ns))
                 .collect();
             if let Some(tap) = self.tap.as_mut() {
                 tap.call_ended(&k, d.invite_ns, now_ns);
@@ -960,7 +1019,7 @@ impl CallShard {
             .map(|(_, s)| s.stream.key)
             .collect();
         for k in idle_streams {
-            if let Some(r) = self.close_stream(&k) {
+            if let Some(r) = self.close_stream(&k, now_ns) {
                 self.out.streams.push(r);
             }
         }

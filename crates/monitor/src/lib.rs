@@ -5,7 +5,8 @@
 //! Start reading at [`analyzer::Monitor`]: [`pcap`] → [`decode`] (+ [`tcp`]) → front stage
 //! (SIP framing, SDP endpoints, dispatch) → call shards ([`dialog`], [`rtp`], [`mos`]) →
 //! [`analyzer::Analysis`]. A [`tap::CallTap`] given to [`Monitor::with_tap`] hears which call
-//! each frame belongs to and when each call closes (the packet archive listens there).
+//! each frame belongs to and when each call closes, and the same of each stream without a call
+//! (the packet archive listens there).
 //! [`synth`] writes synthetic captures with known ground truth.
 //!
 //! This crate does no network IO and keeps no files open beyond the capture being read; storing
@@ -35,4 +36,4 @@ pub use analyzer::{
 };
 pub use live::{LiveCounters, LiveSnapshot};
 pub use live_calls::{LiveCall, LiveCalls, LiveCallsSnapshot, LiveStream};
-pub use tap::{CallTap, TapFrame, TapKind};
+pub use tap::{CallTap, StreamId, TapFrame, TapKind};

@@ -4,19 +4,37 @@
 //!
 //! Attribution is the monitor's own: a frame is a call's SIP when its message joins that call's
 //! dialog (a REGISTER, OPTIONS or a message of an unknown dialog belongs to no call), and the
-//! call's media when its RTP stream is linked to the call (the stream's first packet came after
-//! an SDP that announced its address), or when it is RTCP reporting on such a stream. RTP packets
-//! that arrive before the SDP that announces them are not attributed: the stream they start has
-//! no call. A SIP message carried over several IP fragments or TCP segments is attributed as the
-//! frame that completes it.
+//! call's media when its RTP stream is linked to the call (an SDP announced its address), or
+//! when it is RTCP reporting on such a stream. A SIP message carried over several IP fragments
+//! or TCP segments is attributed as the frame that completes it.
+//!
+//! Media without signalling is reported too, under the stream's own identity ([`StreamId`]:
+//! addresses, SSRC and first packet, what its CDR record is known by): the RTP of a stream
+//! that no SDP announced, and the RTCP reporting on it ([`CallTap::stream_packet`]), then its
+//! end ([`CallTap::stream_ended`]). When an SDP announcing such a stream comes after its first
+//! packets, the stream becomes the call's ([`CallTap::stream_joined`]): its record is then the
+//! call's, and what was reported under its identity belongs to the call as well.
 //!
 //! Each shard has its own tap ([`crate::Monitor::with_tap`] makes one per shard), called on the
 //! shard's thread in capture order. With several shards, a call's SIP and its media may be
 //! reported by different taps; [`CallTap::call_ended`] comes from the shard of the call's
 //! dialog, and [`CallTap::progress`] tells how far in capture time each tap has got, so that a
-//! consumer can wait until every shard has passed a call's end before it closes the call.
+//! consumer can wait until every shard has passed a call's end before it closes the call. A
+//! stream without a call is one shard's (the one its flow goes to, which also gets the RTCP
+//! reporting on it): everything about it comes from that shard's tap, in order.
 
 use std::sync::Arc;
+
+use crate::rtp::StreamKey;
+
+/// A stream without a call, by what its record is known by: its addresses and SSRC, and the
+/// capture time of its first packet (`cdr::CdrRecord::identity`'s `rtp|src|dst|ssrc|start_us`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId {
+    pub key: StreamKey,
+    /// Capture time of the stream's first packet, ns since the Unix epoch.
+    pub first_ns: i64,
+}
 
 /// What a frame is to its call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +80,35 @@ pub trait CallTap: Send {
     /// This shard has seen every frame up to capture time `ts_ns`: about once a second of
     /// capture time, and with `i64::MAX` when the monitor finishes.
     fn progress(&mut self, ts_ns: i64);
+
+    /// `frame` belongs to `stream`, a stream without a call: one of its RTP packets
+    /// ([`TapKind::Rtp`]), or RTCP reporting on it ([`TapKind::Rtcp`]). By default ignored.
+    fn stream_packet(&mut self, stream: &StreamId, kind: TapKind, frame: &TapFrame<'_>) {
+        let _ = (stream, kind, frame);
+    }
+
+    /// `stream`, reported without a call so far, is now `call_id`'s (its SDP came after its
+    /// first packets): what was reported under its identity belongs to that call, and its
+    /// later packets are reported as the call's. No [`CallTap::stream_ended`] follows. By
+    /// default ignored.
+    fn stream_joined(&mut self, stream: &StreamId, call_id: &Arc<str>) {
+        let _ = (stream, call_id);
+    }
+
+    /// The monitor closed `stream`, a stream without a call, at capture time `now_ns`: no
+    /// more of it will be reported. `kept`: its record is in the analysis (false when it had
+    /// fewer packets than `MonitorConfig::min_unsignalled_packets` and was left out). By
+    /// default ignored.
+    fn stream_ended(&mut self, stream: &StreamId, now_ns: i64, kept: bool) {
+        let _ = (stream, now_ns, kept);
+    }
+}
+
+/// Whose a frame is: a call's, or a stream's without a call.
+#[derive(Debug, Clone)]
+pub(crate) enum Owner {
+    Call(Arc<str>),
+    Stream(StreamId),
 }
 
 /// Remembers the calls a frame was already reported to, so that a TCP segment with two messages

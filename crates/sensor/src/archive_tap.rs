@@ -1,6 +1,8 @@
 //! The archive sink (`tandem capture --archive DIR`): every packet the monitor attributes to a
 //! call is stored with the call, in per-minute tar files (`DIR/YYYY-MM-DD/HH/MM/sip.tar` and `rtp.tar`, see the
-//! `archive` crate), and each call's CDR says where.
+//! `archive` crate), and each call's CDR says where. A stream without a call (RTP no SDP
+//! announced) is stored the same way as a member of its own in `rtp.tar`
+//! (`rtp_SRC_DST_SSRC.pcap`, its RTP and the RTCP on it), and its CDR row says where.
 //!
 //! The flow: [`monitor`] builds the [`Monitor`] with one [`ArchiveTap`] per shard, so every
 //! source that feeds `Monitor::packet` (capture files, HEP, live interfaces) is archived the
@@ -11,12 +13,15 @@
 //! is accepted. The archive thread owns the [`Archive`], closes a call once every shard has
 //! passed the capture time of its end (a call's SIP and media can be on different shards), and
 //! sends back where the call's members are; [`CaptureArchive::release`] holds a closed call's
-//! record until then, so its CDR row carries the location.
+//! record until then, so its CDR row carries the location. A stream without a call is one
+//! shard's, which reports its end after all of it: it is written at its end, and its record
+//! held the same way. One whose SDP comes after its first packets becomes its call's, and
+//! what was kept of it moves into the call's member (`writer.rs`).
 //!
-//! What is not archived: RTP that arrives before the SDP announcing its stream (the monitor
-//! links no call to such a stream), media that arrives after its call closed (counted as
-//! late), packets past the archive's limits, and a call's packets whose link type differs from
-//! its first packet's. Each loss is counted, and the calls behind it are named (`losses.rs`).
+//! What is not archived: media that arrives after its call closed (counted as late), packets
+//! past the archive's limits, and a call's packets whose link type differs from its first
+//! packet's. Each loss is counted, and the calls (and streams) behind it are named
+//! (`losses.rs`).
 //! Retention runs on the capture's clock (the newest packet time): replaying a file prunes as
 //! live capture at that time would. Calls are aged by the shards' progress instead, which
 //! never moves back, so that files read out of time order keep every call (`writer.rs`).
@@ -35,8 +40,11 @@ use std::time::{Duration, Instant};
 use archive::{
     Archive, ArchiveConfig, CallArchive, Compression, MemberRecord, Retention, StoreMode,
 };
-use cdr::CdrCall;
-use monitor::{Analysis, CallRecord, CallTap, Monitor, MonitorConfig, TapFrame, TapKind};
+use cdr::{CdrCall, CdrStream};
+use monitor::{
+    Analysis, CallRecord, CallTap, Monitor, MonitorConfig, StreamId, StreamRecord, TapFrame,
+    TapKind,
+};
 
 use crate::SensorError;
 use crate::config::ArchiveSettings;
@@ -69,6 +77,7 @@ pub struct ArchiveGauges {
     files_created: AtomicU64,
     members_written: AtomicU64,
     calls_archived: AtomicU64,
+    streams_archived: AtomicU64,
     dropped_queue_full: AtomicU64,
     dropped_bytes_queue_full: AtomicU64,
     dropped_at_limits: AtomicU64,
@@ -99,6 +108,8 @@ pub struct ArchiveStatus {
     pub members_written: u64,
     /// Calls whose members were written.
     pub calls_archived: u64,
+    /// Streams without a call whose members were written.
+    pub streams_archived: u64,
     /// Packets dropped because the queue was full.
     pub dropped: u64,
     /// Bytes of those packets.
@@ -140,6 +151,7 @@ impl ArchiveGauges {
             files_created: self.files_created.load(Relaxed),
             members_written: self.members_written.load(Relaxed),
             calls_archived: self.calls_archived.load(Relaxed),
+            streams_archived: self.streams_archived.load(Relaxed),
             dropped: self.dropped_queue_full.load(Relaxed),
             dropped_bytes: self.dropped_bytes_queue_full.load(Relaxed),
             dropped_at_limits: self.dropped_at_limits.load(Relaxed)
@@ -152,9 +164,37 @@ impl ArchiveGauges {
     }
 }
 
-/// One frame attributed to a call, its bytes in the batch's buffer.
+/// Whose packets an archive entry holds: a call's (by Call-ID), or a stream's without a call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Owner {
+    Call(Arc<str>),
+    Stream(StreamId),
+}
+
+impl Owner {
+    /// How a loss names it: the Call-ID, or the stream's addresses and SSRC.
+    fn name(&self) -> Arc<str> {
+        match self {
+            Owner::Call(c) => c.clone(),
+            Owner::Stream(s) => Arc::from(stream_name(s)),
+        }
+    }
+}
+
+/// A stream without a call as people read it: `stream 10.0.0.1:4000>10.0.0.2:5000 0x0000ABCD`.
+fn stream_name(s: &StreamId) -> String {
+    format!("stream {}>{} 0x{:08X}", s.key.src, s.key.dst, s.key.ssrc)
+}
+
+/// A stream without a call's member name (without `.pcap`; `archive::safe_stem` confines it):
+/// `rtp_SRC_DST_SSRC`, the SSRC in hex.
+fn stream_stem(s: &StreamId) -> String {
+    format!("rtp_{}_{}_{:08x}", s.key.src, s.key.dst, s.key.ssrc)
+}
+
+/// One frame attributed to a call or a stream, its bytes in the batch's buffer.
 struct Item {
-    call: Arc<str>,
+    owner: Owner,
     sip: bool,
     /// RTP: where its header starts in the kept bytes; RTCP and reassembled RTP: the kept
     /// length (everything is kept).
@@ -173,12 +213,22 @@ struct End {
     now_ns: i64,
 }
 
+/// A stream without a call that became `call`'s, after the batch's first `at` items.
+struct Join {
+    at: usize,
+    stream: StreamId,
+    call: Arc<str>,
+}
+
 /// What one shard's tap hands to the archive thread.
 struct Batch {
     source: usize,
     data: Vec<u8>,
     items: Vec<Item>,
     ends: Vec<End>,
+    joins: Vec<Join>,
+    /// Streams without a call that ended (after every item of theirs): identity, kept.
+    stream_ends: Vec<(StreamId, bool)>,
     /// The shard has seen every frame before this capture time.
     watermark_ns: i64,
 }
@@ -190,6 +240,8 @@ impl Batch {
             data: Vec::new(),
             items: Vec::new(),
             ends: Vec::new(),
+            joins: Vec::new(),
+            stream_ends: Vec::new(),
             watermark_ns,
         }
     }
@@ -212,8 +264,8 @@ pub struct ArchiveTap {
 
 impl ArchiveTap {
     /// Hands the batch over without waiting; when the queue is full its packets are dropped
-    /// and counted, and its ends stay for the next batch. `wait` (only when the capture has
-    /// ended) waits for room instead.
+    /// and counted, and its ends and joins stay for the next batch. `wait` (only when the
+    /// capture has ended) waits for room instead.
     fn hand_over(&mut self, wait: bool) {
         let wait = wait || self.wait_when_full;
         self.last_handover = Instant::now();
@@ -243,15 +295,20 @@ impl ArchiveTap {
                 if self.gauges.names.full(Loss::QueueFull) {
                     break;
                 }
-                self.gauges.names.add(Loss::QueueFull, &item.call);
+                self.gauges.names.add(Loss::QueueFull, &item.owner.name());
             }
             self.batch.ends = b.ends;
+            self.batch.stream_ends = b.stream_ends;
+            // Their items are gone: they come first in the next batch.
+            self.batch.joins = b.joins;
+            for j in &mut self.batch.joins {
+                j.at = 0;
+            }
         }
     }
-}
 
-impl CallTap for ArchiveTap {
-    fn packet(&mut self, call_id: &Arc<str>, kind: TapKind, frame: &TapFrame<'_>) {
+    /// Copies a frame of `owner`'s into the batch.
+    fn push(&mut self, owner: Owner, kind: TapKind, frame: &TapFrame<'_>) {
         let data = frame.data;
         let (sip, keep, rtp_offset) = match kind {
             TapKind::Sip => (true, data.len(), 0),
@@ -280,7 +337,7 @@ impl CallTap for ArchiveTap {
             sip::secrets::redact_keys(&mut b.data[start..]);
         }
         b.items.push(Item {
-            call: call_id.clone(),
+            owner,
             sip,
             rtp_offset,
             ts_ns: frame.ts_ns,
@@ -292,6 +349,29 @@ impl CallTap for ArchiveTap {
         if b.items.len() >= BATCH_PACKETS_MAX || b.data.len() >= BATCH_BYTES_MAX {
             self.hand_over(false);
         }
+    }
+}
+
+impl CallTap for ArchiveTap {
+    fn packet(&mut self, call_id: &Arc<str>, kind: TapKind, frame: &TapFrame<'_>) {
+        self.push(Owner::Call(call_id.clone()), kind, frame);
+    }
+
+    fn stream_packet(&mut self, stream: &StreamId, kind: TapKind, frame: &TapFrame<'_>) {
+        self.push(Owner::Stream(*stream), kind, frame);
+    }
+
+    fn stream_joined(&mut self, stream: &StreamId, call_id: &Arc<str>) {
+        let at = self.batch.items.len();
+        self.batch.joins.push(Join {
+            at,
+            stream: *stream,
+            call: call_id.clone(),
+        });
+    }
+
+    fn stream_ended(&mut self, stream: &StreamId, _now_ns: i64, kept: bool) {
+        self.batch.stream_ends.push((*stream, kept));
     }
 
     fn call_ended(&mut self, call_id: &Arc<str>, invite_ns: i64, now_ns: i64) {
@@ -312,16 +392,27 @@ impl CallTap for ArchiveTap {
         // Progress comes once a second of capture time, which a file replays in a burst:
         // partial batches go at most every HANDOVER_INTERVAL of wall time, so that the queue
         // is not flooded with nearly empty ones.
-        let something = !self.batch.items.is_empty() || !self.batch.ends.is_empty();
+        let b = &self.batch;
+        let something = !b.items.is_empty()
+            || !b.ends.is_empty()
+            || !b.joins.is_empty()
+            || !b.stream_ends.is_empty();
         if (something || self.shards > 1) && self.last_handover.elapsed() >= HANDOVER_INTERVAL {
             self.hand_over(false);
         }
     }
 }
 
-/// Where a closed call's packets went, sent back by the archive thread.
+/// What a result is about: a call (Call-ID, first INVITE), or a stream without a call.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Call(Arc<str>, i64),
+    Stream(StreamId),
+}
+
+/// Where a closed call's (or stream's) packets went, sent back by the archive thread.
 struct Archived {
-    key: (Arc<str>, i64),
+    key: Key,
     result: Result<CallArchive, String>,
 }
 
@@ -332,18 +423,28 @@ pub struct CaptureArchive {
     gauges: Arc<ArchiveGauges>,
     thread: Option<JoinHandle<()>>,
     results: Receiver<Archived>,
-    /// Results not yet matched to a released call.
-    done: HashMap<(Arc<str>, i64), Result<CallArchive, String>>,
+    /// Results not yet matched to a released call or stream.
+    done: HashMap<Key, Result<CallArchive, String>>,
     /// Closed calls whose archive result has not come back yet. Bounded by the calls whose
     /// ends are queued or being written.
     held: Vec<CallRecord>,
-    /// Locations of the calls released by the last [`CaptureArchive::release`], for
-    /// [`CaptureArchive::fill`].
-    released: HashMap<(Arc<str>, i64), CallArchive>,
+    /// The same for streams without a call.
+    held_streams: Vec<StreamRecord>,
+    /// Locations of the calls and streams released by the last [`CaptureArchive::release`],
+    /// for [`CaptureArchive::fill`] and [`CaptureArchive::fill_stream`].
+    released: HashMap<Key, CallArchive>,
 }
 
-fn key_of(c: &CallRecord) -> (Arc<str>, i64) {
-    (Arc::from(&*c.dialog.call_id), c.dialog.invite_ns)
+fn key_of(c: &CallRecord) -> Key {
+    Key::Call(Arc::from(&*c.dialog.call_id), c.dialog.invite_ns)
+}
+
+/// A stream's key, when it is one without a call (whose packets are archived on their own).
+fn stream_key(s: &StreamRecord) -> Option<Key> {
+    s.call_id.is_none().then_some(Key::Stream(StreamId {
+        key: s.stream.key,
+        first_ns: s.stream.first_ns,
+    }))
 }
 
 /// The monitor every capture source feeds, with the archive behind it when one is configured.
@@ -422,6 +523,7 @@ pub(crate) fn monitor(
             results,
             done: HashMap::new(),
             held: Vec::new(),
+            held_streams: Vec::new(),
             released: HashMap::new(),
         }),
     ))
@@ -433,10 +535,10 @@ impl CaptureArchive {
         self.gauges.clone()
     }
 
-    /// Returns `part` with the calls whose archive location is known (from this part or held
-    /// from earlier ones); the others are held for a later call. `finished`: the monitor has
-    /// finished (its taps are gone), so this waits for the archive thread to write everything
-    /// and releases every call.
+    /// Returns `part` with the calls and streams without a call whose archive location is
+    /// known (from this part or held from earlier ones); the others are held for a later call.
+    /// `finished`: the monitor has finished (its taps are gone), so this waits for the archive
+    /// thread to write everything and releases every call and stream.
     pub fn release(&mut self, mut part: Analysis, finished: bool) -> Analysis {
         self.released.clear();
         let mut thread_gone = false;
@@ -461,28 +563,49 @@ impl CaptureArchive {
         let mut waiting = std::mem::take(&mut self.held);
         waiting.append(&mut part.calls);
         for c in waiting {
-            let key = key_of(&c);
-            match self.done.remove(&key) {
-                Some(result) => {
-                    match result {
-                        Ok(a) => {
-                            self.released.insert(key, a);
-                        }
-                        Err(e) => tracing::warn!(call_id = %c.dialog.call_id, error = %e,
-                            "the call's packets could not be archived"),
-                    }
-                    part.calls.push(c);
-                }
-                None if thread_gone => part.calls.push(c),
-                None => self.held.push(c),
+            match self.settle(Some(key_of(&c)), thread_gone) {
+                Some(true) => part.calls.push(c),
+                Some(false) => self.held.push(c),
+                None => unreachable!("a call has a key"),
+            }
+        }
+        let mut waiting = std::mem::take(&mut self.held_streams);
+        waiting.append(&mut part.streams);
+        for s in waiting {
+            match self.settle(stream_key(&s), thread_gone) {
+                // A call's stream that outlived its record: its packets are the call's.
+                None | Some(true) => part.streams.push(s),
+                Some(false) => self.held_streams.push(s),
             }
         }
         part
     }
 
-    /// Whether closed calls are held, waiting for the archive thread to write them.
+    /// Whether a record of `key` can go (its result is in, or will never come), keeping where
+    /// its packets are for `fill`; `None` without a key.
+    fn settle(&mut self, key: Option<Key>, thread_gone: bool) -> Option<bool> {
+        let key = key?;
+        let Some(result) = self.done.remove(&key) else {
+            return Some(thread_gone);
+        };
+        match result {
+            Ok(a) => {
+                self.released.insert(key, a);
+            }
+            Err(e) => {
+                let what = match &key {
+                    Key::Call(c, _) => c.to_string(),
+                    Key::Stream(s) => stream_name(s),
+                };
+                tracing::warn!(%what, error = %e, "packets could not be archived");
+            }
+        }
+        Some(true)
+    }
+
+    /// Whether closed calls or streams are held, waiting for the archive thread to write them.
     pub fn holding(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || !self.held_streams.is_empty()
     }
 
     /// Writes where `c`'s packets are into its CDR row (for a call returned by the last
@@ -490,15 +613,6 @@ impl CaptureArchive {
     pub fn fill(&self, c: &CallRecord, row: &mut CdrCall) {
         let Some(a) = self.released.get(&key_of(c)) else {
             return;
-        };
-        let columns = |m: &MemberRecord| {
-            (
-                Some(m.tar_path.display().to_string()),
-                Some(m.member_name.clone()),
-                Some(m.data_offset),
-                Some(m.data_len),
-                Some(compression_name(m.compression).to_string()),
-            )
         };
         if let Some(m) = &a.sip {
             (
@@ -520,15 +634,33 @@ impl CaptureArchive {
         }
     }
 
+    /// Writes where `s`'s packets are into its CDR row, when it is a stream without a call
+    /// returned by the last [`CaptureArchive::release`].
+    pub fn fill_stream(&self, s: &StreamRecord, row: &mut CdrStream) {
+        let Some(a) = stream_key(s).and_then(|k| self.released.get(&k)) else {
+            return;
+        };
+        if let Some(m) = &a.rtp {
+            (
+                row.rtp_tar,
+                row.rtp_member,
+                row.rtp_offset,
+                row.rtp_len,
+                row.rtp_compression,
+            ) = columns(m);
+        }
+    }
+
     /// One line for the end of the run, and a second naming the calls not archived whole,
     /// if any.
     pub fn summary(&self) -> String {
         let s = self.gauges().status();
         let names = self.gauges.names.line();
         let line = format!(
-            "archive {}: {} calls, {} packets, {} bytes written, {} tar files created; dropped {} packets (queue full), {} at limits, {} late; {} orphaned calls, {} minutes pruned, {} errors",
+            "archive {}: {} calls, {} streams without a call, {} packets, {} bytes written, {} tar files created; dropped {} packets (queue full), {} at limits, {} late; {} orphaned calls, {} minutes pruned, {} errors",
             self.dir.display(),
             s.calls_archived,
+            s.streams_archived,
             s.packets_written,
             s.bytes_written,
             s.files_created,
@@ -544,6 +676,25 @@ impl CaptureArchive {
             None => line,
         }
     }
+}
+
+/// A member's archive columns: tar file, member name, data offset and length, compression.
+type Columns = (
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    Option<u64>,
+    Option<String>,
+);
+
+fn columns(m: &MemberRecord) -> Columns {
+    (
+        Some(m.tar_path.display().to_string()),
+        Some(m.member_name.clone()),
+        Some(m.data_offset),
+        Some(m.data_len),
+        Some(compression_name(m.compression).to_string()),
+    )
 }
 
 /// The CDR's name for a member's compression.

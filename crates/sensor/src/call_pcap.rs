@@ -1,7 +1,8 @@
 //! One call's archived packets, SIP and RTP merged in time order, as one classic pcap
 //! (`tandem cdr pcap CALL-ID`). The CDR row says where the members are (tar file, member name,
 //! data offset and length, compression); each is read with one positioned read and checked
-//! against the tar header before it is trusted.
+//! against the tar header before it is trusted. A stream without a call is read the same way,
+//! from its row's RTP columns (`cdr::CdrStream::archive_as_call`, named by its uid).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,11 +15,9 @@ use cdr::CdrCall;
 pub enum CallPcapError {
     #[error("{0}")]
     Archive(String),
-    #[error("call {call_id:?}: {source}")]
-    Read {
-        call_id: String,
-        source: ArchiveError,
-    },
+    /// `what` is `call "CALL-ID"` or `stream "UID"`.
+    #[error("{what}: {source}")]
+    Read { what: String, source: ArchiveError },
     #[error("writing the pcap: {0}")]
     Write(std::io::Error),
 }
@@ -29,9 +28,20 @@ macro_rules! fail {
     };
 }
 
+/// How messages name what a row is: `call "CALL-ID"`, or `stream "UID"` for a stream without a
+/// call (its uid, `sensor|rtp|...`, which no Call-ID is: `|` is not among RFC 3261's word
+/// characters) with no SIP member.
+fn what(c: &CdrCall) -> String {
+    if c.sip_tar.is_none() && c.call_id.contains("|rtp|") {
+        format!("stream {:?}", c.call_id)
+    } else {
+        format!("call {:?}", c.call_id)
+    }
+}
+
 /// The member a CDR's archive columns point at, or `None` when that kind was not archived.
 fn member(
-    call_id: &str,
+    what: &str,
     kind: &str,
     tar: &Option<String>,
     name: &Option<String>,
@@ -45,9 +55,9 @@ fn member(
     let compression = match compression.as_deref() {
         Some("zstd") => Compression::Zstd,
         Some("none") | None => Compression::None,
-        Some(other) => fail!(
-            "call {call_id:?}: the CDR names an unknown compression {other:?} for its {kind} member"
-        ),
+        Some(other) => {
+            fail!("{what}: the CDR names an unknown compression {other:?} for its {kind} member")
+        }
     };
     Ok(Some(MemberRecord {
         tar_path: PathBuf::from(tar),
@@ -61,18 +71,18 @@ fn member(
 }
 
 /// Reads one member back, with errors that say what is wrong with the file.
-fn read_member(call_id: &str, m: &MemberRecord) -> Result<Vec<u8>, CallPcapError> {
+fn read_member(what: &str, m: &MemberRecord) -> Result<Vec<u8>, CallPcapError> {
     let tar = m.tar_path.display();
     let damaged = |text: String| CallPcapError::Archive(text);
     archive::extract(m).map_err(|e| match e {
         ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             damaged(format!(
-                "call {call_id:?}: archive file {tar} is missing (deleted by retention, or moved)"
+                "{what}: archive file {tar} is missing (deleted by retention, or moved)"
             ))
         }
         ArchiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
             damaged(format!(
-                "call {call_id:?}: archive file {tar} is damaged: it ends before member {} (offset {}, {} bytes)",
+                "{what}: archive file {tar} is damaged: it ends before member {} (offset {}, {} bytes)",
                 m.member_name,
                 m.data_offset,
                 m.data_len
@@ -81,7 +91,7 @@ fn read_member(call_id: &str, m: &MemberRecord) -> Result<Vec<u8>, CallPcapError
         ArchiveError::MemberMismatch {
             expected, found, ..
         } => damaged(format!(
-            "call {call_id:?}: archive file {tar} is damaged or was rewritten: at offset {} the CDR expects member {} ({} bytes), the tar header says {:?} ({} bytes)",
+            "{what}: archive file {tar} is damaged or was rewritten: at offset {} the CDR expects member {} ({} bytes), the tar header says {:?} ({} bytes)",
             m.data_offset,
             expected.0,
             expected.1,
@@ -89,11 +99,11 @@ fn read_member(call_id: &str, m: &MemberRecord) -> Result<Vec<u8>, CallPcapError
             found.1
         )),
         ArchiveError::Zstd { source, .. } => damaged(format!(
-            "call {call_id:?}: archive file {tar} is damaged: member {} does not decompress: {source}",
+            "{what}: archive file {tar} is damaged: member {} does not decompress: {source}",
             m.member_name
         )),
         other => CallPcapError::Read {
-            call_id: call_id.to_string(),
+            what: what.to_string(),
             source: other,
         },
     })
@@ -113,7 +123,8 @@ pub fn write_call_pcap(c: &CdrCall, out: &mut dyn Write) -> Result<(), CallPcapE
 /// [`write_call_pcap`] writes, built in one buffer of its final size (an hour of G.711 is
 /// 82 MB: every copy counts).
 pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
-    let id = c.call_id.as_str();
+    let what = what(c);
+    let id = what.as_str();
     let sip = member(
         id,
         "SIP",
@@ -134,7 +145,7 @@ pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
     )?;
     if sip.is_none() && rtp.is_none() {
         fail!(
-            "call {id:?} has no archived packets: it was captured without --archive, or nothing of it was kept"
+            "{id} has no archived packets: it was captured without --archive, or nothing of it was kept"
         );
     }
     let members: Vec<(MemberRecord, Vec<u8>)> = [sip, rtp]
@@ -147,14 +158,14 @@ pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
     for (m, bytes) in &members {
         let Some((lt, recs)) = pcap::records(bytes) else {
             fail!(
-                "call {id:?}: archive file {} is damaged: member {} is not a pcap written by Tandem",
+                "{id}: archive file {} is damaged: member {} is not a pcap written by Tandem",
                 m.tar_path.display(),
                 m.member_name
             );
         };
         match link {
             Some(l) if l != lt => fail!(
-                "call {id:?}: its members have different link types ({} and {}); they cannot share one pcap",
+                "{id}: its members have different link types ({} and {}); they cannot share one pcap",
                 l.0,
                 lt.0
             ),

@@ -105,7 +105,8 @@ impl CdrSink {
     }
 
     /// Hands over the closed calls (each with its streams), the streams without a call and
-    /// the closed REGISTER chains. With an archive, each call's row says where its packets are.
+    /// the closed REGISTER chains. With an archive, each call's row says where its packets are,
+    /// and so does each stream's without a call.
     pub fn submit(&self, a: &Analysis, archive: Option<&crate::archive_tap::CaptureArchive>) {
         for c in &a.calls {
             let streams = c.streams.iter().map(cdr_stream).collect();
@@ -118,7 +119,11 @@ impl CdrSink {
             self.writer.submit(record);
         }
         for s in &a.streams {
-            self.writer.submit(CdrRecord::lone_stream(cdr_stream(s)));
+            let mut row = cdr_stream(s);
+            if let Some(archive) = archive {
+                archive.fill_stream(s, &mut row);
+            }
+            self.writer.submit(CdrRecord::lone_stream(row));
         }
         for r in &a.registrations {
             self.writer

@@ -74,6 +74,8 @@ pub fn cdr_stream(s: &StreamRecord) -> CdrStream {
         rtcp_reports: st.rtcp.map(|r| r.reports).unwrap_or(0),
         rtcp_fraction_lost_pct: st.rtcp.map(|r| r.fraction_lost_pct),
         rtcp_jitter_ms: st.rtcp.map(|r| r.jitter_ms),
+        // Where a stream without a call is archived: filled by the archive sink.
+        ..CdrStream::default()
     }
 }
 

@@ -1,5 +1,6 @@
-//! `tandem cdr list|show|pcap`: queries the call records `tandem capture` stored; `pcap` reads a
-//! call's archived packets back (`sensor::call_pcap`).
+//! `tandem cdr list|show|streams|pcap`: queries the call records `tandem capture` stored, and
+//! the streams it saw without a call; `pcap` reads a call's (or such a stream's) archived
+//! packets back (`sensor::call_pcap`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -72,8 +73,36 @@ pub enum CdrCommand {
         #[arg(long)]
         json: bool,
     },
+    /// RTP streams seen without SIP (stored with no call), newest first, as the console's
+    /// Streams page finds them; each line ends with the uid `pcap` takes.
+    Streams {
+        /// Streams that started at or after this time (YYYY-MM-DD[THH:MM[:SS]] UTC, or Unix
+        /// seconds).
+        #[arg(long)]
+        since: Option<String>,
+        /// Streams that started before this time.
+        #[arg(long)]
+        until: Option<String>,
+        /// An IP address of either end (with --port: that endpoint).
+        #[arg(long)]
+        ip: Option<String>,
+        /// A UDP port of either end.
+        #[arg(long)]
+        port: Option<String>,
+        /// The SSRC: 0x and hex (0x1A2B3C4D), or decimal.
+        #[arg(long)]
+        ssrc: Option<String>,
+        /// Most rows.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// The call's archived packets (SIP and RTP merged in time order) as one pcap on stdout:
-    /// `tandem cdr pcap CALL-ID > call.pcap`. Needs a capture made with --archive.
+    /// `tandem cdr pcap CALL-ID > call.pcap`. Needs a capture made with --archive. A stream
+    /// seen without SIP is asked for by its uid, as the console's Streams page and
+    /// `/api/streams` give it: `tandem cdr pcap 'local|rtp|SRC|DST|SSRC|START/0'`.
     Pcap { call_id: String },
 }
 
@@ -96,14 +125,13 @@ fn time_arg(name: &str, v: Option<String>) -> anyhow::Result<Option<i64>> {
     .transpose()
 }
 
-/// The calls `q` matches, newest first, at most `limit` (0: all), a page at a time through the
-/// console's search (its indexes, its number syntax).
-fn search_all(
-    store: &mut dyn ::cdr::CdrStore,
-    mut q: CallQuery,
+/// Every row of a keyset search, newest first, at most `limit` (0: all): `page(want, after)`
+/// reads a page of at most `want` rows after the cursor and gives its rows and the next one.
+fn all_pages<T>(
     limit: usize,
-) -> anyhow::Result<Vec<CallSummary>> {
-    let mut out = Vec::new();
+    mut page: impl FnMut(usize, Option<Cursor>) -> anyhow::Result<(Vec<T>, Option<String>)>,
+) -> anyhow::Result<Vec<T>> {
+    let (mut out, mut after) = (Vec::new(), None);
     loop {
         let want = if limit == 0 {
             LIMIT_MAX
@@ -113,14 +141,41 @@ fn search_all(
         if want == 0 {
             return Ok(out);
         }
-        q.limit = want;
-        let page = store.search(&q)?;
-        out.extend(page.calls);
-        match page.next {
-            Some(next) => q.after = Some(Cursor::parse("after", &next)?),
+        let (rows, next) = page(want, after)?;
+        out.extend(rows);
+        match next {
+            Some(next) => after = Some(Cursor::parse("after", &next)?),
             None => return Ok(out),
         }
     }
+}
+
+/// The calls `q` matches, newest first, at most `limit` (0: all), a page at a time through the
+/// console's search (its indexes, its number syntax).
+fn search_all(
+    store: &mut dyn ::cdr::CdrStore,
+    mut q: CallQuery,
+    limit: usize,
+) -> anyhow::Result<Vec<CallSummary>> {
+    all_pages(limit, |want, after| {
+        (q.limit, q.after) = (want, after);
+        let page = store.search(&q)?;
+        Ok((page.calls, page.next))
+    })
+}
+
+/// The streams without a call `q` matches, newest first, at most `limit` (0: all), a page at
+/// a time.
+fn lone_all(
+    store: &mut dyn ::cdr::CdrStore,
+    mut q: ::cdr::lone::StreamQuery,
+    limit: usize,
+) -> anyhow::Result<Vec<::cdr::lone::LoneStream>> {
+    all_pages(limit, |want, after| {
+        (q.limit, q.after) = (want, after);
+        let page = store.lone_streams(&q)?;
+        Ok((page.streams, page.next))
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -237,11 +292,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         CdrCommand::Pcap { call_id } => {
-            let Some((c, _)) = store.show(&call_id)? else {
-                anyhow::bail!(
-                    "no call with Call-ID {call_id:?} in {}",
-                    args.cdr_db.display()
-                );
+            let (c, what) = match store.show(&call_id)? {
+                Some((c, _)) => (c, format!("call {call_id:?}")),
+                None => match store.lone_stream_by_uid(&call_id)? {
+                    // A stream without a call: its own member, named by its uid.
+                    Some(s) => (
+                        s.stream.archive_as_call(&s.uid, &s.sensor),
+                        format!("stream {call_id:?}"),
+                    ),
+                    None => anyhow::bail!(
+                        "no call with Call-ID {call_id:?}, nor a stream without a call with that uid, in {}",
+                        args.cdr_db.display()
+                    ),
+                },
             };
             let remote = !c.sensor.is_empty() && c.sensor != ::cdr::writer::DEFAULT_SENSOR;
             if remote && args.collector_socket.exists() {
@@ -251,7 +314,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     &collector::PcapCall::from(&c),
                     std::time::Duration::from_secs(120),
                 )
-                .map_err(|e| anyhow::anyhow!("call {call_id:?} from sensor {}: {e}", c.sensor))?;
+                .map_err(|e| anyhow::anyhow!("{what} from sensor {}: {e}", c.sensor))?;
                 out.write_all(&pcap)?;
                 return Ok(());
             }
@@ -260,12 +323,57 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     anyhow::Error::new(e).context("writing the pcap to stdout")
                 }
                 other if remote => anyhow::Error::new(other).context(format!(
-                    "call {call_id:?} was archived by sensor {:?}, and no collector answers here ({} is missing): run this on the collector's machine, or on that sensor's",
+                    "{what} was archived by sensor {:?}, and no collector answers here ({} is missing): run this on the collector's machine, or on that sensor's",
                     c.sensor,
                     args.collector_socket.display()
                 )),
                 other => other.into(),
             })?;
+        }
+        CdrCommand::Streams {
+            since,
+            until,
+            ip,
+            port,
+            ssrc,
+            limit,
+            json,
+        } => {
+            // The console's own parameters and parsing: the same errors, named as options.
+            let mut raw = String::new();
+            for (name, value) in [("ip", ip), ("port", port), ("ssrc", ssrc)] {
+                if let Some(v) = value {
+                    raw += &format!("&{name}={}", console::web::url_encode(&v));
+                }
+            }
+            let mut q = ::cdr::lone::StreamQuery::from_query(raw.trim_start_matches('&'))
+                .map_err(|e| anyhow::anyhow!("--{}: {}", e.param, e.problem))?;
+            (q.from_us, q.to_us) = (time_arg("since", since)?, time_arg("until", until)?);
+            let streams = lone_all(store.as_mut(), q, limit)?;
+            if streams.is_empty() && !json {
+                eprintln!("no streams without a call match");
+            }
+            for l in streams {
+                if json {
+                    serde_json::to_writer(&mut out, &l)?;
+                    writeln!(out)?;
+                    continue;
+                }
+                let s = &l.stream;
+                writeln!(
+                    out,
+                    "{}  {} -> {}  0x{:08X}  {}  packets {}  lost {}  mos {}  {}",
+                    format_us(s.start_us),
+                    s.src,
+                    s.dst,
+                    s.ssrc,
+                    s.payload,
+                    s.packets,
+                    s.lost,
+                    s.mos.map_or("-".to_string(), |m| format!("{m:.2}")),
+                    l.uid
+                )?;
+            }
         }
         CdrCommand::Show { call_id, json } => {
             let Some((c, streams)) = store.show(&call_id)? else {

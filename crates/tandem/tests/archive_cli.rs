@@ -118,8 +118,17 @@ fn cdr_pcap(db: &Path, call_id: &str) -> Output {
 
 /// One line per packet matching `filter`: the given fields, tab-separated.
 fn tshark(file: &Path, filter: &str, fields: &[&str]) -> Vec<String> {
+    tshark_with(file, &[], filter, fields)
+}
+
+/// [`tshark`] with preferences (`-o NAME:VALUE` each).
+fn tshark_with(file: &Path, prefs: &[&str], filter: &str, fields: &[&str]) -> Vec<String> {
     let mut c = Command::new("tshark");
-    c.arg("-r").arg(file).args(["-Y", filter, "-T", "fields"]);
+    c.arg("-r").arg(file);
+    for p in prefs {
+        c.args(["-o", p]);
+    }
+    c.args(["-Y", filter, "-T", "fields"]);
     for f in fields {
         c.args(["-e", f]);
     }
@@ -233,6 +242,46 @@ fn check_archive_of(
                 ));
             }
         }
+    }
+    // Each stream without a call: its own member, every frame of it one of the original's,
+    // its RTP packets as many as its row counts (the rest is RTCP on it, some of which
+    // tshark's heuristic does not take for RTCP).
+    let all_frames: Vec<String> = originals
+        .iter()
+        .flat_map(|o| tshark(o, "frame", &["frame.time_epoch", "frame.len"]))
+        .collect();
+    for l in lone_streams(db) {
+        let Some(tar) = &l.stream.rtp_tar else {
+            panic!("{original}: {}: not archived", l.uid)
+        };
+        let file = work.join("stream.pcap");
+        stream_pcap(db, &l.uid, &file);
+        let frames = tshark(&file, "frame", &["frame.time_epoch", "frame.len"]);
+        for f in &frames {
+            assert!(
+                all_frames.contains(f),
+                "{}: {f} is not in the original",
+                l.uid
+            );
+        }
+        let (rtp, _) = ssrc_frames(&file, l.stream.ssrc);
+        assert_eq!(
+            rtp.len() as u64,
+            l.stream.packets,
+            "{original}: {}: RTP packets archived vs its row",
+            l.uid
+        );
+        seen.insert(
+            l.uid.clone(),
+            CallCheck {
+                sip: 0,
+                rtp: rtp.len(),
+            },
+        );
+        members.entry(PathBuf::from(tar)).or_default().push((
+            l.stream.rtp_member.clone().unwrap(),
+            l.stream.rtp_len.unwrap(),
+        ));
     }
     // Every tar is listed by GNU tar with exactly the members the CDRs point at, and extracts.
     let tars = all_tars(dir);
@@ -385,7 +434,9 @@ fn real_captures_read_back_in_time_keep_every_call_archived() {
         .iter()
         .flat_map(|f| archived_whatever_the_order(&[f.as_path()], count_calls(f)))
         .collect();
-    let both = archived_whatever_the_order(&[&later, &earlier], alone.len());
+    // The calls, and the streams without a call beside them (named by their uid).
+    let calls = alone.keys().filter(|k| !k.contains("|rtp|")).count();
+    let both = archived_whatever_the_order(&[&later, &earlier], calls);
     assert_eq!(both, alone);
     // The SIP of the earlier file's answered call, and its RTP.
     assert!(both["12013223@200.57.7.195"].sip > 0 && both["12013223@200.57.7.195"].rtp > 0);
@@ -466,9 +517,20 @@ fn calls_not_archived_whole_are_named() {
         ..SynthConfig::default()
     };
     generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    // And 100 s of RTP without SIP: 1.15 MB of it.
+    let lone = work.path().join("lone.pcap");
+    let mut b = monitor::synth::PcapBuilder::create(&lone).unwrap();
+    b.pcma_run(
+        1_795_248_540_000_000_000,
+        flow("10.9.9.9:30000", "10.9.9.8:30002"),
+        0xAB,
+        0,
+        5000,
+    );
+    b.finish().unwrap();
     let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
     let err = capture_files(
-        &[&pcap],
+        &[&pcap, &lone],
         &dir,
         &db,
         &["--archive-store", "full", "--archive-call-max-mib", "1"],
@@ -481,21 +543,304 @@ fn calls_not_archived_whole_are_named() {
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(at_limits > 0, "{summary}");
     assert!(
-        err.contains("calls not archived whole: at limits: synth-0@tandem.test"),
+        err.contains(
+            "calls not archived whole: at limits: synth-0@tandem.test, \
+             stream 10.9.9.9:30000>10.9.9.8:30002 0x000000AB"
+        ),
         "{err}"
     );
+    // What was kept of the stream is still its own, read back as a pcap.
+    let streams = lone_streams(&db);
+    assert_eq!(streams[0].stream.packets, 5000);
+    let out = work.path().join("stream.pcap");
+    stream_pcap(&db, &streams[0].uid, &out);
+    let kept = std::fs::metadata(&out).unwrap().len();
+    assert!(kept > 1_000_000 && kept <= 1 << 20, "{kept} bytes");
 }
 
+/// The streams stored without a call, newest first, as the console's Streams page lists them.
+fn lone_streams(db: &Path) -> Vec<cdr::lone::LoneStream> {
+    use cdr::CdrStore;
+    let q = cdr::lone::StreamQuery {
+        limit: 500,
+        ..Default::default()
+    };
+    let mut store = cdr::SqliteStore::open(db).unwrap();
+    store.lone_streams(&q).unwrap().streams
+}
+
+/// `tandem cdr pcap UID` of a stream without a call, written to `out`.
+fn stream_pcap(db: &Path, uid: &str, out: &Path) {
+    let pcap = ok(cdr_pcap(db, uid), "tandem cdr pcap (a stream's uid)");
+    std::fs::write(out, pcap.stdout).unwrap();
+}
+
+/// Time, length and RTP sequence of every packet of `ssrc` in `file`, and every RTCP packet
+/// reporting on it (tshark's heuristics: no SDP names these ports).
+fn ssrc_frames(file: &Path, ssrc: u32) -> (Vec<String>, Vec<String>) {
+    let prefs = ["rtp.heuristic_rtp:TRUE", "rtcp.heuristic_rtcp:TRUE"];
+    (
+        tshark_with(
+            file,
+            &prefs,
+            &format!("rtp.ssrc == {ssrc:#x}"),
+            &["frame.time_epoch", "frame.len", "rtp.seq"],
+        ),
+        tshark_with(
+            file,
+            &prefs,
+            &format!("rtcp.ssrc.identifier == {ssrc:#x}"),
+            &["frame.time_epoch", "frame.len"],
+        ),
+    )
+}
+
+/// Real PCMA RTP with no SIP: stored as a stream without a call, with its own member in the
+/// minute's `rtp.tar`, and `tandem cdr pcap UID` gives exactly tshark's packets of its SSRC,
+/// whole or cut to their RTP headers, with one shard and two.
 #[test]
-fn real_capture_of_rtp_without_signalling_archives_nothing() {
+fn real_capture_of_rtp_without_signalling_is_archived_as_its_stream() {
     let Some(captures) = shared_captures() else {
         return;
     };
+    if !have("tshark") {
+        return;
+    }
+    let original = captures.join("g711a-rtp-only.pcap");
+    let (want, _) = ssrc_frames(&original, 0xDEE0_EE8F);
+    assert_eq!(want.len(), 236, "tshark's packets of the SSRC");
+    for (store, shards) in [("full", "1"), ("full", "2"), ("headers", "1")] {
+        let work = tempfile::tempdir().unwrap();
+        let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+        let err = capture_files(
+            &[&original],
+            &dir,
+            &db,
+            &["--archive-store", store, "--shards", shards],
+        );
+        assert!(err.contains("0 calls, 1 streams without a call"), "{err}");
+        assert!(calls(&db).is_empty());
+        let streams = lone_streams(&db);
+        assert_eq!(streams.len(), 1);
+        let s = &streams[0];
+        assert_eq!(s.stream.ssrc, 0xDEE0_EE8F);
+        // `tandem cdr streams` finds it as the console does, with the uid `pcap` takes.
+        for (filter, found) in [
+            (["--ip", "10.1.6.18", "--port", "2006"], 1),
+            (["--ssrc", "0xdee0ee8f", "--limit", "5"], 1),
+            (["--ssrc", "3739283087", "--port", "5000"], 1),
+            (["--ip", "10.1.6.18", "--port", "2007"], 0),
+        ] {
+            let out = ok(
+                tandem()
+                    .args(["cdr", "--db"])
+                    .arg(&db)
+                    .args(["streams", "--json"])
+                    .args(filter)
+                    .output()
+                    .unwrap(),
+                "tandem cdr streams",
+            );
+            let lines: Vec<Value> = String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(lines.len(), found, "{filter:?}");
+            if found == 1 {
+                assert_eq!(lines[0]["uid"], s.uid.as_str(), "{filter:?}");
+            }
+        }
+        assert!(
+            s.uid
+                .starts_with("local|rtp|10.1.3.143:5000|10.1.6.18:2006|3739283087|")
+        );
+        let tar = s.stream.rtp_tar.as_deref().expect("its member is named");
+        assert!(tar.ends_with("/2002-07-26/06/19/rtp.tar"), "{tar}");
+        assert_eq!(all_tars(&dir), [PathBuf::from(tar)], "no SIP tar: no call");
+        let out = work.path().join("stream.pcap");
+        stream_pcap(&db, &s.uid, &out);
+        let (got, _) = ssrc_frames(&out, 0xDEE0_EE8F);
+        if store == "full" {
+            assert_eq!(
+                got, want,
+                "{store}, {shards} shards: the stream's packets, whole"
+            );
+        } else {
+            // Cut after the RTP header: the same packets, each 160 bytes of audio shorter.
+            assert_eq!(got.len(), want.len(), "{store}");
+            let seq = |l: &String| l.split('\t').nth(2).unwrap().to_string();
+            assert_eq!(
+                got.iter().map(seq).collect::<Vec<_>>(),
+                want.iter().map(seq).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(s.stream.packets, 236);
+    }
+}
+
+const MS: i64 = 1_000_000;
+
+/// A flow's source and destination.
+fn flow(src: &str, dst: &str) -> (std::net::SocketAddr, std::net::SocketAddr) {
+    (src.parse().unwrap(), dst.parse().unwrap())
+}
+
+/// A SIP message of the call `late-sdp@tandem.test` between 10.0.0.1 and 10.0.0.2.
+fn late_sdp_sip(start: &str, cseq: &str, to_tag: bool, body: Option<&str>) -> String {
+    let mut m = format!(
+        "{start}\r\nVia: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK{}\r\n\
+         From: <sip:100@10.0.0.1>;tag=a\r\nTo: <sip:200@10.0.0.2>{}\r\n\
+         Call-ID: late-sdp@tandem.test\r\nCSeq: {cseq}\r\nContact: <sip:100@10.0.0.1>\r\n",
+        cseq.replace(' ', ""),
+        if to_tag { ";tag=b" } else { "" }
+    );
+    match body {
+        Some(b) => {
+            m += &format!(
+                "Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{b}",
+                b.len()
+            )
+        }
+        None => m += "Content-Length: 0\r\n\r\n",
+    }
+    m
+}
+
+/// Two kinds of media without SIP before it, in one capture: a stream no SIP ever announces
+/// (with RTCP reports on it, and a second one beside it), and a callee's stream that starts
+/// before the INVITE announcing where it goes. The first two are archived as streams of their
+/// own (`cdr pcap UID`: exactly tshark's RTP of the SSRC and the RTCP on it); the third is its
+/// call's, whose pcap holds all of it; with one, two and three shards.
+#[test]
+fn media_without_sip_is_archived_as_its_stream_or_its_late_call() {
+    if !have("tshark") {
+        return;
+    }
     let work = tempfile::tempdir().unwrap();
-    let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
-    capture(&captures.join("g711a-rtp-only.pcap"), &dir, &db, &[]);
-    assert!(calls(&db).is_empty());
-    assert!(all_tars(&dir).is_empty(), "RTP of no call is not archived");
+    let original = work.path().join("media.pcap");
+    let mut b = monitor::synth::PcapBuilder::create(&original).unwrap();
+    let t0 = 1_795_248_540_000_000_000; // 2026-11-21T08:09:00Z
+    let sdp = |ip: &str, port: u16| {
+        format!(
+            "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
+             m=audio {port} RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\n"
+        )
+    };
+    let (lone, other) = (
+        flow("10.9.9.9:30000", "10.9.9.8:30002"),
+        flow("10.9.9.7:31000", "10.9.9.6:31002"),
+    );
+    let (sip_a, sip_b) = (
+        "10.0.0.1:5060".parse().unwrap(),
+        "10.0.0.2:5060".parse().unwrap(),
+    );
+    let mut t = t0;
+    // The callee's audio first, to the caller's media address the INVITE then announces.
+    t = b.pcma_run(t, flow("10.0.0.2:5000", "10.0.0.1:4000"), 0xB0B, 0, 10);
+    let invite = late_sdp_sip(
+        "INVITE sip:200@10.0.0.2 SIP/2.0",
+        "1 INVITE",
+        false,
+        Some(&sdp("10.0.0.1", 4000)),
+    );
+    b.udp(t, sip_a, sip_b, invite.as_bytes());
+    let ok200 = late_sdp_sip(
+        "SIP/2.0 200 OK",
+        "1 INVITE",
+        true,
+        Some(&sdp("10.0.0.2", 5000)),
+    );
+    b.udp(t + 20 * MS, sip_b, sip_a, ok200.as_bytes());
+    let ack = late_sdp_sip("ACK sip:200@10.0.0.2 SIP/2.0", "1 ACK", true, None);
+    b.udp(t + 30 * MS, sip_a, sip_b, ack.as_bytes());
+    t += 40 * MS;
+    for k in 0..3u16 {
+        let t1 = b.pcma_run(
+            t,
+            flow("10.0.0.2:5000", "10.0.0.1:4000"),
+            0xB0B,
+            10 + 40 * k,
+            40,
+        );
+        b.pcma_run(
+            t + MS,
+            flow("10.0.0.1:4000", "10.0.0.2:5000"),
+            0xA0A,
+            40 * k,
+            40,
+        );
+        b.pcma_run(t + 2 * MS, lone, 0xAB, 40 * k, 40);
+        b.pcma_run(t + 3 * MS, other, 0xCD, 40 * k, 40);
+        t = t1 + 5 * MS;
+        let mut rr = vec![0x81, 201, 0, 7];
+        rr.extend_from_slice(&0x5EED_u32.to_be_bytes());
+        rr.extend_from_slice(&0xABu32.to_be_bytes());
+        rr.extend_from_slice(&[0, 0, 0, 0]);
+        rr.extend_from_slice(&(40 * u32::from(k) + 39).to_be_bytes());
+        rr.extend_from_slice(&[0; 12]);
+        b.udp(
+            t,
+            "10.9.9.8:30003".parse().unwrap(),
+            "10.9.9.9:30001".parse().unwrap(),
+            &rr,
+        );
+    }
+    let bye = late_sdp_sip("BYE sip:200@10.0.0.2 SIP/2.0", "2 BYE", true, None);
+    b.udp(t + 20 * MS, sip_a, sip_b, bye.as_bytes());
+    let bye_ok = late_sdp_sip("SIP/2.0 200 OK", "2 BYE", true, None);
+    b.udp(t + 30 * MS, sip_b, sip_a, bye_ok.as_bytes());
+    b.finish().unwrap();
+    let (want_lone, want_rtcp) = ssrc_frames(&original, 0xAB);
+    assert_eq!((want_lone.len(), want_rtcp.len()), (120, 3), "tshark");
+    let (want_late, _) = ssrc_frames(&original, 0xB0B);
+    assert_eq!(want_late.len(), 130);
+    for shards in ["1", "2", "3"] {
+        let work = tempfile::tempdir().unwrap();
+        let (dir, db) = (work.path().join("archive"), work.path().join("cdr.sqlite3"));
+        let err = capture_files(
+            &[&original],
+            &dir,
+            &db,
+            &["--archive-store", "full", "--shards", shards],
+        );
+        assert!(
+            err.contains("1 calls, 2 streams without a call"),
+            "{shards} shards: {err}"
+        );
+        assert!(!err.contains("not archived whole"), "{err}");
+        let streams = lone_streams(&db);
+        let ssrcs: Vec<u32> = streams.iter().map(|s| s.stream.ssrc).collect();
+        assert_eq!(
+            ssrcs,
+            [0xCD, 0xAB],
+            "{shards} shards: the late stream is the call's"
+        );
+        let out = work.path().join("lone.pcap");
+        stream_pcap(&db, &streams[1].uid, &out);
+        let (got, rtcp) = ssrc_frames(&out, 0xAB);
+        assert_eq!(got, want_lone, "{shards} shards: its RTP");
+        assert_eq!(rtcp, want_rtcp, "{shards} shards: and the RTCP on it");
+        let (none, _) = ssrc_frames(&out, 0xCD);
+        assert!(
+            none.is_empty(),
+            "{shards} shards: nothing of the other stream"
+        );
+        // The call's pcap holds its late stream whole, the packets before the INVITE too.
+        let out = work.path().join("call.pcap");
+        let pcap = ok(cdr_pcap(&db, "late-sdp@tandem.test"), "tandem cdr pcap");
+        std::fs::write(&out, pcap.stdout).unwrap();
+        let (got, _) = ssrc_frames(&out, 0xB0B);
+        assert_eq!(
+            got, want_late,
+            "{shards} shards: the call has its late stream whole"
+        );
+        assert_eq!(
+            stream_packets(&db, "late-sdp@tandem.test"),
+            250,
+            "{shards} shards"
+        );
+    }
 }
 
 /// Twelve calls, one every 30 s: six minutes of capture time.

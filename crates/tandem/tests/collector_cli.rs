@@ -1,7 +1,7 @@
 //! Sensors and a collector as a user runs them: `tandem sensor add`, `tandem serve` with a
 //! `[collector]` on a throwaway PostgreSQL, `tandem capture --read ... --collector`, the collector
 //! SIGKILLed and started again, and `tandem cdr pcap` on the collector fetching a call's pcap
-//! from the sensor that archived it. No timing is asserted.
+//! (and a stream's without a call, by its uid) from the sensor that archived it. No timing is asserted.
 
 mod common;
 use common::free_port;
@@ -232,6 +232,17 @@ fn sensors_deliver_through_a_collector_killed_and_restarted_and_serve_their_pcap
         .unwrap();
     let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
     assert_eq!(counts, (16, 16, 16), "each call of both files, once");
+    // RTP that no SIP announced: a stream without a call, archived on its own.
+    let lone = dir.path().join("lone.pcap");
+    let mut b = monitor::synth::PcapBuilder::create(&lone).unwrap();
+    let flow = (
+        "10.9.9.9:30000".parse().unwrap(),
+        "10.9.9.8:30002".parse().unwrap(),
+    );
+    b.pcma_run(1_750_007_200_000_000_000, flow, 0xAB, 0, 150);
+    b.finish().unwrap();
+    let out = capture(&lone);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 
     // A sensor that stays up (HEP source), serving the same archive.
     let mut live = Command::new(EXE)
@@ -291,6 +302,42 @@ fn sensors_deliver_through_a_collector_killed_and_restarted_and_serve_their_pcap
     assert!(own.status.success(), "{}", text(&own.stderr));
     assert!(own.stdout.len() > 24, "a pcap with packets");
     assert!(remote.stdout == own.stdout, "the fetched pcap differs");
+    // The same for the stream without a call, asked for by its uid.
+    let uid: String = client
+        .query_one(
+            "SELECT uid FROM cdr_rtp WHERE cdr_id IS NULL AND rtp_tar IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        uid.starts_with("site-1|rtp|10.9.9.9:30000|10.9.9.8:30002|171|"),
+        "{uid}"
+    );
+    let stream_pcap = |socket: &Path| {
+        run(&[
+            "cdr",
+            "pcap",
+            &uid,
+            "--cdr-postgres",
+            &conninfo,
+            "--collector-socket",
+            socket.to_str().unwrap(),
+        ])
+    };
+    let remote = stream_pcap(&socket);
+    assert!(remote.status.success(), "{}", text(&remote.stderr));
+    let own = stream_pcap(&dir.path().join("no-collector.sock"));
+    assert!(own.status.success(), "{}", text(&own.stderr));
+    assert_eq!(
+        own.stdout.len(),
+        24 + 150 * (16 + 42 + 172),
+        "its 150 packets"
+    );
+    assert!(
+        remote.stdout == own.stdout,
+        "the fetched pcap of the stream differs"
+    );
 
     // The sensor stops: the collector says it is offline.
     unsafe {

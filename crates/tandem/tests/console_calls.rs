@@ -393,7 +393,10 @@ async fn an_operator_finds_a_call_reads_its_ladder_listens_and_downloads_its_pac
     check_audio(&b, &cap, call_id, dir.path()).await;
 
     // 5. The pcap the page downloads is `tandem cdr pcap`'s, byte for byte.
-    let downloaded = js_bytes(&b, "document.getElementById('pcap').href").await;
+    let downloaded = b
+        .fetch_bytes("document.getElementById('pcap').href")
+        .await
+        .unwrap();
     assert_eq!(downloaded, cdr_pcap(&cap.cdr_db(), call_id));
 
     // 6. Every listen and download was logged with its user.
@@ -667,11 +670,13 @@ async fn check_audio(b: &Browser, cap: &Captured, call_id: &str, dir: &Path) {
     let pcap = cdr_pcap(&cap.cdr_db(), call_id);
     for p in players {
         let ssrc = p[3].as_str().unwrap();
-        let played = play(
-            b,
-            &format!("#streams audio[data-stream='{}']", p[0].as_str().unwrap()),
-        )
-        .await;
+        let played = b
+            .play_audio(&format!(
+                "#streams audio[data-stream='{}']",
+                p[0].as_str().unwrap()
+            ))
+            .await
+            .unwrap();
         match tshark_rtp_seconds(&pcap, ssrc, 0.02, dir) {
             Some(want) => assert!(
                 (played - want).abs() < 0.002,
@@ -680,43 +685,8 @@ async fn check_audio(b: &Browser, cap: &Captured, call_id: &str, dir: &Path) {
             None => test_env::skip("tshark is not installed: WAV lengths are not compared with it"),
         }
     }
-    let mixed = play(b, "#mixed-audio").await;
+    let mixed = b.play_audio("#mixed-audio").await.unwrap();
     assert!(mixed > 0.5, "the mix plays: {mixed} s");
-}
-
-/// Starts the player `selector` finds (muted) and returns its duration once it plays.
-async fn play(b: &Browser, selector: &str) -> f64 {
-    let script = format!(
-        "const done = arguments[arguments.length - 1];
-         const a = document.querySelector(\"{selector}\");
-         a.muted = true;
-         const fail = (e) => done({{error: String(e && (e.message || e.type) || e), code: a.error && a.error.code}});
-         a.addEventListener('error', fail, {{once: true}});
-         a.addEventListener('timeupdate', () => {{ if (a.currentTime > 0) done({{duration: a.duration, at: a.currentTime}}); }});
-         a.play().catch(fail);"
-    );
-    let v = b.client.execute_async(&script, vec![]).await.unwrap();
-    assert!(v["error"].is_null(), "{selector} did not play: {v}");
-    v["duration"].as_f64().unwrap()
-}
-
-/// The bytes at `url_expr` (a JavaScript expression for a URL), fetched by the page itself with
-/// its session.
-async fn js_bytes(b: &Browser, url_expr: &str) -> Vec<u8> {
-    let script = format!(
-        "const done = arguments[arguments.length - 1];
-         fetch({url_expr}, {{credentials: 'same-origin'}})
-           .then(r => r.ok ? r.arrayBuffer() : Promise.reject(r.status))
-           .then(buf => done(Array.from(new Uint8Array(buf))))
-           .catch(e => done({{error: String(e)}}));"
-    );
-    let v = b.client.execute_async(&script, vec![]).await.unwrap();
-    assert!(v.get("error").is_none(), "download failed: {v}");
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u8)
-        .collect()
 }
 
 /// One SIP message of the live call below, as HEP from 192.0.2.10 (caller) or .20.

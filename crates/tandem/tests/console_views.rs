@@ -421,13 +421,20 @@ fn synthetic(dir: &Path) -> PathBuf {
 
 /// Reads `input` into the data directory's CDRs and archive; returns `--json`'s lines.
 fn capture(data: &Path, input: &Path) -> Vec<Value> {
-    let out = Command::new(EXE)
-        .arg("capture")
-        .arg("--read")
-        .arg(input)
-        .arg("--archive")
-        .arg(data.join("archive"))
-        .args(["--archive-store", "full", "--json", "--cdr-db"])
+    capture_as(data, input, true)
+}
+
+/// [`capture`], into the archive or not.
+fn capture_as(data: &Path, input: &Path, archive: bool) -> Vec<Value> {
+    let mut c = Command::new(EXE);
+    c.arg("capture").arg("--read").arg(input);
+    if archive {
+        c.arg("--archive")
+            .arg(data.join("archive"))
+            .args(["--archive-store", "full"]);
+    }
+    let out = c
+        .args(["--json", "--cdr-db"])
         .arg(data.join("cdr.sqlite3"))
         .output()
         .unwrap();
@@ -699,7 +706,8 @@ async fn fax_srtp_one_ip_and_lone_streams_read_as_what_they_are() {
     assert!(!page_overflows(&b).await, "the call page scrolls sideways");
     look(&b, "call-one-ip").await;
 
-    // 5. The stream without SIP: found by its SSRC, shown with its figures.
+    // 5. The stream without SIP: found by its SSRC, shown with its figures, its charts over
+    // time and its audio from its own archived packets.
     let lone = hand_lines
         .iter()
         .find(|l| l["kind"] == "rtp_stream" && l["call_id"].is_null())
@@ -734,7 +742,147 @@ async fn fax_srtp_one_ip_and_lone_streams_read_as_what_they_are() {
     )
     .await;
     assert_eq!(packets.as_str().unwrap(), lone["packets"].to_string());
+    // Its own archived packets: a chart per figure over its seconds, one packets-per-second
+    // point for each of them, every point in its frame...
+    let charts = eventually(20, "the stream's charts", || async {
+        let v = js(&b, r#"return [...document.querySelectorAll('#stream-charts figure')].map(f => {
+            const svg = f.querySelector('svg'); const h = svg.viewBox.baseVal.height;
+            const ys = (f.querySelector('path.line')?.getAttribute('d') || '').split(/[ML]/).filter(Boolean).map(p => Number(p.split(',')[1]));
+            return { figure: f.dataset.figure, points: ys.length, inside: ys.every(y => y >= 0 && y <= h - 20 + 0.01) };
+        });"#).await;
+        v.as_array().filter(|a| !a.is_empty()).cloned()
+    })
+    .await;
+    let figures: Vec<&str> = charts
+        .iter()
+        .map(|c| c["figure"].as_str().unwrap())
+        .collect();
+    assert_eq!(figures, ["Jitter", "Lost packets", "MOS", "Packets"]);
+    for c in &charts {
+        assert_eq!(
+            (c["inside"].as_bool(), c["points"].as_u64()),
+            (Some(true), Some(3)),
+            "{c}"
+        );
+    }
+    let stream_uid = js(
+        &b,
+        "return document.getElementById('stream-page').dataset.uid;",
+    )
+    .await;
+    let stream_uid = stream_uid.as_str().unwrap().to_owned();
+    // A path segment: its `/` too (a stream's uid ends with `/0`).
+    let enc = console::web::url_encode(&stream_uid).replace('/', "%2F");
+    let (_, _, body) = http(server.web, "GET", &format!("/api/streams/{enc}"), &auth, "").unwrap();
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(view["archived"], true, "{view}");
+    let per_second: Vec<i64> = view["streams"][0]["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["packets"].as_i64().unwrap())
+        .collect();
+    assert_eq!(per_second, [50, 50, 50], "{view}");
+    // ...its audio offered and played (3 s of PCMA), its pcap downloaded, each written to the
+    // access log; a viewer gets neither.
+    let played = b
+        .play_audio("#streams audio[data-stream='0']")
+        .await
+        .unwrap();
+    assert!((played - 3.0).abs() < 0.05, "the WAV lasts {played} s");
+    let pcap = b
+        .fetch_bytes("document.getElementById('pcap').href")
+        .await
+        .unwrap();
+    assert_eq!(pcap.len(), 24 + 150 * (16 + 42 + 172), "its 150 packets");
+    let accounts = console::accounts::Accounts::open(&data.join("console.sqlite3")).unwrap();
+    let log = accounts.access_log(50).unwrap();
+    for (action, target) in [
+        ("listen", format!("{stream_uid} 0.wav")),
+        ("pcap", stream_uid.clone()),
+    ] {
+        assert!(
+            log.iter()
+                .any(|a| a.user == "ops" && a.action == action && a.target == target),
+            "{action} {target} not in {log:?}"
+        );
+    }
+    add_user(Path::new(EXE), &data, "watcher", "viewer", PASSWORD).unwrap();
+    let viewer = login_cookie(server.web, "watcher", PASSWORD).unwrap();
+    for url in [
+        format!("/api/streams/{enc}/pcap"),
+        format!("/api/streams/{enc}/audio/0.wav"),
+    ] {
+        let (status, _, body) =
+            http(server.web, "GET", &url, &[("Cookie", viewer.as_str())], "").unwrap();
+        assert_eq!(status, 403, "{url}: {body}");
+        let (status, _, _) = http(server.web, "GET", &url, &[], "").unwrap();
+        assert_eq!(status, 401, "{url}");
+    }
+    assert!(
+        !page_overflows(&b).await,
+        "the stream page scrolls sideways"
+    );
     look(&b, "stream").await;
+    // Two more: one captured without --archive, one whose archived packets are gone (its
+    // minute deleted): each page shows the row's figures and says why there is no more.
+    let mut gone = Pcap::new();
+    gone.rtp(
+        t0 - 3_600_000_000,
+        "10.30.0.7:17384",
+        "10.30.0.8:17386",
+        0x5EED_0001,
+        2,
+    );
+    let gone_path = dir.path().join("gone.pcap");
+    std::fs::write(&gone_path, &gone.bytes).unwrap();
+    capture(&data, &gone_path);
+    let mut plain = Pcap::new();
+    plain.rtp(
+        t0 - 7_200_000_000,
+        "10.30.0.9:18384",
+        "10.30.0.10:18386",
+        0x5EED_0002,
+        2,
+    );
+    let plain_path = dir.path().join("plain.pcap");
+    std::fs::write(&plain_path, &plain.bytes).unwrap();
+    capture_as(&data, &plain_path, false);
+    for (ssrc, why) in [
+        ("0x5EED0001", "cannot be read"),
+        ("0x5EED0002", "not archived"),
+    ] {
+        let (_, _, body) = http(
+            server.web,
+            "GET",
+            &format!("/api/streams?ssrc={ssrc}&from=2026-01-01"),
+            &auth,
+            "",
+        )
+        .unwrap();
+        let found: Value = serde_json::from_str(&body).unwrap();
+        let row = &found["streams"][0];
+        if let Some(tar) = row["rtp_tar"].as_str() {
+            std::fs::remove_dir_all(Path::new(tar).parent().unwrap()).unwrap();
+        }
+        let enc = console::web::url_encode(row["uid"].as_str().unwrap()).replace('/', "%2F");
+        let (status, _, body) =
+            http(server.web, "GET", &format!("/api/streams/{enc}"), &auth, "").unwrap();
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["archived"], false, "{v}");
+        assert!(v["note"].as_str().unwrap().contains(why), "{ssrc}: {v}");
+        assert_eq!(v["streams"][0]["figures"]["packets"], 100, "{v}");
+        let (status, _, body) = http(
+            server.web,
+            "GET",
+            &format!("/api/streams/{enc}/pcap"),
+            &auth,
+            "",
+        )
+        .unwrap();
+        assert!(status == 404 || status == 503, "{ssrc}: {status} {body}");
+    }
     // By address and port too, and not as a call's stream.
     for q in ["ip=10.30.0.6&port=16386", "ip=10.30.0.5", "port=16384"] {
         let (status, _, body) =

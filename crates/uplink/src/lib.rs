@@ -362,7 +362,9 @@ pub struct Nack {
     pub reason: String,
 }
 
-/// Where a call's packets are in a sensor's archive: the archive columns of its CDR.
+/// Where a call's packets are in a sensor's archive: the archive columns of its CDR. For a
+/// stream without a call, its row's RTP columns, and `call_id` its uid
+/// (`cdr::CdrStream::archive_as_call`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PcapCall {
@@ -1002,6 +1004,70 @@ mod tests {
             RecordFormat::Json,
             "another release's shape"
         );
+    }
+
+    /// The compact form of the release before streams without a call carried their archive
+    /// columns (`CdrStream::rtp_*`), as its sensors and collectors name it.
+    const BEFORE_STREAM_ARCHIVE: &str = "postcard-1-b973b5e7189413d4";
+
+    /// A sensor and a collector of that release and of this one find no compact form in
+    /// common and speak JSON, in which each reads the other's records: an older record has no
+    /// archive columns in its streams, a newer one's are fields an older reader skips.
+    #[test]
+    fn releases_either_side_of_the_stream_archive_columns_fall_back_to_json() {
+        assert_ne!(compact_format(), BEFORE_STREAM_ARCHIVE);
+        let older_sensor = Hello {
+            version: PROTOCOL_VERSION,
+            sensor: "s".into(),
+            token: String::new(),
+            clock_us: 0,
+            software: String::new(),
+            record_formats: vec![BEFORE_STREAM_ARCHIVE.into()],
+        };
+        assert_eq!(older_sensor.record_format_chosen(), "");
+        let older_collector = Welcome {
+            version: PROTOCOL_VERSION,
+            clock_us: 0,
+            heartbeat_interval_ms: 0,
+            record_format: BEFORE_STREAM_ARCHIVE.into(),
+            frame_bytes_max: 0,
+            batch_records_max: 0,
+        };
+        assert_eq!(older_collector.record_format(), RecordFormat::Json);
+        // An older sensor's stream without a call, as JSON: its columns read as not archived.
+        let mut lone = CdrRecord::lone_stream(record(1).streams[0].clone());
+        lone.streams[0].call_id = None;
+        lone.uid = lone.identity("site-a");
+        let ours = serde_json::to_string(&lone).unwrap();
+        let tail = ",\"rtp_tar\":null,\"rtp_member\":null,\"rtp_offset\":null,\"rtp_len\":null,\"rtp_compression\":null";
+        assert!(ours.contains(tail), "{ours}");
+        let older = ours.replace(tail, "");
+        let frame = |json: &str| {
+            let mut body = vec![Kind::Records as u8];
+            body.extend_from_slice(&1u64.to_be_bytes());
+            body.extend_from_slice(&1u32.to_be_bytes());
+            body.extend_from_slice(&(json.len() as u32).to_be_bytes());
+            body.extend_from_slice(json.as_bytes());
+            decode_payload(&body, &Limits::default()).unwrap()
+        };
+        let Message::Records(r) = frame(&older) else {
+            panic!("not records")
+        };
+        assert_eq!(r.records, [lone.clone()]);
+        // This sensor's stream with its archive columns: read whole here, and by an older
+        // collector as a record with fields it does not know (shown by a newer field still).
+        lone.streams[0].rtp_tar = Some("/archive/2026-11-18/20/13/rtp.tar".into());
+        lone.streams[0].rtp_offset = Some(1536);
+        let ours = serde_json::to_string(&lone).unwrap();
+        let Message::Records(r) = frame(&ours) else {
+            panic!("not records")
+        };
+        assert_eq!(r.records, [lone.clone()]);
+        let newer = ours.replacen("\"rtp_tar\"", "\"from_a_later_release\":1,\"rtp_tar\"", 1);
+        let Message::Records(r) = frame(&newer) else {
+            panic!("not records")
+        };
+        assert_eq!(r.records, [lone]);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor, "newest_us"}`.
 //! - `GET /api/streams?…` → `{"streams": [...], "next": cursor, "newest_us"}`: RTP streams seen
 //!   without signalling (`cdr::lone::StreamQuery`'s filters); `GET /api/streams/{uid}` one of
-//!   them.
+//!   them, `{"stream", "archived", "note", "streams"}` (its figures over time from its own
+//!   archived packets, as a call's streams); `GET /api/streams/{uid}/pcap` and
+//!   `/audio/0.wav`, admins only and written to the access log as a call's are.
 //! - `GET /api/live` → server-sent events: `calls` once a second while something changes (and at
 //!   least every 15 s), `unavailable` when no capture runs.
 
@@ -279,10 +281,23 @@ pub(super) async fn api_pcap(
             format!("call {uid:?}: its packets were not archived"),
         ));
     }
-    admit(&user, "pcap")?;
     let name = file_name(&summary.call.call_id);
-    let pcap = calls.pcap(&uid, summary.call).await?;
-    log_sent(&state, &user, "pcap", uid.clone()).await?;
+    send_pcap(&state, &calls, &user, uid, summary.call, &name).await
+}
+
+/// Sends the pcap of `row`'s archive columns as `name.pcap`, to an admin, once the access log
+/// has it.
+async fn send_pcap(
+    state: &Shared,
+    calls: &Arc<Calls>,
+    user: &User,
+    uid: String,
+    row: cdr::CdrCall,
+    name: &str,
+) -> Result<Response, ApiError> {
+    admit(user, "pcap")?;
+    let pcap = calls.pcap(&uid, row).await?;
+    log_sent(state, user, "pcap", uid).await?;
     Ok((
         [
             (
@@ -299,19 +314,24 @@ pub(super) async fn api_pcap(
         .into_response())
 }
 
+/// Which audio `file` asks for: `N.wav` (a stream's number) or `mixed.wav`.
+fn audio_select(file: &str) -> Result<callview::AudioSelect, ApiError> {
+    match file.strip_suffix(".wav") {
+        Some("mixed") => Ok(callview::AudioSelect::Mixed),
+        Some(n) => n
+            .parse::<usize>()
+            .map(callview::AudioSelect::Stream)
+            .map_err(|_| bad_audio(file)),
+        None => Err(bad_audio(file)),
+    }
+}
+
 pub(super) async fn api_audio(
     State(state): State<Shared>,
     axum::Extension(user): axum::Extension<User>,
     Path((uid, file)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let which = match file.strip_suffix(".wav") {
-        Some("mixed") => callview::AudioSelect::Mixed,
-        Some(n) => match n.parse::<usize>() {
-            Ok(i) => callview::AudioSelect::Stream(i),
-            Err(_) => return Err(bad_audio(&file)),
-        },
-        None => return Err(bad_audio(&file)),
-    };
+    let which = audio_select(&file)?;
     let calls = calls_of(&state)?;
     let (summary, _, _) = call_row(&calls, &uid).await?;
     if !archived(&summary.call) {
@@ -320,15 +340,28 @@ pub(super) async fn api_audio(
             format!("call {uid:?}: its packets were not archived, so there is nothing to play"),
         ));
     }
-    admit(&user, "listen")?;
-    let pcap = calls.pcap(&uid, summary.call).await?;
+    send_audio(&state, &calls, &user, (uid, file), summary.call, which).await
+}
+
+/// Sends the WAV of `which` from the pcap of `row`'s archive columns, to an admin, once the
+/// access log has it (`uid file`).
+async fn send_audio(
+    state: &Shared,
+    calls: &Arc<Calls>,
+    user: &User,
+    (uid, file): (String, String),
+    row: cdr::CdrCall,
+    which: callview::AudioSelect,
+) -> Result<Response, ApiError> {
+    admit(user, "listen")?;
+    let pcap = calls.pcap(&uid, row).await?;
     let wav = tokio::task::spawn_blocking(move || {
         callview::wav(&pcap, which, &callview::Limits::default())
     })
     .await
     .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
     .map_err(|e| api_error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
-    log_sent(&state, &user, "listen", format!("{uid} {file}")).await?;
+    log_sent(state, user, "listen", format!("{uid} {file}")).await?;
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
 }
 
@@ -364,15 +397,10 @@ pub(super) async fn api_streams(
     page_json(&calls, what, "streams", first, move |s| s.lone_streams(&q)).await
 }
 
-/// One stream without a call: `{"stream", "archived", "note"}`. The archive keeps a call's
-/// packets; a stream without a call has none there, so its page shows the CDR's figures.
-pub(super) async fn api_stream(
-    State(state): State<Shared>,
-    Path(uid): Path<String>,
-) -> Result<Response, ApiError> {
-    let calls = calls_of(&state)?;
-    let key = uid.clone();
-    let stream = calls
+/// A stream without a call's row, or 404 naming the uid.
+async fn lone_row(calls: &Arc<Calls>, uid: &str) -> Result<cdr::lone::LoneStream, ApiError> {
+    let key = uid.to_owned();
+    calls
         .read(move |s| s.lone_stream_by_uid(&key))
         .await?
         .ok_or_else(|| {
@@ -380,13 +408,105 @@ pub(super) async fn api_stream(
                 StatusCode::NOT_FOUND,
                 format!("no stream without a call has uid {uid:?}"),
             )
-        })?;
+        })
+}
+
+/// A stream without a call as a call row whose RTP columns are its member: what the pcap
+/// readers take (here or, for a remote sensor's, through the collector); 404 when it was not
+/// archived.
+fn lone_archive(l: &cdr::lone::LoneStream, what: &str) -> Result<cdr::CdrCall, ApiError> {
+    if !l.stream.archived() {
+        return Err(api_error(
+            StatusCode::NOT_FOUND,
+            format!("stream {:?}: its packets were not archived{what}", l.uid),
+        ));
+    }
+    Ok(l.stream.archive_as_call(&l.uid, &l.sensor))
+}
+
+/// One stream without a call: `{"stream", "archived", "note", "streams"}`. Archived, its
+/// packets are read as a call's are (`callview`): `streams` holds it with its seconds, its
+/// RTCP reports and its audio, and the row's figures. Else, or when its packets cannot be
+/// read (retention deleted them, its sensor is offline), only the row's figures, and `note`
+/// says why.
+pub(super) async fn api_stream(
+    State(state): State<Shared>,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let stream = lone_row(&calls, &uid).await?;
+    let figures_only = |stream: cdr::lone::LoneStream, why: String| {
+        let figures = stream.stream.clone();
+        axum::Json(serde_json::json!({
+            "stream": stream,
+            "archived": false,
+            "note": format!("{why}: its figures are the CDR's, with no chart over time and no audio."),
+            "streams": [{"figures": figures, "intervals": [], "rtcp": [], "audio": null,
+                "audio_note": "no packets"}],
+        }))
+        .into_response()
+    };
+    let Ok(row) = lone_archive(&stream, "") else {
+        let why = "This stream's packets were not archived (captured without --archive, or by \
+                   a release that archived only calls)";
+        return Ok(figures_only(stream, why.to_string()));
+    };
+    let view = match calls.pcap(&uid, row).await {
+        Ok(pcap) => tokio::task::spawn_blocking(move || {
+            callview::analyze(&pcap, &callview::Limits::default())
+        })
+        .await
+        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let view = match view {
+        Ok(v) => v,
+        Err(e) => {
+            let why = format!("This stream's archived packets cannot be read ({e})");
+            return Ok(figures_only(stream, why));
+        }
+    };
+    let note = view
+        .read_error
+        .as_ref()
+        .map(|e| format!("The archived packets end early ({e}): what was read is shown."))
+        .unwrap_or_default();
+    let figures = stream.stream.clone();
     Ok(axum::Json(serde_json::json!({
         "stream": stream,
-        "archived": false,
-        "note": "The archive keeps the packets of calls; this stream came without SIP, so no packets of it were kept: its figures are the CDR's, with no chart over time and no audio.",
+        "archived": true,
+        "note": note,
+        "streams": merge_streams(vec![figures], view.streams),
     }))
     .into_response())
+}
+
+/// A stream without a call's packets as a pcap (`rtp_SRC_DST_SSRC.pcap`).
+pub(super) async fn api_stream_pcap(
+    State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
+    Path(uid): Path<String>,
+) -> Result<Response, ApiError> {
+    let calls = calls_of(&state)?;
+    let l = lone_row(&calls, &uid).await?;
+    let row = lone_archive(&l, "")?;
+    let s = &l.stream;
+    let name = file_name(&format!("rtp_{}_{}_{:08X}", s.src, s.dst, s.ssrc));
+    send_pcap(&state, &calls, &user, uid, row, &name).await
+}
+
+/// A stream without a call's audio: `0.wav` (its own packets hold one stream).
+pub(super) async fn api_stream_audio(
+    State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
+    Path((uid, file)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let which = audio_select(&file)?;
+    let calls = calls_of(&state)?;
+    let l = lone_row(&calls, &uid).await?;
+    let row = lone_archive(&l, ", so there is nothing to play")?;
+    send_audio(&state, &calls, &user, (uid, file), row, which).await
 }
 
 pub(super) async fn api_live(State(state): State<Shared>) -> Response {

@@ -68,6 +68,11 @@ pub fn router(state: Shared) -> Router {
         .route("/api/registrations", get(calls_api::api_registrations))
         .route("/api/streams", get(calls_api::api_streams))
         .route("/api/streams/{uid}", get(calls_api::api_stream))
+        .route("/api/streams/{uid}/pcap", get(calls_api::api_stream_pcap))
+        .route(
+            "/api/streams/{uid}/audio/{file}",
+            get(calls_api::api_stream_audio),
+        )
         .route("/api/live", get(calls_api::api_live))
         .route("/calls", get(calls_page::calls_page))
         .route("/calls/{uid}", get(calls_page::call_page))

@@ -221,6 +221,28 @@ impl PcapBuilder {
             .expect("writing a test capture");
     }
 
+    /// `n` PCMA packets (160 bytes of silence each) of `ssrc` from `src` to `dst`, every
+    /// 20 ms from `t_ns`, numbered from `seq` with timestamps in step; returns the time after
+    /// the last.
+    pub fn pcma_run(
+        &mut self,
+        t_ns: i64,
+        (src, dst): (SocketAddr, SocketAddr),
+        ssrc: u32,
+        seq: u16,
+        n: u16,
+    ) -> i64 {
+        let mut rtp = Vec::with_capacity(172);
+        for i in 0..n {
+            rtp.clear();
+            let s = seq.wrapping_add(i);
+            let ts = 160 * u32::from(s);
+            packet::write_rtp(&mut rtp, 8, false, s, ts, ssrc, 160, 0xd5);
+            self.udp(t_ns + i64::from(i) * 20_000_000, src, dst, &rtp);
+        }
+        t_ns + i64::from(n) * 20_000_000
+    }
+
     /// A whole Ethernet frame at `t_ns`, as another capture holds it.
     pub fn frame(&mut self, t_ns: i64, frame: &[u8]) {
         self.w

@@ -1,6 +1,6 @@
 //! Calls whose packets were not all archived, named: the counters say how many packets were
 //! lost and why; these lists say whose, so that an operator can tell which calls' pcaps are
-//! incomplete. Each reason names at most [`NAMED_CALLS_MAX`] calls (the first ones met), so
+//! incomplete. A stream without a call is named `stream SRC>DST 0xSSRC` among them. Each reason names at most [`NAMED_CALLS_MAX`] calls (the first ones met), so
 //! the lists stay small whatever the capture; a named call is logged once when it is named.
 
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,7 @@
 //! The archive thread: batches from the shards' taps into the [`Archive`], each call closed
-//! once every shard has passed its end, its location sent back to the capture.
+//! once every shard has passed its end, its location sent back to the capture. A stream
+//! without a call is one shard's, whose batches bring its end after all of it: it is closed
+//! at its end. One that joins a call has what was kept of it moved into the call's member.
 //!
 //! Time here is the monitor's: the shards' progress (their ticks), which never moves back. A
 //! capture that goes back in time (a file older than the one before it, or a clock stepped
@@ -15,23 +17,30 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, Sender};
 
 use archive::{Archive, CallArchive, CallHandle, LinkType, Packet, Retention};
+use monitor::StreamId;
 
 use super::losses::Loss;
-use super::{ArchiveGauges, Archived, Batch, End, HOUSEKEEPING_EVERY_NS, Item, RECENT_ENDS_MAX};
+use super::{
+    ArchiveGauges, Archived, Batch, End, HOUSEKEEPING_EVERY_NS, Item, Join, Key, Owner,
+    RECENT_ENDS_MAX, stream_stem,
+};
 
 /// A forward step of the shards' progress larger than this is a clock step (a capture whose
 /// clock jumped, or the next file of a later day), not time passing: it ages no call.
 const CLOCK_STEP_NS: i64 = 86_400 * 1_000_000_000;
 
-/// A call being archived.
+/// A call (or a stream without a call) being archived.
 struct OpenCall {
     handle: CallHandle,
     link_type: u32,
-    /// A SIP packet of it was archived: the monitor reports SIP only for a dialog it tracks,
-    /// and ends every dialog it tracks, so this call's end will come.
-    has_sip: bool,
+    /// Its end will come: a SIP packet of it was archived (the monitor reports SIP only for a
+    /// dialog it tracks, and ends every dialog it tracks), or it is a stream without a call
+    /// (the monitor ends every stream it tracks).
+    end_comes: bool,
     /// [`Progress::elapsed_ns`] at its last packet.
     last_seen_ns: i64,
+    /// The capture time (s) of its first packet: its member's minute.
+    start_sec: i64,
 }
 
 /// How far the shards have all got, counted as it moves forward: the clock the archive ages
@@ -64,7 +73,7 @@ impl Progress {
 /// The archive thread's state.
 pub(super) struct Writer {
     archive: Archive,
-    calls: HashMap<Arc<str>, OpenCall>,
+    calls: HashMap<Owner, OpenCall>,
     /// Call-IDs of calls closed lately (set and insertion order, at most [`RECENT_ENDS_MAX`]).
     recent_ends: (HashSet<Arc<str>>, VecDeque<Arc<str>>),
     /// Ends waiting for every shard to pass their time.
@@ -77,7 +86,8 @@ pub(super) struct Writer {
     /// The newest packet time seen: "now" for retention.
     clock_ns: i64,
     last_housekeeping_ns: i64,
-    /// A call without SIP and without a packet for this long (progress) is an orphan.
+    /// A call without SIP and without a packet for this long (progress) is an orphan (a
+    /// stream without a call never is).
     orphan_after_ns: i64,
     gauges: Arc<ArchiveGauges>,
 }
@@ -123,9 +133,9 @@ impl Writer {
             *w = i64::MAX;
         }
         self.close_ready();
-        let left: Vec<Arc<str>> = self.calls.keys().cloned().collect();
-        for call in left {
-            self.forget(&call);
+        let left: Vec<Owner> = self.calls.keys().cloned().collect();
+        for owner in left {
+            self.forget(&owner);
         }
         if let Err(e) = self.archive.sync_and_close_tars() {
             self.error(&e.to_string());
@@ -135,10 +145,20 @@ impl Writer {
     }
 
     fn batch(&mut self, b: Batch) {
-        for item in &b.items {
+        let mut joins = b.joins.into_iter().peekable();
+        for (i, item) in b.items.iter().enumerate() {
+            while let Some(j) = joins.next_if(|j| j.at <= i) {
+                self.join(j);
+            }
             self.item(item, &b.data[item.start..item.start + item.len]);
         }
+        for j in joins {
+            self.join(j);
+        }
         self.pending.extend(b.ends);
+        for (stream, kept) in b.stream_ends {
+            self.end_stream(stream, kept);
+        }
         let last = self.watermarks.len() - 1;
         let w = &mut self.watermarks[b.source.min(last)];
         *w = (*w).max(b.watermark_ns);
@@ -151,47 +171,36 @@ impl Writer {
 
     fn item(&mut self, item: &Item, data: &[u8]) {
         self.clock_ns = self.clock_ns.max(item.ts_ns);
-        if !self.calls.contains_key(&item.call) {
-            if self.recent_ends.0.contains(&item.call) {
+        if !self.calls.contains_key(&item.owner) {
+            if let Owner::Call(call) = &item.owner
+                && self.recent_ends.0.contains(call)
+            {
                 if !item.sip {
                     self.gauges.packets_late.fetch_add(1, Relaxed);
-                    self.gauges.names.add(Loss::Late, &item.call);
+                    self.gauges.names.add(Loss::Late, call);
                     return;
                 }
                 // SIP of a closed Call-ID: a new dialog that reuses it.
-                self.recent_ends.0.remove(&item.call);
+                self.recent_ends.0.remove(call);
             }
             let start_sec = item.ts_ns.div_euclid(1_000_000_000);
-            match self
-                .archive
-                .start_call(item.call.as_bytes(), start_sec, LinkType(item.link_type))
+            if self
+                .open(item.owner.clone(), start_sec, item.link_type)
+                .is_none()
             {
-                Ok(handle) => {
-                    self.calls.insert(
-                        item.call.clone(),
-                        OpenCall {
-                            handle,
-                            link_type: item.link_type,
-                            has_sip: false,
-                            last_seen_ns: self.progress.elapsed_ns,
-                        },
-                    );
-                }
-                Err(_) => {
-                    self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
-                    self.gauges.names.add(Loss::Limits, &item.call);
-                    return;
-                }
+                self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
+                self.gauges.names.add(Loss::Limits, &item.owner.name());
+                return;
             }
         }
-        let call = self.calls.get_mut(&item.call).expect("inserted above");
+        let call = self.calls.get_mut(&item.owner).expect("inserted above");
         call.last_seen_ns = self.progress.elapsed_ns;
         if call.link_type != item.link_type {
             self.gauges.dropped_at_limits.fetch_add(1, Relaxed);
-            self.gauges.names.add(Loss::Limits, &item.call);
+            self.gauges.names.add(Loss::Limits, &item.owner.name());
             return;
         }
-        call.has_sip |= item.sip;
+        call.end_comes |= item.sip;
         let p = Packet {
             ts_sec: item
                 .ts_ns
@@ -209,11 +218,103 @@ impl Writer {
         };
         if let Err(e) = r {
             self.error(&e.to_string());
-            self.gauges.names.add(Loss::WriteError, &item.call);
+            self.gauges.names.add(Loss::WriteError, &item.owner.name());
         } else if self.archive.packets_dropped() > dropped_before {
             // Over the call's or the archive's buffer limit: the member will be truncated.
-            self.gauges.names.add(Loss::Limits, &item.call);
+            self.gauges.names.add(Loss::Limits, &item.owner.name());
         }
+    }
+
+    /// Starts archiving `owner`'s packets (a member in the minute of `start_sec`); `None` at
+    /// the archive's limit of calls in progress.
+    fn open(&mut self, owner: Owner, start_sec: i64, link_type: u32) -> Option<&mut OpenCall> {
+        let name = match &owner {
+            Owner::Call(c) => c.as_bytes().to_vec(),
+            Owner::Stream(s) => stream_stem(s).into_bytes(),
+        };
+        let handle = self
+            .archive
+            .start_call(&name, start_sec, LinkType(link_type))
+            .ok()?;
+        let end_comes = matches!(owner, Owner::Stream(_));
+        Some(
+            self.calls
+                .entry(owner)
+                .insert_entry(OpenCall {
+                    handle,
+                    link_type,
+                    end_comes,
+                    last_seen_ns: self.progress.elapsed_ns,
+                    start_sec,
+                })
+                .into_mut(),
+        )
+    }
+
+    /// A stream without a call became a call's: what was kept of it goes into the call's
+    /// member (the call is started with the stream's minute if nothing of it came yet). A call
+    /// already written gets none of it (late media), nor one at the archive's limits.
+    fn join(&mut self, j: Join) {
+        let Some(lone) = self.calls.remove(&Owner::Stream(j.stream)) else {
+            return;
+        };
+        let owner = Owner::Call(j.call.clone());
+        let into = match self.calls.get(&owner) {
+            Some(c) => Some(c.handle),
+            None if self.recent_ends.0.contains(&j.call) => {
+                let n = self.archive.discard_call(lone.handle).unwrap_or(0);
+                self.gauges.packets_late.fetch_add(n, Relaxed);
+                self.gauges.names.add(Loss::Late, &j.call);
+                return;
+            }
+            None => self
+                .open(owner, lone.start_sec, lone.link_type)
+                .map(|c| c.handle),
+        };
+        let dropped_before = self.archive.packets_dropped();
+        let moved = match into {
+            Some(into) => self.archive.move_rtp(lone.handle, into).is_ok(),
+            None => false,
+        };
+        if !moved {
+            let n = self.archive.discard_call(lone.handle).unwrap_or(0);
+            self.gauges.dropped_at_limits.fetch_add(n, Relaxed);
+            self.gauges.names.add(Loss::Limits, &j.call);
+        } else if self.archive.packets_dropped() > dropped_before {
+            self.gauges.names.add(Loss::Limits, &j.call);
+        }
+    }
+
+    /// A stream without a call ended: its member is written and where it is sent back (a
+    /// stream the monitor left out of its records is dropped unwritten).
+    fn end_stream(&mut self, stream: StreamId, kept: bool) {
+        let open = self.calls.remove(&Owner::Stream(stream));
+        if !kept {
+            if let Some(o) = open {
+                let _ = self.archive.discard_call(o.handle);
+            }
+            return;
+        }
+        let result = match open {
+            Some(o) => match self.archive.end_call(o.handle) {
+                Ok(a) => {
+                    self.gauges.streams_archived.fetch_add(1, Relaxed);
+                    Ok(a)
+                }
+                Err(err) => {
+                    self.error(&err.to_string());
+                    let name = Owner::Stream(stream).name();
+                    self.gauges.names.add(Loss::WriteError, &name);
+                    Err(err.to_string())
+                }
+            },
+            // Nothing of it was archived (limits, or SIP only).
+            None => Ok(CallArchive::default()),
+        };
+        let _ = self.results.send(Archived {
+            key: Key::Stream(stream),
+            result,
+        });
     }
 
     /// Closes the calls whose end every shard has passed.
@@ -224,7 +325,7 @@ impl Writer {
             .partition(|e| e.now_ns <= low);
         self.pending = wait;
         for e in ready {
-            let result = match self.calls.remove(&e.call) {
+            let result = match self.calls.remove(&Owner::Call(e.call.clone())) {
                 Some(open) => match self.archive.end_call(open.handle) {
                     Ok(a) => {
                         self.gauges.calls_archived.fetch_add(1, Relaxed);
@@ -242,7 +343,7 @@ impl Writer {
             self.remember_end(e.call.clone());
             // The capture may have stopped listening (it failed): nothing to do then.
             let _ = self.results.send(Archived {
-                key: (e.call, e.invite_ns),
+                key: Key::Call(e.call, e.invite_ns),
                 result,
             });
         }
@@ -261,11 +362,11 @@ impl Writer {
     }
 
     /// Drops a call that will never be closed, unwritten.
-    fn forget(&mut self, call: &Arc<str>) {
-        if let Some(open) = self.calls.remove(call) {
+    fn forget(&mut self, owner: &Owner) {
+        if let Some(open) = self.calls.remove(owner) {
             let _ = self.archive.discard_call(open.handle);
             self.gauges.calls_orphaned.fetch_add(1, Relaxed);
-            self.gauges.names.add(Loss::Orphaned, call);
+            self.gauges.names.add(Loss::Orphaned, &owner.name());
         }
     }
 
@@ -280,14 +381,14 @@ impl Writer {
             return;
         }
         self.last_housekeeping_ns = now;
-        let stale: Vec<Arc<str>> = self
+        let stale: Vec<Owner> = self
             .calls
             .iter()
-            .filter(|(_, c)| !c.has_sip && now - c.last_seen_ns > self.orphan_after_ns)
+            .filter(|(_, c)| !c.end_comes && now - c.last_seen_ns > self.orphan_after_ns)
             .map(|(k, _)| k.clone())
             .collect();
-        for call in stale {
-            self.forget(&call);
+        for owner in stale {
+            self.forget(&owner);
         }
         if (self.retention.max_age_sec.is_some() || self.retention.max_total_bytes.is_some())
             && self.clock_ns != i64::MIN
