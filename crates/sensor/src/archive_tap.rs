@@ -656,20 +656,21 @@ impl CaptureArchive {
     pub fn summary(&self) -> String {
         let s = self.gauges().status();
         let names = self.gauges.names.line();
+        let n = crate::table::plural;
         let line = format!(
-            "archive {}: {} calls, {} streams without a call, {} packets, {} bytes written, {} tar files created; dropped {} packets (queue full), {} at limits, {} late; {} orphaned calls, {} minutes pruned, {} errors",
+            "archive {}: {}, {} without a call, {}, {} written, {} created; dropped {} (queue full), {} at limits, {} late; {}, {} pruned, {}",
             self.dir.display(),
-            s.calls_archived,
-            s.streams_archived,
-            s.packets_written,
-            s.bytes_written,
-            s.files_created,
-            s.dropped,
+            n(s.calls_archived, "call"),
+            n(s.streams_archived, "stream"),
+            n(s.packets_written, "packet"),
+            n(s.bytes_written, "byte"),
+            n(s.files_created, "tar file"),
+            n(s.dropped, "packet"),
             s.dropped_at_limits,
             s.late,
-            s.orphaned,
-            s.minutes_pruned,
-            s.errors
+            n(s.orphaned, "orphaned call"),
+            n(s.minutes_pruned, "minute"),
+            n(s.errors, "error"),
         );
         match names {
             Some(n) => format!("{line}\n{n}"),

@@ -618,7 +618,7 @@ fn real_capture_of_rtp_without_signalling_is_archived_as_its_stream() {
             &db,
             &["--archive-store", store, "--shards", shards],
         );
-        assert!(err.contains("0 calls, 1 streams without a call"), "{err}");
+        assert!(err.contains("0 calls, 1 stream without a call"), "{err}");
         assert!(calls(&db).is_empty());
         let streams = lone_streams(&db);
         assert_eq!(streams.len(), 1);
@@ -805,7 +805,7 @@ fn media_without_sip_is_archived_as_its_stream_or_its_late_call() {
             &["--archive-store", "full", "--shards", shards],
         );
         assert!(
-            err.contains("1 calls, 2 streams without a call"),
+            err.contains("1 call, 2 streams without a call"),
             "{shards} shards: {err}"
         );
         assert!(!err.contains("not archived whole"), "{err}");
