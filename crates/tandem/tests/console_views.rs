@@ -932,6 +932,42 @@ async fn fax_srtp_one_ip_and_lone_streams_read_as_what_they_are() {
     .await;
     assert_eq!(dots, 1, "one bucket, one MOS dot");
 
+    // A call whose archive was pruned before its CDR (the archive's retention is shorter):
+    // the page shows its row and says why there is no ladder.
+    let (_, _, body) = http(
+        server.web,
+        "GET",
+        "/api/calls?from=2019-03-01T00:00:00Z&to=2019-03-31T00:00:00Z&call_id=old%40test",
+        &auth,
+        "",
+    )
+    .unwrap();
+    let found: Value = serde_json::from_str(&body).unwrap();
+    let old_call = &found["calls"][0];
+    let tar = old_call["sip_tar"].as_str().unwrap();
+    std::fs::remove_dir_all(Path::new(tar).parent().unwrap()).unwrap();
+    let enc = console::web::url_encode(old_call["uid"].as_str().unwrap()).replace('/', "%2F");
+    let (status, _, body) =
+        http(server.web, "GET", &format!("/api/calls/{enc}"), &auth, "").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["archived"], false, "{v}");
+    assert!(
+        v["note"].as_str().unwrap().contains("cannot be read"),
+        "{v}"
+    );
+    assert_eq!(v["call"]["call_id"], "old@test", "{v}");
+    b.client.goto(&format!("{base}calls/{enc}")).await.unwrap();
+    let shown = eventually(20, "the call page's note", || async {
+        let t = js(&b, "return document.body.innerText;").await;
+        t.as_str()
+            .filter(|t| t.contains("cannot be read"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert!(shown.contains("old@test"), "{shown}");
+    look(&b, "call-pruned").await;
+
     // 7. Nothing in the range: the page offers the range of the newest call.
     b.client
         .goto(&format!(

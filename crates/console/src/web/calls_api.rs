@@ -139,31 +139,47 @@ pub(super) async fn api_call(
     let calls = calls_of(&state)?;
     let (summary, streams, t38) = call_row(&calls, &uid).await?;
     let call = summary.call.clone();
-    if !archived(&call) {
+    // Without its packets (never archived, or the archive pruned sooner than the CDRs, or its
+    // sensor offline) the page still shows the call's row and says why there is no more.
+    let figures_only = |summary, streams: Vec<cdr::CdrStream>, t38, why: String| {
         let streams: Vec<_> = streams
             .into_iter()
             .map(|figures| {
                 serde_json::json!({"figures": figures, "intervals": [], "rtcp": [], "audio": null,
-                    "audio_note": "not archived"})
+                    "audio_note": "no packets"})
             })
             .collect();
-        return Ok(axum::Json(serde_json::json!({
+        axum::Json(serde_json::json!({
             "call": summary,
             "archived": false,
-            "note": "This call's packets were not archived: no ladder, charts or audio; the streams are the CDR's.",
+            "note": format!("{why}: no ladder, charts or audio; the streams are the CDR's."),
             "hosts": [],
             "ladder": [],
             "streams": streams,
             "t38": t38,
         }))
-        .into_response());
+        .into_response()
+    };
+    if !archived(&call) {
+        let why = "This call's packets were not archived".to_string();
+        return Ok(figures_only(summary, streams, t38, why));
     }
-    let pcap = calls.pcap(&uid, call).await?;
-    let view =
-        tokio::task::spawn_blocking(move || callview::analyze(&pcap, &callview::Limits::default()))
-            .await
-            .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-            .map_err(|e| api_error(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
+    let view = match calls.pcap(&uid, call).await {
+        Ok(pcap) => tokio::task::spawn_blocking(move || {
+            callview::analyze(&pcap, &callview::Limits::default())
+        })
+        .await
+        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let view = match view {
+        Ok(v) => v,
+        Err(e) => {
+            let why = format!("This call's archived packets cannot be read ({e})");
+            return Ok(figures_only(summary, streams, t38, why));
+        }
+    };
     let note = view
         .read_error
         .as_ref()
