@@ -43,6 +43,15 @@ pub enum Found {
     },
 }
 
+/// An IP address as a URI's host (`192.0.2.1`, `[2001:db8::1]`), rather than a domain name.
+fn is_address(host: &str) -> bool {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse::<std::net::IpAddr>().is_ok()
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -445,14 +454,34 @@ impl Registrar {
     /// Redirect mode: an INVITE for a registered AOR gets 302 with its contacts in q order.
     fn redirect(&self, msg: &Message<'_>, source: SocketAddr) -> (u16, Vec<u8>) {
         let uri = request::request_line(msg).map_or("", |(_, u)| u);
-        let Some((aor, domain, _)) = request::aor_of(uri) else {
+        let Some((aor, domain, user)) = request::aor_of(uri) else {
             return (404, response::build(msg, 404, "Not Found", "", source));
         };
-        if !self.serves(&domain) {
+        let list = if is_address(&domain) {
+            // Asterisk names Tandem by its address (a trunk's `contact=sip:127.0.0.1:5060`),
+            // not by the domain the phone registered in: the user is looked up as the
+            // dialplan's bare user is, when the address itself is no AOR's domain.
+            match self.location.lookup(&aor, now_ms()) {
+                found if !found.is_empty() => found,
+                _ => match self.find(user) {
+                    Found::Aor { bindings, .. } => bindings,
+                    Found::Nothing => Vec::new(),
+                    Found::Ambiguous { domains, .. } => {
+                        tracing::warn!(
+                            user,
+                            ?domains,
+                            "an INVITE names the user by the registrar's address, and the user \
+                             is registered in several domains: 480; send it to user@domain"
+                        );
+                        Vec::new()
+                    }
+                },
+            }
+        } else if self.serves(&domain) {
+            self.location.lookup(&aor, now_ms())
+        } else {
             return (404, response::build(msg, 404, "Not Found", "", source));
-        }
-        let now = now_ms();
-        let list = self.location.lookup(&aor, now);
+        };
         if list.is_empty() {
             return (
                 480,

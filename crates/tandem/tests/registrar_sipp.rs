@@ -496,7 +496,12 @@ fn options_unknown_methods_and_invite_without_redirect() {
 fn redirect_mode_answers_invite_with_302_or_480() {
     let config = no_auth("redirect = true");
     if let Some((t, _)) = played(&config, |_| {}, "redirect", &["-s", "1001"]) {
-        assert_requests(&t, &[("INVITE", 302), ("INVITE", 480)]);
+        // 302 twice: for the AOR, and for the user at the registrar's address.
+        assert_eq!(
+            t.metric("tandem_registrar_requests_total{method=\"INVITE\",code=\"302\"}"),
+            2.0
+        );
+        assert_requests(&t, &[("INVITE", 480)]);
     }
 }
 
