@@ -132,6 +132,24 @@ fn archived(c: &cdr::CdrCall) -> bool {
     c.sip_tar.is_some() || c.rtp_tar.is_some()
 }
 
+/// The call view of a row's archived packets, off the runtime; `Ok(Err(why))` when they cannot
+/// be fetched or read (pruned, their sensor offline, damaged), for a page that then shows the
+/// row alone and says why.
+async fn view_of(
+    calls: &Arc<Calls>,
+    uid: &str,
+    row: cdr::CdrCall,
+) -> Result<Result<callview::CallView, String>, ApiError> {
+    let pcap = match calls.pcap(uid, row).await {
+        Ok(pcap) => pcap,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    tokio::task::spawn_blocking(move || callview::analyze(&pcap, &callview::Limits::default()))
+        .await
+        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        .map(|r| r.map_err(|e| e.to_string()))
+}
+
 pub(super) async fn api_call(
     State(state): State<Shared>,
     Path(uid): Path<String>,
@@ -164,16 +182,7 @@ pub(super) async fn api_call(
         let why = "This call's packets were not archived".to_string();
         return Ok(figures_only(summary, streams, t38, why));
     }
-    let view = match calls.pcap(&uid, call).await {
-        Ok(pcap) => tokio::task::spawn_blocking(move || {
-            callview::analyze(&pcap, &callview::Limits::default())
-        })
-        .await
-        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let view = match view {
+    let view = match view_of(&calls, &uid, call).await? {
         Ok(v) => v,
         Err(e) => {
             let why = format!("This call's archived packets cannot be read ({e})");
@@ -467,16 +476,7 @@ pub(super) async fn api_stream(
                    a release that archived only calls)";
         return Ok(figures_only(stream, why.to_string()));
     };
-    let view = match calls.pcap(&uid, row).await {
-        Ok(pcap) => tokio::task::spawn_blocking(move || {
-            callview::analyze(&pcap, &callview::Limits::default())
-        })
-        .await
-        .map_err(|e| api_error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let view = match view {
+    let view = match view_of(&calls, &uid, row).await? {
         Ok(v) => v,
         Err(e) => {
             let why = format!("This stream's archived packets cannot be read ({e})");
