@@ -108,7 +108,9 @@ pub(crate) fn read_astdb(src: &Path) -> Result<Vec<(String, Value)>> {
     Ok(out)
 }
 
-fn check_dest(dest: &Path) -> Result<PathBuf> {
+/// The temporary file a copy is written to before it is renamed to `dest`, created empty with
+/// `access`'s mode so that SQLite's journal beside it gets the same.
+fn check_dest(dest: &Path, access: &filemode::Access) -> Result<PathBuf> {
     if dest.exists() {
         return Err(dest_err(
             dest,
@@ -119,6 +121,8 @@ fn check_dest(dest: &Path) -> Result<PathBuf> {
     tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
+    filemode::prepare_sqlite(&tmp, access)
+        .map_err(|e| dest_err(dest, format!("{e}; {}", crate::error::io_hint(&e))))?;
     Ok(tmp)
 }
 
@@ -143,9 +147,10 @@ fn finish(tmp: &Path, dest: &Path) -> Result<()> {
 }
 
 /// Online backup of the connection's database to `dest` in one step (one read transaction, so
-/// concurrent writers neither block it nor restart it).
+/// concurrent writers neither block it nor restart it). The copy holds every namespace, the
+/// registrar's secrets too: its owner's alone.
 pub(crate) fn backup_from(conn: &Connection, src: &Path, dest: &Path) -> Result<()> {
-    let tmp = check_dest(dest)?;
+    let tmp = check_dest(dest, &filemode::Access::Private)?;
     let result = (|| -> rusqlite::Result<()> {
         let mut to = Connection::open(&tmp)?;
         let backup = rusqlite::backup::Backup::new(conn, &mut to)?;
@@ -174,14 +179,15 @@ pub(crate) fn backup_from(conn: &Connection, src: &Path, dest: &Path) -> Result<
 }
 
 /// Writes the astdb namespace as an Asterisk astdb.sqlite3 (rollback journal, Asterisk's exact
-/// table definition, rows in key order).
+/// table definition, rows in key order), readable as `access` says.
 pub(crate) fn export_from(
     conn: &Connection,
     src: &Path,
     sql: &NsSql,
     dest: &Path,
+    access: &filemode::Access,
 ) -> Result<usize> {
-    let tmp = check_dest(dest)?;
+    let tmp = check_dest(dest, access)?;
     let result = (|| -> std::result::Result<usize, (bool, rusqlite::Error)> {
         let tx = conn.unchecked_transaction().map_err(|e| (true, e))?;
         let mut st = tx.prepare(&sql.list_all).map_err(|e| (true, e))?;
@@ -381,8 +387,19 @@ impl ReadOnlyStore {
         backup_from(&self.conn, &self.path, dest.as_ref())
     }
 
-    /// Writes this namespace to `dest` (which must not exist) as an Asterisk astdb.sqlite3.
+    /// Writes this namespace to `dest` (which must not exist) as an Asterisk astdb.sqlite3,
+    /// readable by its owner only (0600).
     pub fn export_astdb(&self, dest: impl AsRef<Path>) -> Result<usize> {
-        export_from(&self.conn, &self.path, &self.sql, dest.as_ref())
+        self.export_astdb_with(dest, &filemode::Access::Private)
+    }
+
+    /// [`Self::export_astdb`], readable as `access` says (0640 with a group, for Asterisk's
+    /// user).
+    pub fn export_astdb_with(
+        &self,
+        dest: impl AsRef<Path>,
+        access: &filemode::Access,
+    ) -> Result<usize> {
+        export_from(&self.conn, &self.path, &self.sql, dest.as_ref(), access)
     }
 }

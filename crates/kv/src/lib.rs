@@ -57,7 +57,10 @@
 //! is held only for map operations, and the writer thread does its IO holding none. Every queue
 //! and cache is bounded (`queue_ops_max`, `queue_bytes_max`, `cache_bytes_max`); a writer that
 //! finds the queue full waits. One process at a time may open a store for writing (a lock file
-//! beside it); others use [`ReadOnlyStore`].
+//! beside it); others use [`ReadOnlyStore`]. The store's files (the database, its WAL and
+//! shared-memory files, the lock, backups and exports) are readable by their owner alone from
+//! their first byte: 0600, whatever the umask (the registrar keeps its HA1s and nonce secret
+//! here); an older release's wider files are narrowed at open (crate `filemode`).
 
 mod astdb;
 mod error;

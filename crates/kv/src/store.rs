@@ -11,7 +11,7 @@ use crate::value::{Value, column_bytes};
 use parking_lot::{Mutex, RwLock};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,7 +86,7 @@ impl Store {
     /// Opens (creating if needed) the store `FILE_NAME` in `dir`, creating `dir` too.
     pub fn open_dir(dir: impl AsRef<Path>, options: Options) -> Result<Store> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| KvError::Open {
+        filemode::create_dir_all(dir, &filemode::Access::Private).map_err(|e| KvError::Open {
             path: dir.to_path_buf(),
             reason: format!("cannot create the directory: {e}"),
             hint: io_hint(&e),
@@ -100,16 +100,14 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let lock_file_path = lock_path(&path);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_file_path)
-            .map_err(|e| KvError::Open {
-                path: path.clone(),
-                reason: format!("cannot create lock file {}: {e}", lock_file_path.display()),
-                hint: io_hint(&e),
-            })?;
+        // Every file of the store is its owner's alone: it holds the registrar's HA1s and its
+        // nonce secret. An older release's 0644 files are narrowed here.
+        let private = filemode::Access::Private;
+        let lock = filemode::open_rw(&lock_file_path, &private).map_err(|e| KvError::Open {
+            path: path.clone(),
+            reason: e.to_string(),
+            hint: io_hint(&e),
+        })?;
         // A child process being started by another thread holds a copy of the descriptor (and
         // so the lock) between its fork and its exec: a held lock is retried for a moment.
         let deadline = std::time::Instant::now() + Duration::from_millis(LOCK_RETRY_MS);
@@ -135,6 +133,13 @@ impl Store {
             }
         }
 
+        // Created before SQLite opens it, so that the WAL and shared-memory files SQLite
+        // creates beside it get its mode.
+        filemode::prepare_sqlite(&path, &private).map_err(|e| KvError::Open {
+            path: path.clone(),
+            reason: e.to_string(),
+            hint: io_hint(&e),
+        })?;
         let oe = |e: rusqlite::Error| open_error(&path, &e);
         let conn = Connection::open_with_flags(
             &path,
@@ -435,12 +440,22 @@ impl Store {
     }
 
     /// Writes the astdb namespace to `dest` (which must not exist) as an Asterisk
-    /// astdb.sqlite3. Returns the number of entries.
+    /// astdb.sqlite3, readable by its owner only (0600). Returns the number of entries.
     pub fn export_astdb(&self, dest: impl AsRef<Path>) -> Result<usize> {
+        self.export_astdb_with(dest, &filemode::Access::Private)
+    }
+
+    /// [`Self::export_astdb`], readable as `access` says (0640 with a group, for Asterisk's
+    /// user).
+    pub fn export_astdb_with(
+        &self,
+        dest: impl AsRef<Path>,
+        access: &filemode::Access,
+    ) -> Result<usize> {
         self.flush()?;
         let shared = &self.inner.shared;
         let conn = shared.reader();
-        crate::astdb::export_from(&conn, &shared.path, &self.ns.sql, dest.as_ref())
+        crate::astdb::export_from(&conn, &shared.path, &self.ns.sql, dest.as_ref(), access)
     }
 
     /// Adds every entry of the Asterisk astdb.sqlite3 `src` to the astdb namespace (replacing
