@@ -19,7 +19,7 @@
 //! One process at a time: the file is locked (`flock`) while a [`Journal`] holds it. Its size is
 //! bounded by `bytes_max`; an append that does not fit fails with [`JournalError::Full`].
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -131,13 +131,9 @@ impl Journal {
             path: name.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(io)?;
+        // Calls' numbers and addresses: its owner's alone (0600) from the first byte, and an
+        // older release's 0644 journal is narrowed here.
+        let file = filemode::open_rw(path, &filemode::Access::Private).map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

@@ -128,6 +128,13 @@ pub enum CdrError {
     /// schema version from a newer release.
     #[error("CDR database {target}: {problem}")]
     Schema { target: String, problem: String },
+    /// The database file's mode or group could not be set ([`SqliteStore::open_with`]).
+    #[error("CDR database {path}: {source}")]
+    Files {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One call. `serde(default)`: a journal written by an older Tandem, whose calls lack newer
@@ -633,7 +640,38 @@ impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and its schema. A database from an
     /// earlier release gets the columns and indexes it lacks; the search columns are then
     /// filled from its rows (once: a minute or so per million calls).
+    ///
+    /// A new file is readable by its owner only (0600, and so are the WAL and shared-memory
+    /// files SQLite creates beside it); an existing one keeps its mode: readers (the console,
+    /// `tandem cdr`) leave that to the writer, which opens with [`SqliteStore::open_with`].
     pub fn open(path: &Path) -> Result<SqliteStore, CdrError> {
+        let files = |source| CdrError::Files {
+            path: path.display().to_string(),
+            source,
+        };
+        match filemode::create_new(path, &filemode::Access::Private) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(files(e)),
+            _ => {}
+        }
+        Self::open_file(path)
+    }
+
+    /// [`SqliteStore::open`] by the database's writer: the file is created, or narrowed, to
+    /// `access` (0600, or 0640 with a group), with its WAL and shared-memory files, before and
+    /// after SQLite opens it (a WAL created outside a setgid directory is given the group). An
+    /// older release's 0644 database becomes 0600 here.
+    pub fn open_with(path: &Path, access: &filemode::Access) -> Result<SqliteStore, CdrError> {
+        let files = |source| CdrError::Files {
+            path: path.display().to_string(),
+            source,
+        };
+        filemode::prepare_sqlite(path, access).map_err(files)?;
+        let store = Self::open_file(path)?;
+        filemode::secure_sqlite(path, access).map_err(files)?;
+        Ok(store)
+    }
+
+    fn open_file(path: &Path) -> Result<SqliteStore, CdrError> {
         let name = path.display().to_string();
         let wrap = |source| CdrError::Sqlite {
             path: name.clone(),

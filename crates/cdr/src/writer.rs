@@ -211,9 +211,11 @@ impl CdrWriter {
         if let Some(dir) = cfg.journal_path.parent()
             && !dir.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(dir).map_err(|source| JournalError::Io {
-                path: dir.display().to_string(),
-                source,
+            filemode::create_dir_all(dir, &filemode::Access::Private).map_err(|source| {
+                JournalError::Io {
+                    path: dir.display().to_string(),
+                    source,
+                }
             })?;
         }
         let (journal, opened) = Journal::open(&cfg.journal_path, cfg.journal_bytes_max)?;
