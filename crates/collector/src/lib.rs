@@ -377,9 +377,11 @@ impl Collector {
             }
             None => None,
         };
-        std::fs::create_dir_all(data_dir).map_err(|source| CollectorError::Socket {
-            path: data_dir.display().to_string(),
-            source,
+        filemode::create_dir_all(data_dir, &filemode::Access::Private).map_err(|source| {
+            CollectorError::Socket {
+                path: data_dir.display().to_string(),
+                source,
+            }
         })?;
         let list_path = sensors_file(data_dir);
         // Created now, so that a wrong data directory fails at start.

@@ -31,6 +31,11 @@ pub enum SensorListError {
         path: String,
         source: rusqlite::Error,
     },
+    #[error("sensor list {path}: {source}")]
+    Files {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(
         "{0:?} cannot name a sensor: use 1 to 64 letters, digits, '.', '_' or '-' (not starting with '.' or '-')"
     )]
@@ -75,9 +80,16 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl SensorList {
-    /// Opens (creating) the list.
+    /// Opens (creating) the list. It holds the sensors' token hashes: its files are their
+    /// owner's alone (0600) from the first byte, and an older release's 0644 ones are narrowed.
     pub fn open(path: &Path) -> Result<SensorList, SensorListError> {
         let name = path.display().to_string();
+        filemode::prepare_sqlite(path, &filemode::Access::Private).map_err(|source| {
+            SensorListError::Files {
+                path: name.clone(),
+                source,
+            }
+        })?;
         let wrap = |source| SensorListError::Sqlite {
             path: name.clone(),
             source,

@@ -232,12 +232,22 @@ fn check_password(password: &str) -> Result<(), AccountError> {
 }
 
 impl Accounts {
-    /// Opens (creating if needed) the accounts file at `path`.
+    /// Opens (creating if needed) the accounts file at `path`. It holds password and token
+    /// hashes: the file is created 0600 before SQLite opens it, so that the WAL and
+    /// shared-memory files SQLite creates beside it are 0600 too, whatever the umask; an older
+    /// release's 0644 files are narrowed here.
     pub fn open(path: &Path) -> Result<Accounts, AccountError> {
         let wrap = |source| AccountError::Sqlite {
             path: path.display().to_string(),
             source,
         };
+        filemode::prepare_sqlite(path, &filemode::Access::Private).map_err(|e| {
+            let cannot_open = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN);
+            wrap(rusqlite::Error::SqliteFailure(
+                cannot_open,
+                Some(e.to_string()),
+            ))
+        })?;
         let conn = Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(wrap)?;
@@ -246,12 +256,6 @@ impl Accounts {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(wrap)?;
         conn.execute_batch(SCHEMA).map_err(wrap)?;
-        // The file holds password hashes: readable by its owner only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-        }
         Ok(Accounts {
             path: path.to_owned(),
             conn: Mutex::new(conn),

@@ -51,6 +51,12 @@ pub enum HistoryError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("history database {path}: {source}")]
+    Files {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("history levels: {0}")]
     Config(String),
     #[error(
@@ -266,10 +272,18 @@ CREATE TABLE IF NOT EXISTS open_sketch (level INTEGER NOT NULL, series INTEGER N
 }
 
 impl History {
-    /// Opens (creating if needed) the history at `path`.
+    /// Opens (creating if needed) the history at `path`. Its files (the database, its WAL and
+    /// shared-memory files) are its owner's alone, 0600 from their first byte; an older
+    /// release's 0644 ones are narrowed here.
     pub fn open(path: &Path, cfg: HistoryConfig) -> Result<History, HistoryError> {
         cfg.validate()?;
         let name = path.display().to_string();
+        filemode::prepare_sqlite(path, &filemode::Access::Private).map_err(|source| {
+            HistoryError::Files {
+                path: name.clone(),
+                source,
+            }
+        })?;
         let wrap = |source| HistoryError::Sqlite {
             path: name.clone(),
             source,
