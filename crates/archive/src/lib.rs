@@ -19,7 +19,11 @@
 //! [`ArchiveConfig::max_open_tars`] open files; packets over a limit are dropped and counted,
 //! and the member is marked truncated); appends to an existing file that does not end in the
 //! tar end-of-archive blocks (it is refused and left alone); deletes anything but whole minute
-//! directories named `YYYY-MM-DD/HH/MM`, or the minute being written. Files are written but not
+//! directories named `YYYY-MM-DD/HH/MM`, or the minute being written; lets another user read
+//! it (directories 0700 and tars 0600 from their first byte whatever the umask, or 02750 and
+//! 0640 for the one group [`ArchiveConfig::access`] names; an older release's 0755/0644
+//! archive is narrowed by [`Archive::new`], once: it walks the tree only when the archive's own
+//! directory was wrong). Files are written but not
 //! fsynced per member: the archive is evidence, not acknowledged data
 //! ([`Archive::sync_and_close_tars`] at shutdown). Two calls with the same Call-ID starting in
 //! the same minute get members of the same name; their records' offsets tell them apart.
@@ -113,6 +117,10 @@ pub struct ArchiveConfig {
     pub max_open_tars: usize,
     /// zstd level for SIP members (1 fastest .. 19). Default [`DEFAULT_ZSTD_LEVEL`].
     pub zstd_level: i32,
+    /// Who may read the archive: its owner only (directories 0700, tar files 0600: they hold
+    /// calls' signalling and audio), or also one group (02750 and 0640), for Asterisk's user.
+    /// An older release's wider archive is narrowed by [`Archive::new`].
+    pub access: filemode::Access,
 }
 
 impl ArchiveConfig {
@@ -127,6 +135,7 @@ impl ArchiveConfig {
             max_calls: DEFAULT_MAX_CALLS,
             max_open_tars: DEFAULT_MAX_OPEN_TARS,
             zstd_level: DEFAULT_ZSTD_LEVEL,
+            access: filemode::Access::Private,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The archive writer: per-call buffers, per-minute tar files, member records, extraction.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -143,13 +143,21 @@ pub struct Archive {
 }
 
 impl Archive {
-    /// An archive under `config.dir` (created if missing).
+    /// An archive under `config.dir` (created if missing), readable as `config.access` says.
+    /// When the directory itself was wider (an older release's 0755) or of another group, its
+    /// minute directories and tar files are narrowed too, before anything is written.
     pub fn new(config: ArchiveConfig) -> Result<Self, ArchiveError> {
-        std::fs::create_dir_all(&config.dir).map_err(|source| ArchiveError::Io {
-            path: config.dir.clone(),
-            op: "create directory",
-            source,
-        })?;
+        let io = |op| {
+            let path = config.dir.clone();
+            move |source| ArchiveError::Io { path, op, source }
+        };
+        let changed =
+            filemode::secure_dir(&config.dir, &config.access).map_err(io("create directory"))?;
+        if changed {
+            // Day, hour and minute directories, and the tars in the minutes.
+            filemode::secure_tree(&config.dir, &config.access, 3)
+                .map_err(io("set the modes below"))?;
+        }
         Ok(Self {
             config,
             calls: HashMap::new(),
@@ -519,22 +527,17 @@ impl Archive {
             }
         }
         let dir = path.parent().expect("tar paths have a minute directory");
-        std::fs::create_dir_all(dir).map_err(|source| ArchiveError::Io {
+        let access = &self.config.access;
+        filemode::create_dir_all(dir, access).map_err(|source| ArchiveError::Io {
             path: dir.to_path_buf(),
             op: "create directory",
             source,
         })?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|source| ArchiveError::Io {
-                path: path.to_path_buf(),
-                op: "open",
-                source,
-            })?;
+        let file = filemode::open_rw(path, access).map_err(|source| ArchiveError::Io {
+            path: path.to_path_buf(),
+            op: "open",
+            source,
+        })?;
         let len = file
             .metadata()
             .map_err(|source| ArchiveError::Io {

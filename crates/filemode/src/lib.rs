@@ -281,6 +281,62 @@ pub fn secure_sqlite(db: &Path, access: &Access) -> io::Result<()> {
     Ok(())
 }
 
+/// What [`secure_tree`] changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeReport {
+    pub dirs: u64,
+    pub files: u64,
+}
+
+/// Narrows everything below the directory `root` to `access`: directories down to `depth`
+/// levels below it and the files in them (the root itself is [`secure_dir`]'s). Symbolic links
+/// are left alone and not followed; what vanishes meanwhile (a concurrent prune) is skipped.
+/// One line is logged for the whole tree, not one per file: for a tree an older release wrote
+/// (an archive of a hundred thousand files), after [`secure_dir`] found its root wrong.
+pub fn secure_tree(root: &Path, access: &Access, depth: usize) -> io::Result<TreeReport> {
+    let mut report = TreeReport::default();
+    let mut pending = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, level)) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(context(e, "list", &dir)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| context(e, "list", &dir))?;
+            let path = entry.path();
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(context(e, "read the mode of", &path)),
+            };
+            let is_dir = meta.is_dir();
+            if !(is_dir || meta.is_file()) || (is_dir && level >= depth) {
+                continue;
+            }
+            match change(&Target::Path(&path), &meta, access, is_dir) {
+                Ok(Some(_)) if is_dir => report.dirs += 1,
+                Ok(Some(_)) => report.files += 1,
+                Ok(None) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            if is_dir {
+                pending.push((path, level + 1));
+            }
+        }
+    }
+    if report != TreeReport::default() {
+        tracing::warn!(
+            root = %root.display(),
+            dirs = report.dirs,
+            files = report.files,
+            "files and directories below were wider than {access} may read: narrowed"
+        );
+    }
+    Ok(report)
+}
+
 /// Logs a warning when the file `path` (`what`: "the sensor's token file") may be read by
 /// every local user: a key Tandem reads but did not write.
 pub fn warn_if_readable_by_all(path: &Path, what: &str) {
@@ -329,13 +385,36 @@ impl Target<'_> {
 /// Brings an existing file or directory to `access`; true when something changed, which is
 /// logged: a warning when others could read it.
 fn fit(target: &Target, meta: &Metadata, access: &Access, dir: bool) -> io::Result<bool> {
+    let Some((from, want)) = change(target, meta, access, dir)? else {
+        return Ok(false);
+    };
+    let path = target.path();
+    let opened = from & 0o077 & !want;
+    let (from, to) = (format!("{from:04o}"), format!("{want:04o}"));
+    if opened & 0o007 != 0 {
+        tracing::warn!(path = %path.display(), from, to, "every local user could read this; now {access} can");
+    } else if opened != 0 {
+        tracing::warn!(path = %path.display(), from, to, "its group could read this; now {access} can");
+    } else {
+        tracing::info!(path = %path.display(), from, to, "mode set: {access} may read it");
+    }
+    Ok(true)
+}
+
+/// Brings an existing file or directory to `access` without a word; the modes before and
+/// after when it changed.
+fn change(
+    target: &Target,
+    meta: &Metadata,
+    access: &Access,
+    dir: bool,
+) -> io::Result<Option<(u32, u32)>> {
     let mode = meta.mode() & 0o7777;
     let want = access.narrowed(mode, dir);
     let regroup = access.gid().filter(|&gid| gid != meta.gid());
     if mode == want && regroup.is_none() {
-        return Ok(false);
+        return Ok(None);
     }
-    let path = target.path();
     if let Some(gid) = regroup {
         // Owner-only before the group changes: its bits never apply to the wrong group.
         let owner_only = mode & 0o700;
@@ -345,17 +424,7 @@ fn fit(target: &Target, meta: &Metadata, access: &Access, dir: bool) -> io::Resu
         target.chgrp(gid).map_err(|e| owned_by(e, meta))?;
     }
     target.chmod(want).map_err(|e| owned_by(e, meta))?;
-    let from = format!("{mode:04o}");
-    let to = format!("{want:04o}");
-    let opened = mode & 0o077 & !want;
-    if opened & 0o007 != 0 {
-        tracing::warn!(path = %path.display(), from, to, "every local user could read this; now {access} can");
-    } else if opened != 0 {
-        tracing::warn!(path = %path.display(), from, to, "its group could read this; now {access} can");
-    } else {
-        tracing::info!(path = %path.display(), from, to, "mode set: {access} may read it");
-    }
-    Ok(true)
+    Ok(Some((mode, want)))
 }
 
 fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
@@ -490,6 +559,43 @@ mod tests {
             "already right"
         );
         assert!(!secure_file(&dir.path().join("missing"), &Access::Private).unwrap());
+    }
+
+    #[test]
+    fn a_tree_is_narrowed_to_its_depth_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("archive");
+        let minute = root.join("2026-11-21/05/30");
+        std::fs::create_dir_all(&minute).unwrap();
+        let deeper = minute.join("deeper");
+        std::fs::create_dir(&deeper).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"").unwrap();
+        std::os::unix::fs::symlink(&outside, minute.join("link")).unwrap();
+        for p in [
+            &root.join("2026-11-21"),
+            &root.join("2026-11-21/05"),
+            &minute,
+            &deeper,
+        ] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for name in ["sip.tar", "rtp.tar"] {
+            std::fs::write(minute.join(name), b"").unwrap();
+            std::fs::set_permissions(minute.join(name), std::fs::Permissions::from_mode(0o644))
+                .unwrap();
+        }
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let report = secure_tree(&root, &Access::Private, 3).unwrap();
+        assert_eq!(report, TreeReport { dirs: 3, files: 2 });
+        assert_eq!(mode(&minute), 0o700);
+        assert_eq!(mode(&minute.join("sip.tar")), 0o600);
+        assert_eq!(mode(&deeper), 0o755, "below the depth");
+        assert_eq!(mode(&outside), 0o644, "a link is not followed");
+        assert_eq!(
+            secure_tree(&root, &Access::Private, 3).unwrap(),
+            TreeReport::default()
+        );
     }
 
     #[test]
