@@ -82,6 +82,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any thread or file: whatever Tandem, a library or SQLite creates without an
+    // explicit mode (a directory, a temporary file) is its owner's alone. The files that hold
+    // secrets and calls get their modes explicitly too (`filemode`), so a umask is never what
+    // protects them.
+    filemode::set_umask();
     let cli = Cli::parse();
     // A benchmark's in-process servers (the collector, sensors) would log every session and
     // connection between its progress bars: warnings only, unless asked.
