@@ -454,6 +454,7 @@ pub(crate) fn monitor(
     cfg: MonitorConfig,
     shards: usize,
     settings: Option<&ArchiveSettings>,
+    access: &filemode::Access,
     from_files: bool,
 ) -> Result<(Monitor, Option<CaptureArchive>), SensorError> {
     let Some(settings) = settings else {
@@ -467,6 +468,7 @@ pub(crate) fn monitor(
     let config = ArchiveConfig {
         store: settings.store,
         max_call_bytes: settings.max_call_bytes,
+        access: access.clone(),
         ..ArchiveConfig::new(dir)
     };
     let retention = Retention {

@@ -47,8 +47,13 @@ pub struct CdrSink {
 impl CdrSink {
     /// Starts the writer. An unreachable database is not an error here: CDRs are journaled
     /// until it is reachable.
-    /// With a collector, `archive` is the directory its pcap requests are confined to.
-    pub fn start(config: &CdrConfig, archive: Option<&Path>) -> Result<Self, SensorError> {
+    /// With a collector, `archive` is the directory its pcap requests are confined to. A
+    /// SQLite database is created, or narrowed, to `access` (the writer owns its mode).
+    pub fn start(
+        config: &CdrConfig,
+        archive: Option<&Path>,
+        access: &filemode::Access,
+    ) -> Result<Self, SensorError> {
         let postgres = config.postgres.as_deref();
         let journal = config.journal.clone().unwrap_or_else(|| {
             if config.collector.is_some() {
@@ -91,10 +96,10 @@ impl CdrSink {
                 })
             }
             None => {
-                create_parent(&config.db)?;
-                let db = config.db.clone();
+                create_parent(&config.db, access)?;
+                let (db, access) = (config.db.clone(), access.clone());
                 CdrWriter::start(cfg, move || {
-                    Ok(Box::new(SqliteStore::open(&db)?) as Box<dyn CdrStore>)
+                    Ok(Box::new(SqliteStore::open_with(&db, &access)?) as Box<dyn CdrStore>)
                 })
             }
         }?;

@@ -28,6 +28,9 @@ pub struct SensorConfig {
     pub status: StatusConfig,
     /// HEP: the authentication key and bounds of `--hep-listen`, and `--hep-send`.
     pub hep: crate::hep::HepSettings,
+    /// Who may read the CDR database (SQLite) and the archive: their owner only, or also one
+    /// group (files 0640, directories 02750 of that group). The CDR journal stays the owner's.
+    pub files: filemode::Access,
 }
 
 impl SensorConfig {
@@ -41,6 +44,7 @@ impl SensorConfig {
             archive: None,
             status: StatusConfig::default(),
             hep: crate::hep::HepSettings::default(),
+            files: filemode::Access::Private,
         }
     }
 }

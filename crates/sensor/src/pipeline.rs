@@ -271,6 +271,7 @@ impl Sensor {
             config.monitor.clone(),
             config.shards,
             config.archive.as_ref(),
+            &config.files,
             !live_source,
         )?;
         // CDRs are stored on a thread of their own: capture never waits for the database.
@@ -278,7 +279,7 @@ impl Sensor {
         let cdr = config
             .cdr
             .as_ref()
-            .map(|c| CdrSink::start(c, archive_dir))
+            .map(|c| CdrSink::start(c, archive_dir, &config.files))
             .transpose()?;
         let status = CaptureStatus::start(
             &config.status,

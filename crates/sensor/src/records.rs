@@ -136,16 +136,17 @@ pub fn open_store(path: &Path, postgres: Option<&str>) -> Result<Box<dyn CdrStor
     if let Some(conninfo) = postgres {
         return Ok(Box::new(cdr::PgStore::connect(conninfo)?));
     }
-    create_parent(path)?;
+    create_parent(path, &filemode::Access::Private)?;
     Ok(Box::new(SqliteStore::open(path)?))
 }
 
-/// Creates the directory a file goes in.
-pub(crate) fn create_parent(path: &Path) -> Result<(), SensorError> {
+/// Creates the directories a file goes in that are missing, with `access`'s mode and group
+/// (those that exist are left as they are).
+pub(crate) fn create_parent(path: &Path, access: &filemode::Access) -> Result<(), SensorError> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
-        std::fs::create_dir_all(dir).map_err(|source| SensorError::CreateDir {
+        filemode::create_dir_all(dir, access).map_err(|source| SensorError::CreateDir {
             path: dir.display().to_string(),
             source,
         })?;

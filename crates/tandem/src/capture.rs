@@ -3,6 +3,7 @@
 //! Asterisk's res_hep or heplify, `--interface IF` a live interface. This file holds the options,
 //! turns them into a [`SensorConfig`], turns SIGTERM and ctrl-c into a stop, and prints.
 
+use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,6 +54,11 @@ pub struct Args {
     /// Do not write CDRs.
     #[arg(long)]
     pub no_store: bool,
+    /// Let the members of GROUP (a name or a gid; Asterisk's, say) read the CDR database and
+    /// the archive: files 0640 and new directories 02750 of that group, where they are
+    /// otherwise their owner's alone (0600, 0700). Tandem must belong to GROUP or run as root.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// Call shards (threads) behind the decoding thread; 1 runs everything on one thread.
     #[arg(long, default_value_t = 1)]
     pub shards: usize,
@@ -228,8 +234,8 @@ pub struct LiveArgs {
 }
 
 impl Args {
-    /// The sensor these options describe.
-    pub fn to_config(&self) -> SensorConfig {
+    /// The sensor these options describe; fails on a `--group` this process cannot give.
+    pub fn to_config(&self) -> anyhow::Result<SensorConfig> {
         let source = match (&self.live.interface, self.hep_listen) {
             (Some(interface), _) => {
                 let l = &self.live;
@@ -278,12 +284,16 @@ impl Args {
             metrics_listen: self.status.metrics_listen,
         };
         self.hep.apply(&mut config);
-        config
+        if let Some(group) = &self.group {
+            config.files = filemode::Access::group(group)
+                .with_context(|| format!("--group {group}: choose a group this user is in"))?;
+        }
+        Ok(config)
     }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = args.to_config();
+    let config = args.to_config()?;
     let from_files = !config.source.is_live();
     // JSON lines as records close, or, for a person, tables printed at the end.
     let (table, observer): (_, Box<dyn sensor::RecordObserver>) = if args.json {

@@ -193,6 +193,9 @@ pub struct CaptureConfig {
     pub archive_store: String,
     /// MiB of one call's SIP, and of its RTP, held until it ends and archived.
     pub archive_call_max_mib: usize,
+    /// The group that may read the CDR database and the archive (`asterisk`). Empty: their
+    /// owner only.
+    pub group: String,
     /// Seconds between status lines in the log (0: none).
     pub status_interval_s: u64,
     /// The capture's Prometheus metrics on their own address. Empty: off.
@@ -234,6 +237,7 @@ impl Default for CaptureConfig {
             archive_dir: String::new(),
             archive_store: "headers".into(),
             archive_call_max_mib: sensor::ARCHIVE_CALL_MAX_BYTES >> 20,
+            group: String::new(),
             status_interval_s: 10,
             metrics_listen: String::new(),
             collector: String::new(),
@@ -256,7 +260,7 @@ impl CaptureConfig {
     /// The sensor these settings mean: the `tandem capture` command line they stand for, parsed
     /// as the command parses it (so the checks and defaults are the command's).
     pub fn to_sensor(&self) -> anyhow::Result<sensor::SensorConfig> {
-        Ok(self.to_args()?.to_config())
+        self.to_args()?.to_config()
     }
 
     /// The `tandem capture` command line these settings mean, parsed as the command parses it.
@@ -295,6 +299,9 @@ impl CaptureConfig {
             opt("archive", &self.archive_dir);
             opt("archive-store", &self.archive_store);
             opt("archive-call-max-mib", &self.archive_call_max_mib);
+        }
+        if !self.group.is_empty() {
+            opt("group", &self.group);
         }
         opt("status-interval-s", &self.status_interval_s);
         if !self.metrics_listen.is_empty() {
@@ -446,7 +453,7 @@ mod tests {
         assert_eq!(format!("{from_config:?}"), format!("{from_command:?}"));
         assert_eq!(
             format!("{:?}", capture.to_sensor().unwrap()),
-            format!("{:?}", from_command.to_config())
+            format!("{:?}", from_command.to_config().unwrap())
         );
 
         let hep = CaptureConfig {

@@ -7,6 +7,9 @@
 //! then checked twice (while `serve` runs and after it stopped): its mode gives nothing to the
 //! group or to others, and `nobody` (through `setpriv`) cannot read a byte of it.
 //!
+//! With `--group` (`[capture] group`), the CDR database and the archive are that group's to
+//! read, and nothing else is.
+//!
 //! Everything runs under umask 000, the worst an operator's service manager could hand over.
 //! Needs root (to become `nobody`) and SIPp; skips with a reason otherwise (fails under CI).
 
@@ -106,8 +109,13 @@ fn files_below(root: &Path) -> Vec<PathBuf> {
 
 /// What `nobody` reads of `file`: `Ok(bytes)` when it could open it, else the error it got.
 fn read_as_nobody(file: &Path) -> Result<usize, String> {
+    read_as(NOBODY, NOBODY, file)
+}
+
+/// What the user `uid`, with no group but `gid`, reads of `file`.
+fn read_as(uid: &str, gid: &str, file: &Path) -> Result<usize, String> {
     let out = Command::new("setpriv")
-        .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
+        .args(["--reuid", uid, "--regid", gid, "--clear-groups", "--"])
         .args(["head", "-c", "1"])
         .arg(file)
         .output()
@@ -158,6 +166,24 @@ fn assert_private(data: &Path, expected: &[&str], when: &str) {
     eprintln!("{when}: none of {} files readable by nobody", files.len());
 }
 
+/// A temporary directory holding `data`, both 0755 as an operator's `mkdir` makes them, with
+/// the process's umask 000 (this test's children inherit it: the widest an operator could
+/// give); `None` when the test cannot run here.
+fn open_data_dir() -> Option<(tempfile::TempDir, PathBuf)> {
+    if !runnable() {
+        return None;
+    }
+    // SAFETY: umask only swaps the process's mask; every test of this file sets the same.
+    unsafe { libc::umask(0) };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for d in [dir.path(), &data] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Some((dir, data))
+}
+
 /// The `tandem serve` under test; killed and reaped if the test fails before it stops.
 struct Serve(Option<Child>);
 
@@ -172,17 +198,9 @@ impl Drop for Serve {
 
 #[test]
 fn no_other_user_reads_the_data_directory_after_serve() {
-    if !runnable() {
+    let Some((dir, data)) = open_data_dir() else {
         return;
-    }
-    // The whole process, this test's children included: the widest an operator could give.
-    // SAFETY: umask only swaps the process's mask; this file holds one test.
-    unsafe { libc::umask(0) };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
     let data_arg = data.to_str().unwrap();
     let cdr_db = data.join("cdr.sqlite3");
     let archive = data.join("archive");
@@ -327,4 +345,97 @@ fn no_other_user_reads_the_data_directory_after_serve() {
     let exited = child.wait().unwrap();
     assert!(exited.success(), "serve: {exited}: {}", server_log());
     assert_private(&data, &expected[..1], "after serve stopped");
+}
+
+#[test]
+fn a_group_reads_the_cdrs_and_the_archive_and_nothing_else() {
+    let Some((dir, data)) = open_data_dir() else {
+        return;
+    };
+    let (cdr_db, archive) = (data.join("cdr.sqlite3"), data.join("archive"));
+    let pcap = synthetic_pcap(dir.path());
+    tandem(
+        &[
+            "capture",
+            "--read",
+            pcap.to_str().unwrap(),
+            "--archive",
+            archive.to_str().unwrap(),
+            "--archive-store",
+            "full",
+            "--cdr-db",
+            cdr_db.to_str().unwrap(),
+            "--group",
+            NOBODY,
+        ],
+        "",
+    );
+    let gid: u32 = NOBODY.parse().unwrap();
+    let files = files_below(&data);
+    let tars = files.iter().filter(|f| f.starts_with(&archive)).count();
+    assert!(tars >= 2, "{files:?}");
+    for file in &files {
+        let meta = std::fs::metadata(file).unwrap();
+        let (mode, name) = (meta.mode() & 0o7777, file.display());
+        if file.starts_with(&archive) || file == &cdr_db {
+            assert_eq!((mode, meta.gid()), (0o640, gid), "{name}: {mode:04o}");
+            assert_eq!(
+                read_as(NOBODY, NOBODY, file),
+                Ok(1),
+                "{name}: the group reads it"
+            );
+            // One who is not in the group reads nothing.
+            assert!(
+                read_as(NOBODY, "65533", file).is_err(),
+                "{name}: {mode:04o}"
+            );
+        } else {
+            // The CDR journal (and SQLite's files once closed) stay the owner's.
+            assert_eq!(mode & 0o077, 0, "{name}: {mode:04o}");
+            assert!(read_as_nobody(file).is_err(), "{name}");
+        }
+    }
+    let mut dirs = vec![archive.clone()];
+    while let Some(d) = dirs.pop() {
+        let meta = std::fs::metadata(&d).unwrap();
+        assert_eq!(
+            (meta.mode() & 0o7777, meta.gid()),
+            (0o2750, gid),
+            "{}",
+            d.display()
+        );
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            }
+        }
+    }
+
+    // A group this process may not give is refused before anything is written.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            NOBODY,
+            "--regid",
+            NOBODY,
+            "--clear-groups",
+            "--",
+            EXE,
+        ])
+        .args([
+            "capture",
+            "--read",
+            pcap.to_str().unwrap(),
+            "--cdr-db",
+            "/dev/null/x",
+        ])
+        .args(["--group", "0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("--group 0") && stderr.contains("not a member"),
+        "{stderr}"
+    );
 }

@@ -155,6 +155,7 @@ mod tests {
             .unwrap()
             .args
             .to_config()
+            .unwrap()
     }
 
     /// `[capture]`'s HEP keys in `tandem serve` mean what the same flags mean to `tandem
