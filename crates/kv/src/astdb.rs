@@ -269,10 +269,20 @@ fn open_read_only(path: &Path) -> Result<Connection> {
 
 /// Whether a process holds the store's lock (it is open for writing). A lock file that cannot
 /// be checked counts as held: the plain open is always safe, only sometimes impossible.
+///
+/// The lock file is its owner's alone (a user who could open it could also hold the lock and
+/// keep the service from starting), so another user reading a store its owner let it read
+/// cannot check the lock: for that user, a writer runs while the store's `-shm` file exists
+/// (SQLite keeps it while any connection has the database open in WAL mode and removes it at
+/// the last close).
 fn writer_active(path: &Path) -> bool {
     let lock = match std::fs::File::open(lock_path(path)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let [_, shm, _] = filemode::sqlite_companions(path);
+            return shm.exists();
+        }
         Err(_) => return true,
     };
     // A shared lock is free exactly when no writer holds the exclusive one; let go at once so
