@@ -153,11 +153,24 @@ impl std::fmt::Display for Access {
     }
 }
 
+/// The umask the process had before [`set_umask`]; `u32::MAX` while it was not called.
+static INHERITED_UMASK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
 /// Sets the process's umask to [`UMASK`] and returns the one it had. For a binary's first
 /// line, before any thread exists.
 pub fn set_umask() -> u32 {
     // SAFETY: umask only swaps the process's mask.
-    unsafe { libc::umask(UMASK as libc::mode_t) as u32 }
+    let inherited = unsafe { libc::umask(UMASK as libc::mode_t) as u32 };
+    INHERITED_UMASK.store(inherited, std::sync::atomic::Ordering::Relaxed);
+    inherited
+}
+
+/// The umask the process was started with, when [`set_umask`] replaced it: what a program
+/// Tandem runs for someone else (a legacy AGI script, whose files Asterisk may read) gets
+/// back, as it would from Asterisk.
+pub fn inherited_umask() -> Option<u32> {
+    let mask = INHERITED_UMASK.load(std::sync::atomic::Ordering::Relaxed);
+    (mask != u32::MAX).then_some(mask)
 }
 
 /// Creates `path` and the directories above it that are missing, each with `access`'s mode and

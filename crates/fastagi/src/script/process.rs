@@ -53,6 +53,17 @@ pub fn spawn(
     if let Some(user) = env.run_as() {
         user.apply(&mut cmd);
     }
+    // Tandem's own umask keeps its files private; a script gets the one Tandem was started
+    // with, as Asterisk would give it (its files are often for Asterisk to read).
+    if let Some(mask) = filemode::inherited_umask().filter(|m| *m != filemode::UMASK) {
+        // SAFETY: umask is async-signal-safe and touches only the child's mask.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            });
+        }
+    }
     cmd.spawn()
 }
 
