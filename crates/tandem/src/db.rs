@@ -43,9 +43,16 @@ enum DbCommand {
     /// Add every entry of an Asterisk astdb.sqlite3 (existing keys are replaced).
     #[command(name = "import-astdb")]
     ImportAstdb { file: PathBuf },
-    /// Write the astdb families as an Asterisk astdb.sqlite3 (FILE must not exist).
+    /// Write the astdb families as an Asterisk astdb.sqlite3 (FILE must not exist), readable
+    /// by its owner only (0600) unless --group is given.
     #[command(name = "export-astdb")]
-    ExportAstdb { file: PathBuf },
+    ExportAstdb {
+        file: PathBuf,
+        /// Let the members of GROUP (Asterisk's, a name or a gid) read the file: 0640 of that
+        /// group. This process must belong to GROUP or run as root.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
+    },
     /// Copy the whole store to FILE (must not exist) with SQLite's online backup.
     Backup { file: PathBuf },
 }
@@ -155,9 +162,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("importing {}", file.display()))?;
             writeln!(out, "Imported {n} entries from {}.", file.display())?;
         }
-        DbCommand::ExportAstdb { file } => {
+        DbCommand::ExportAstdb { file, group } => {
+            let access = match &group {
+                Some(g) => filemode::Access::group(g)
+                    .with_context(|| format!("--group {g}: choose a group this user is in"))?,
+                None => filemode::Access::Private,
+            };
             let n = open_ro(dir)?
-                .export_astdb(&file)
+                .export_astdb_with(&file, &access)
                 .with_context(|| format!("exporting to {}", file.display()))?;
             writeln!(out, "Exported {n} entries to {}.", file.display())?;
         }

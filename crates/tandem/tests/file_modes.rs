@@ -439,3 +439,96 @@ fn a_group_reads_the_cdrs_and_the_archive_and_nothing_else() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_astdb_export_is_its_owners_or_its_groups() {
+    let Some((dir, data)) = open_data_dir() else {
+        return;
+    };
+    let data_arg = data.to_str().unwrap();
+    tandem(
+        &["db", "--data-dir", data_arg, "put", "CW", "1001", "ENABLED"],
+        "",
+    );
+    let private = dir.path().join("private.sqlite3");
+    tandem(
+        &[
+            "db",
+            "--data-dir",
+            data_arg,
+            "export-astdb",
+            private.to_str().unwrap(),
+        ],
+        "",
+    );
+    let meta = std::fs::metadata(&private).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert!(read_as_nobody(&private).is_err());
+
+    let shared = dir.path().join("shared.sqlite3");
+    let export = ["db", "--data-dir", data_arg, "export-astdb"];
+    let mut args = export.to_vec();
+    args.extend([shared.to_str().unwrap(), "--group", NOBODY]);
+    tandem(&args, "");
+    let meta = std::fs::metadata(&shared).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o640, 65534));
+    assert_eq!(read_as(NOBODY, NOBODY, &shared), Ok(1));
+    assert!(read_as(NOBODY, "65533", &shared).is_err());
+}
+
+#[test]
+fn a_legacy_script_gets_the_umask_tandem_was_started_with() {
+    let Some((dir, data)) = open_data_dir() else {
+        return;
+    };
+    let agi_bin = dir.path().join("agi-bin");
+    std::fs::create_dir(&agi_bin).unwrap();
+    let script = agi_bin.join("umask.agi");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nwhile read -r line && [ -n \"$line\" ]; do :; done\n\
+         echo \"SET VARIABLE UMASK $(umask)\"\nread -r reply\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (agi, metrics) = (common::free_port(), common::free_port());
+    let log = dir.path().join("serve.log");
+    let _serve = Serve(Some(
+        Command::new(EXE)
+            .args(["serve", "--agi-listen", &format!("127.0.0.1:{agi}")])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--web-listen",
+                &format!("127.0.0.1:{}", common::free_port()),
+            ])
+            .args(["--agi-script-dir", agi_bin.to_str().unwrap()])
+            .args(["--data-dir", data.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", metrics)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let plan = asterisk_emu::Plan {
+        idle_timeout: Duration::from_secs(10),
+        ..asterisk_emu::Plan::route("umask.agi")
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], agi));
+    let out = rt.block_on(asterisk_emu::run(addr, &plan, 1)).unwrap();
+    let vars = &out.channel.as_ref().unwrap().variables;
+    // This test's umask (000), not Tandem's own (077).
+    assert_eq!(
+        vars["UMASK"],
+        "0000",
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
