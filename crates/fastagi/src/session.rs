@@ -103,14 +103,12 @@ impl Session {
         &self.header
     }
     /// The dialplan's arguments: `AGI(agi://host/route,a,b)` gives `["a", "b"]`.
-    pub fn args(&self) -> &[String] {
+    pub fn args(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
         self.header.args()
     }
     /// An argument by position, starting at 1 like `agi_arg_1`.
     pub fn arg(&self, n: usize) -> Option<&str> {
-        n.checked_sub(1)
-            .and_then(|i| self.header.args().get(i))
-            .map(String::as_str)
+        self.header.arg(n)
     }
     /// The route path asked for (`agi_network_script` without its query).
     pub fn route_path(&self) -> &str {

@@ -146,7 +146,7 @@ fn warm(shared: &Shared, working_dir: &std::path::Path, env: &AstEnv, metrics: &
         let mut started = Vec::with_capacity(short.len());
         let mut failed = false;
         for script in short {
-            match process::spawn(&script.full, &[], working_dir, env) {
+            match process::spawn(&script.full, &[] as &[&str], working_dir, env) {
                 Ok(child) => started.push((script.file, child)),
                 Err(e) => {
                     warn!(script = %script.name, error = %e, "cannot prewarm the script");
