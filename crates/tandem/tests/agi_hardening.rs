@@ -10,7 +10,8 @@
 //! - Held sessions: a peer silent on a command Asterisk answers at once is let go after
 //!   `immediate_command_timeout_ms`; sessions held in a long command cost a few KiB each above
 //!   their header, since a header over `max_header_bytes` is refused, and a route's own
-//!   `command_timeout_ms` lets them go.
+//!   `command_timeout_ms` lets them go; a peer that vanished without closing (its link cut,
+//!   from a network namespace) is let go by TCP keepalive.
 
 mod common;
 
@@ -64,6 +65,11 @@ impl Drop for Served {
 /// `tandem serve` with a script directory (`ok.sh`, `sub/inner.sh`, `alias` → `ok.sh`,
 /// `escape` → `/bin/sh`), history every second, and `fastagi`/`history` settings added.
 fn serve(fastagi: &str, history: &str) -> Served {
+    serve_on(Ipv4Addr::LOCALHOST, fastagi, history)
+}
+
+/// [`serve`] with FastAGI on `agi_ip` (`/metrics` stays on loopback).
+fn serve_on(agi_ip: Ipv4Addr, fastagi: &str, history: &str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let scripts = dir.path().join("agi-bin");
     for name in ["ok.sh", "sub/inner.sh"] {
@@ -75,7 +81,7 @@ fn serve(fastagi: &str, history: &str) -> Served {
     std::os::unix::fs::symlink("ok.sh", scripts.join("alias")).unwrap();
     std::os::unix::fs::symlink("/bin/sh", scripts.join("escape")).unwrap();
     let (agi, http) = (
-        SocketAddr::from(([127, 0, 0, 1], free_port())),
+        SocketAddr::from((agi_ip, free_port())),
         SocketAddr::from(([127, 0, 0, 1], free_port())),
     );
     let config = dir.path().join("tandem.toml");
@@ -555,4 +561,86 @@ fn sessions_held_in_a_long_command_cost_a_few_kib_and_end_by_the_route_s_timeout
     );
     served.check_timed_out(SESSIONS);
     served.check_peak_rss(rss_before);
+}
+
+/// An interface of this namespace, deleted on drop.
+struct Deleted(String);
+
+impl Drop for Deleted {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
+    }
+}
+
+/// Peers that vanish without closing (the link from their network namespace cut: no FIN, no
+/// RST, no answer to anything) while held in a long command are let go by TCP keepalive, here
+/// 1 s idle and 2 probes 1 s apart.
+#[test]
+fn peers_that_vanish_are_let_go_by_keepalive() {
+    if let Some(why) = afpacket::netns::VethPair::unavailable() {
+        test_env::skip(&why);
+        return;
+    }
+    // The pair's `a` end stays in the namespace, the PBX's side; `b` comes here, Tandem's.
+    let pair = afpacket::netns::VethPair::create().unwrap();
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+    };
+    let net = (std::process::id() % 250) as u8 + 1;
+    let (ours, theirs) = (Ipv4Addr::new(10, 79, net, 1), Ipv4Addr::new(10, 79, net, 2));
+    let here = std::process::id().to_string();
+    ip(&[
+        "-n",
+        &pair.namespace,
+        "link",
+        "set",
+        &pair.b,
+        "netns",
+        &here,
+    ]);
+    // Sockets of the namespace still closing can keep it, and so the pair, alive a while after
+    // it is deleted: this end is removed here, even when the test fails.
+    let _ours = Deleted(pair.b.clone());
+    ip(&["addr", "add", &format!("{ours}/30"), "dev", &pair.b]);
+    ip(&["link", "set", &pair.b, "up"]);
+    ip(&[
+        "-n",
+        &pair.namespace,
+        "addr",
+        "add",
+        &format!("{theirs}/30"),
+        "dev",
+        &pair.a,
+    ]);
+    let served = serve_on(
+        ours,
+        &format!(
+            "allowed_networks = [\"127.0.0.0/8\", \"{theirs}/32\"]\n\
+             keepalive_idle_s = 1\nkeepalive_interval_s = 1\nkeepalive_probes = 2"
+        ),
+        "",
+    );
+    let (rss_before, _) = served.rss();
+    // A runtime whose threads were started in the namespace: its sessions' sockets are there.
+    let rt = pair.in_namespace(runtime).unwrap();
+    const SESSIONS: usize = 20;
+    let count = Arc::new(AtomicUsize::new(0));
+    let addr = served.agi;
+    for i in 0..SESSIONS {
+        let plan = held("example", 7, Vec::new(), &count);
+        // Never joined: their peer is gone, and the runtime is dropped with them.
+        rt.spawn(async move { asterisk_emu::run(addr, &plan, i as u64 + 1).await });
+    }
+    rt.block_on(wait_for(&[&count], SESSIONS, "sessions held"));
+    assert_eq!(served.figure("tandem_agi_sessions_active"), SESSIONS as f64);
+    ip(&["link", "set", &pair.b, "down"]);
+    let cut = Instant::now();
+    served.wait_until_idle();
+    eprintln!(
+        "{SESSIONS} sessions whose peer vanished ended {} ms after the cut",
+        cut.elapsed().as_millis()
+    );
+    served.check_peak_rss(rss_before);
+    rt.shutdown_background();
 }
