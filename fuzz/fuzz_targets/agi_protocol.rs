@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         // Whatever parsed must re-encode and parse to the same header.
         let again = Header::parse(h.encode(true).as_bytes(), HeaderLimits::default())
             .expect("an encoded header parses");
-        assert_eq!(again.args(), h.args());
+        assert!(again.args().eq(h.args()));
         let _ = h.route();
     }
 

@@ -55,14 +55,16 @@ pub enum HeaderError {
 }
 
 /// A parsed session header. Variables keep their order and exact values; arguments are also
-/// available by position through [`Header::args`]. Names and values live in one string, so a
-/// header costs a couple of allocations rather than two per variable.
+/// available by position through [`Header::args`]. Names and values live in one string, arguments
+/// included (they are not copied), so a header costs a couple of allocations rather than two per
+/// variable, and about its own size: a session keeps it for its whole life.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Header {
     text: String,
     /// Byte ranges of each variable's name and value in `text`, in arrival order.
     vars: Vec<(Span, Span)>,
-    args: Vec<String>,
+    /// Byte ranges of `agi_arg_1..N` in `text`; an empty range for a missing one.
+    args: Vec<Span>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,16 +103,19 @@ impl Header {
     fn insert(&mut self, name: &str, value: &str) {
         // An index past the cap stays a plain variable: `agi_arg_4000000000` must not make us
         // allocate four billion arguments. (The reader refuses such a line before it gets here.)
-        if let Some(n) = arg_index(name).filter(|&n| n <= ARG_INDEX_MAX) {
-            // Arguments normally arrive in order; a gap is filled with empty arguments so that
-            // `args()[n-1]` is always `agi_arg_n`.
-            if self.args.len() < n {
-                self.args.resize(n, String::new());
-            }
-            self.args[n - 1] = value.to_string();
+        let index = arg_index(name).filter(|&n| n <= ARG_INDEX_MAX);
+        // Arguments normally arrive in order; a gap is filled with empty arguments so that
+        // `args()[n-1]` is always `agi_arg_n`.
+        if let Some(n) = index
+            && self.args.len() < n
+        {
+            self.args.resize(n, Span { start: 0, end: 0 });
         }
         let name = self.append(name);
         let value = self.append(value);
+        if let Some(n) = index {
+            self.args[n - 1] = value;
+        }
         self.vars.push((name, value));
     }
 
@@ -144,8 +149,14 @@ impl Header {
     }
 
     /// `agi_arg_1..N` by position (index 0 is `agi_arg_1`). Empty arguments are kept.
-    pub fn args(&self) -> &[String] {
-        &self.args
+    pub fn args(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
+        self.args.iter().map(|a| self.span(*a))
+    }
+
+    /// `agi_arg_N` by its number `n` (from 1), if the header has it.
+    pub fn arg(&self, n: usize) -> Option<&str> {
+        let i = n.checked_sub(1)?;
+        self.args.get(i).map(|a| self.span(*a))
     }
 
     fn field(&self, name: &str) -> &str {
@@ -304,7 +315,11 @@ impl HeaderReader {
             });
         }
         if line.is_empty() {
-            return Ok(Some(std::mem::take(&mut self.header)));
+            let mut header = std::mem::take(&mut self.header);
+            // Grown by doubling as lines came; kept for the session's life.
+            header.text.shrink_to_fit();
+            header.vars.shrink_to_fit();
+            return Ok(Some(header));
         }
         if self.header.vars.len() >= self.limits.max_variables {
             return Err(HeaderError::TooManyVariables {
@@ -404,7 +419,7 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
             "agi://127.0.0.1:4573/some/script.php?a=1&b=two"
         );
         assert_eq!(h.accountcode(), "");
-        assert_eq!(h.args(), ["arg one", "arg2"]);
+        assert_eq!(h.args().collect::<Vec<_>>(), ["arg one", "arg2"]);
         let r = h.route();
         assert_eq!(r.path, "some/script.php");
         assert_eq!(r.param("b"), Some("two"));
@@ -461,7 +476,7 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
             })
         ));
         let h = Header::from_vars([("agi_arg_99999999", "x")]);
-        assert!(h.args().is_empty());
+        assert_eq!(h.args().len(), 0);
         assert_eq!(h.get("agi_arg_99999999"), Some("x"));
     }
 
@@ -469,7 +484,7 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
     fn a_carriage_return_in_a_value_is_kept_and_round_trips() {
         // Found by fuzzing: stripping an optional CR lost one per parse/encode round.
         let h = Header::parse(b"agi_arg_1: arg3\r\r\n\n", HeaderLimits::default()).unwrap();
-        assert_eq!(h.args(), ["arg3\r\r"]);
+        assert_eq!(h.args().collect::<Vec<_>>(), ["arg3\r\r"]);
         let again = Header::parse(h.encode(true).as_bytes(), HeaderLimits::default()).unwrap();
         assert_eq!(again, h);
     }
@@ -481,6 +496,6 @@ agi_accountcode: \nagi_arg_1: arg one\nagi_arg_2: arg2\n\n";
             HeaderLimits::default(),
         )
         .unwrap();
-        assert_eq!(h.args(), ["a", "b", "", "d"]);
+        assert_eq!(h.args().collect::<Vec<_>>(), ["a", "b", "", "d"]);
     }
 }

@@ -41,8 +41,9 @@ pub struct Plan {
     /// Record each command and its reply in the outcome (tests), or only count them (load).
     pub record: bool,
     /// Leave this command (1-based) unanswered and hold the call, as Asterisk does for a long
-    /// `Dial` or prompt, until the task running the session is dropped. For measuring what a
-    /// session in a long command costs the server.
+    /// `Dial` or prompt, until the server closes the connection (a `failure` line before it is
+    /// noted) or the task running the session is dropped; `idle_timeout` does not apply. For
+    /// measuring what a session in a long command costs the server, and whether it lets go.
     pub hold_at: Option<usize>,
     /// Counts the sessions that have reached `hold_at`.
     pub held: Option<Arc<AtomicUsize>>,
@@ -190,6 +191,26 @@ fn hangup_turn(plan: &Plan, out: &mut Outcome, text: &mut String) -> bool {
     plan.exit_on_hangup
 }
 
+/// Holds a command unanswered until the server closes the connection, noting a `failure` line
+/// it sends first.
+async fn hold(stream: &mut TcpStream, out: &mut Outcome) {
+    let mut seen: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while let Ok(n @ 1..) = stream.read(&mut chunk).await {
+        seen.extend_from_slice(&chunk[..n]);
+        // A server sends at most a `failure` line here: what a misbehaving one sends past
+        // 64 KiB is not kept.
+        seen.truncate(64 * 1024);
+    }
+    if seen
+        .split(|&b| b == b'\n')
+        .any(|l| is_failure_line(&String::from_utf8_lossy(l)))
+    {
+        out.failure_line = true;
+        out.status = AgiStatus::Failure;
+    }
+}
+
 /// Builds the header Asterisk 22.10.1 sends, in its order.
 pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> String {
     let mut h = String::with_capacity(640);
@@ -238,9 +259,42 @@ pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> Str
 /// Connects to `addr` and plays one session by `plan`.
 pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, EmuError> {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
         .map_err(|source| EmuError::Connect { addr, source })?;
+    play(stream, addr, plan, seq, started).await
+}
+
+/// [`run`] from the local address `from` (`127.0.0.2` and the like: a PBX, or a flood, on
+/// another address of the loopback network).
+pub async fn run_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    plan: &Plan,
+    seq: u64,
+) -> Result<Outcome, EmuError> {
+    let started = Instant::now();
+    let connect = async {
+        let socket = match from {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(addr).await
+    };
+    let stream = connect
+        .await
+        .map_err(|source| EmuError::Connect { addr, source })?;
+    play(stream, addr, plan, seq, started).await
+}
+
+async fn play(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    plan: &Plan,
+    seq: u64,
+    started: Instant,
+) -> Result<Outcome, EmuError> {
     stream.set_nodelay(true)?;
     let mut channel = plan.channel_for(seq);
     let mut out = Outcome::new();
@@ -338,7 +392,8 @@ pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, Emu
                 if let Some(held) = &plan.held {
                     held.fetch_add(1, Ordering::Relaxed);
                 }
-                std::future::pending::<()>().await;
+                hold(&mut stream, &mut out).await;
+                break 'session;
             }
             if !plan.command_delay.is_zero() {
                 tokio::time::sleep(plan.command_delay).await;

@@ -31,6 +31,6 @@ fn same_variables_in_the_same_order_as_a_real_asterisk() {
     assert_eq!(names(&ours), names(&real));
     let parsed = agi::Header::parse(ours.as_bytes(), agi::HeaderLimits::default()).unwrap();
     assert_eq!(parsed.request(), "agi://127.0.0.1:4573/myscript?x=1");
-    assert_eq!(parsed.args(), ["first arg", "second"]);
+    assert_eq!(parsed.args().collect::<Vec<_>>(), ["first arg", "second"]);
     assert_eq!(parsed.get("agi_accountcode"), Some(""));
 }

@@ -232,7 +232,12 @@ fn start_server(sessions: usize) -> anyhow::Result<Server> {
     let config = super::agi::write_serve_config(
         dir.path(),
         port,
-        &format!("max_sessions = {}\n", sessions + 64),
+        // The idle state holds an unanswered SET VARIABLE, which immediate_command_timeout_ms
+        // would end after 30 s: a run holding thousands may take longer.
+        &format!(
+            "max_sessions = {}\nimmediate_command_timeout_ms = 0\n",
+            sessions + 64
+        ),
         "",
     )?;
     let child = Command::new(std::env::current_exe()?)

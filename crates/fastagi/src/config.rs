@@ -1,8 +1,10 @@
 //! The server's settings, with the defaults an operator gets when they configure nothing.
 //! `tandem.example.toml` documents the same fields under `[fastagi]`.
 
+use crate::timeouts::CommandTimeouts;
 use ipnet::IpNet;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -23,11 +25,33 @@ pub struct ServerConfig {
     pub max_line_bytes: usize,
     /// Most variables (arguments included) in a session header.
     pub max_header_variables: usize,
+    /// Most bytes of a whole session header. Asterisk's is about 700 bytes plus the arguments,
+    /// which its dialplan caps at 8 KiB together; a header is kept for the session's life, so
+    /// this bounds what a held session costs.
+    pub max_header_bytes: usize,
     /// Time allowed for the whole header to arrive after the connection is accepted.
     pub header_timeout_ms: u64,
     /// Time allowed for each command's reply. 0 turns it off, the default: a `Dial` through
     /// `EXEC` may last hours, and Asterisk answers only when the application returns.
     pub command_timeout_ms: u64,
+    /// Time allowed for the reply to a command Asterisk answers without waiting on the caller,
+    /// media or an application (GET/SET VARIABLE, DATABASE, CHANNEL STATUS, VERBOSE, NOOP,
+    /// `EXEC Set` and the like: [`crate::timeouts`]). A peer that does not answer one of those
+    /// is gone or is not Asterisk. 0 turns it off.
+    pub immediate_command_timeout_ms: u64,
+    /// Per route, by its pattern as registered (`dialparties`, `db/get`, `script` for the
+    /// script routes): timeouts that replace the two above for that route.
+    pub routes: BTreeMap<String, RouteSettings>,
+    /// TCP keepalive on Asterisk's connections: after this many seconds without a byte either
+    /// way, the kernel probes the peer, so that a session whose peer vanished without a FIN
+    /// (a host switched off, a link cut) ends instead of holding its slot for ever. 0 turns
+    /// keepalive off.
+    pub keepalive_idle_s: u32,
+    /// Seconds between keepalive probes.
+    pub keepalive_interval_s: u32,
+    /// Unanswered probes after which the connection is given up. Data sent and never
+    /// acknowledged is given up after the same time (`TCP_USER_TIMEOUT`).
+    pub keepalive_probes: u32,
     /// On shutdown, how long sessions in progress may run before they are cut.
     pub drain_timeout_ms: u64,
     /// After a session ends, how long to wait for Asterisk to close its side (it sends a last
@@ -46,6 +70,16 @@ pub struct ServerConfig {
     /// `ADDRESS/PREFIX` or a bare address (one host).
     #[serde(deserialize_with = "networks")]
     pub allowed_networks: Vec<IpNet>,
+}
+
+/// `[fastagi.routes."PATTERN"]`: one route's timeouts, replacing the section's.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSettings {
+    /// This route's `command_timeout_ms`; the section's when unset.
+    pub command_timeout_ms: Option<u64>,
+    /// This route's `immediate_command_timeout_ms`; the section's when unset.
+    pub immediate_command_timeout_ms: Option<u64>,
 }
 
 /// Reads `allowed_networks` with a message that says what is wrong with a bad entry.
@@ -103,8 +137,14 @@ impl Default for ServerConfig {
             max_sessions: 0,
             max_line_bytes: 8192,
             max_header_variables: 256,
+            max_header_bytes: 16 * 1024,
             header_timeout_ms: 5_000,
             command_timeout_ms: 0,
+            immediate_command_timeout_ms: 30_000,
+            routes: BTreeMap::new(),
+            keepalive_idle_s: 60,
+            keepalive_interval_s: 10,
+            keepalive_probes: 6,
             drain_timeout_ms: 30_000,
             close_linger_ms: 2_000,
             hangup_probe_timeout_ms: 2_000,
@@ -138,6 +178,39 @@ impl ServerConfig {
         (self.command_timeout_ms > 0).then(|| Duration::from_millis(self.command_timeout_ms))
     }
 
+    /// The timeouts of the route registered as `pattern`: its own settings where it has them,
+    /// else the section's.
+    pub fn timeouts_for(&self, pattern: &str) -> CommandTimeouts {
+        let own = self.routes.get(pattern);
+        CommandTimeouts::from_ms(
+            own.and_then(|r| r.command_timeout_ms)
+                .unwrap_or(self.command_timeout_ms),
+            own.and_then(|r| r.immediate_command_timeout_ms)
+                .unwrap_or(self.immediate_command_timeout_ms),
+        )
+    }
+
+    /// The keepalive settings for accepted connections; `None` when off.
+    pub fn keepalive(&self) -> Option<socket2::TcpKeepalive> {
+        (self.keepalive_idle_s > 0).then(|| {
+            socket2::TcpKeepalive::new()
+                .with_time(Duration::from_secs(self.keepalive_idle_s.into()))
+                .with_interval(Duration::from_secs(self.keepalive_interval_s.into()))
+                .with_retries(self.keepalive_probes)
+        })
+    }
+
+    /// How long a peer that stopped answering keeps its connection: the idle time, then every
+    /// probe unanswered. `None` when keepalive is off.
+    pub fn keepalive_give_up(&self) -> Option<Duration> {
+        (self.keepalive_idle_s > 0).then(|| {
+            Duration::from_secs(
+                u64::from(self.keepalive_idle_s)
+                    + u64::from(self.keepalive_interval_s) * u64::from(self.keepalive_probes),
+            )
+        })
+    }
+
     /// Whether a client address may connect. IPv4-mapped IPv6 addresses (`::ffff:127.0.0.1`,
     /// what a dual-stack listener reports) are checked as the IPv4 address they carry.
     pub fn allows(&self, ip: std::net::IpAddr) -> bool {
@@ -163,6 +236,22 @@ impl ServerConfig {
         }
         if self.header_timeout_ms == 0 {
             return Err("fastagi.header_timeout_ms must be above 0".into());
+        }
+        if self.max_header_bytes < 1024 {
+            return Err(
+                "fastagi.max_header_bytes must be at least 1024 (Asterisk's header is about 700)"
+                    .into(),
+            );
+        }
+        // Linux takes at most 32767 s for the idle time and the interval, 127 probes.
+        if self.keepalive_idle_s > 32_767 {
+            return Err("fastagi.keepalive_idle_s must be at most 32767".into());
+        }
+        if self.keepalive_idle_s > 0 && !(1..=32_767).contains(&self.keepalive_interval_s) {
+            return Err("fastagi.keepalive_interval_s must be 1 to 32767".into());
+        }
+        if self.keepalive_idle_s > 0 && !(1..=127).contains(&self.keepalive_probes) {
+            return Err("fastagi.keepalive_probes must be 1 to 127".into());
         }
         if self.allowed_networks.is_empty() {
             return Err("fastagi.allowed_networks is empty: no client could connect".into());
@@ -216,7 +305,47 @@ mod tests {
         assert!(!c.allows("192.0.2.1".parse().unwrap()));
         assert!(!c.allows("::ffff:192.0.2.1".parse().unwrap()));
         assert_eq!(c.command_timeout(), None);
+        assert_eq!(
+            c.timeouts_for("anything"),
+            CommandTimeouts::from_ms(0, 30_000)
+        );
+        assert_eq!(c.keepalive_give_up(), Some(Duration::from_secs(120)));
         assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_route_s_own_timeouts_replace_the_section_s() {
+        let mut c = ServerConfig {
+            command_timeout_ms: 9_000,
+            ..ServerConfig::default()
+        };
+        c.routes.insert(
+            "dialparties".into(),
+            RouteSettings {
+                command_timeout_ms: Some(5_000),
+                immediate_command_timeout_ms: None,
+            },
+        );
+        assert_eq!(
+            c.timeouts_for("dialparties"),
+            CommandTimeouts::from_ms(5_000, 30_000)
+        );
+        assert_eq!(
+            c.timeouts_for("db/get"),
+            CommandTimeouts::from_ms(9_000, 30_000)
+        );
+        let off = ServerConfig {
+            keepalive_idle_s: 0,
+            keepalive_probes: 0,
+            ..ServerConfig::default()
+        };
+        assert_eq!(off.validate(), Ok(()));
+        assert!(off.keepalive().is_none());
+        let bad = ServerConfig {
+            keepalive_probes: 0,
+            ..ServerConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("keepalive_probes"));
     }
 
     #[test]

@@ -30,10 +30,15 @@ pub enum AgiError {
     /// Asterisk closed the connection.
     #[error("Asterisk closed the connection")]
     Disconnected,
-    /// The reply did not come within `command_timeout_ms`. The session cannot continue: a late
-    /// reply would be taken for the next command's.
-    #[error("{command}: no reply within {timeout_ms} ms (command_timeout_ms)")]
-    Timeout { command: String, timeout_ms: u64 },
+    /// The reply did not come within `command_timeout_ms` or, for a command Asterisk answers at
+    /// once, `immediate_command_timeout_ms` (`setting` says which). The session cannot continue:
+    /// a late reply would be taken for the next command's.
+    #[error("{command}: no reply within {timeout_ms} ms ({setting})")]
+    Timeout {
+        command: String,
+        timeout_ms: u64,
+        setting: &'static str,
+    },
     /// A line from Asterisk was longer than `max_line_bytes`.
     #[error("line from Asterisk over {max} bytes (max_line_bytes)")]
     LineTooLong { max: usize },
@@ -46,6 +51,9 @@ pub enum AgiError {
     },
     #[error("session header: {0}")]
     Header(#[from] HeaderError),
+    /// The session header was longer than `max_header_bytes`.
+    #[error("session header over {max} bytes (max_header_bytes)")]
+    HeaderTooLong { max: usize },
     #[error("reply: {0}")]
     Reply(#[from] ReplyError),
     #[error("command: {0}")]
@@ -84,7 +92,7 @@ impl AgiError {
             AgiError::Disconnected => "disconnected",
             AgiError::Timeout { .. } => "timeout",
             AgiError::LineTooLong { .. } | AgiError::CommandTooLong { .. } => "line_too_long",
-            AgiError::Header(_) => "header",
+            AgiError::Header(_) | AgiError::HeaderTooLong { .. } => "header",
             AgiError::Reply(_) => "protocol",
             AgiError::Encode(_) => "encode",
             AgiError::Io(_) => "io",

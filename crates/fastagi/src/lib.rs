@@ -12,7 +12,8 @@
 //! What this crate never does: pipeline commands (Asterisk answers only the first of several in
 //! one write), block a tokio worker, hold a connection it will not serve (over the limit,
 //! disallowed network, unknown route or bad header: `failure` at once), or time out a command
-//! unless configured to (a `Dial` can last hours).
+//! that waits on the caller, media or an application unless configured to (a `Dial` can last
+//! hours); see [`timeouts`].
 
 pub mod builtin;
 mod config;
@@ -26,8 +27,9 @@ pub mod runtime;
 pub mod script;
 mod server;
 mod session;
+pub mod timeouts;
 
-pub use config::{ServerConfig, SessionLimit};
+pub use config::{RouteSettings, ServerConfig, SessionLimit};
 pub use error::AgiError;
 pub use handler::Handler;
 pub use metrics::{Metrics, SessionOutcome};

@@ -95,12 +95,17 @@ impl LineBuffer {
     }
 
     /// Drops consumed bytes, and grows the buffer (within `buf_max`) only when a partial line
-    /// fills it.
+    /// fills it. A buffer that grew for a long line goes back to its first size once that line
+    /// is consumed, so a session that then waits (hours, in a `Dial`) holds 1 KiB, not the
+    /// longest line it ever read.
     fn make_room(&mut self) {
         if self.start > 0 && (self.start == self.buf.len() || self.buf.len() == self.buf.capacity())
         {
             self.buf.drain(..self.start);
             self.start = 0;
+        }
+        if self.buf.capacity() > INITIAL_BUFFER_BYTES && self.buf.len() < INITIAL_BUFFER_BYTES / 2 {
+            self.buf.shrink_to(INITIAL_BUFFER_BYTES);
         }
         if self.buf.len() == self.buf.capacity() && self.buf.capacity() < self.buf_max {
             let grow = self.buf.capacity().min(self.buf_max - self.buf.capacity());
@@ -174,6 +179,29 @@ mod tests {
         assert!(
             lines.buf.capacity() <= lines.buf_max,
             "the buffer stayed bounded"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_buffer_grown_for_a_long_line_shrinks_back_before_the_next_wait() {
+        let long = format!("{}\nshort\n", "x".repeat(6_000));
+        let mut input = long.as_bytes();
+        let mut lines = LineBuffer::new(8_192);
+        assert_eq!(
+            lines.read_line(&mut input).await.unwrap().unwrap().len(),
+            6_001
+        );
+        assert!(lines.buf.capacity() >= 6_001);
+        assert_eq!(
+            lines.read_line(&mut input).await.unwrap(),
+            Some(&b"short\n"[..])
+        );
+        // The next read (here, the end of the input) starts with the line consumed.
+        assert_eq!(lines.read_line(&mut input).await.unwrap(), None);
+        assert!(
+            lines.buf.capacity() <= INITIAL_BUFFER_BYTES * 2,
+            "{} bytes kept while waiting",
+            lines.buf.capacity()
         );
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::handler::{DynHandler, Handler};
 use crate::metrics::RouteMetrics;
+use crate::timeouts::CommandTimeouts;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ pub(crate) struct Entry {
     /// The pattern as written: the label of this route's metrics.
     pub pattern: Arc<str>,
     pub metrics: Option<RouteMetrics>,
+    /// This route's limits on replies, set when the server binds.
+    pub timeouts: CommandTimeouts,
 }
 
 #[derive(Default, Clone)]
@@ -57,6 +60,7 @@ impl Router {
             handler: Arc::new(handler),
             pattern: Arc::from(pattern.trim_matches('/')),
             metrics: None,
+            timeouts: CommandTimeouts::default(),
         };
         if segments.iter().all(|s| matches!(s, Segment::Literal(_))) {
             let path = pattern.trim_matches('/').to_string();
@@ -79,6 +83,7 @@ impl Router {
             handler: Arc::new(handler),
             pattern: Arc::from(label),
             metrics: None,
+            timeouts: CommandTimeouts::default(),
         });
         self
     }

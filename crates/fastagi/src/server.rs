@@ -82,11 +82,22 @@ impl Server {
         for _ in 1..crate::runtime::worker_count(config.workers) {
             listeners.push(crate::runtime::reuseport_listener(addr).map_err(taken)?);
         }
+        for listener in &listeners {
+            keep_alive(listener, &config)?;
+        }
+        let patterns = router.patterns();
+        if let Some(unknown) = config.routes.keys().find(|r| !patterns.contains(r)) {
+            return Err(std::io::Error::other(format!(
+                "fastagi.routes.{unknown:?}: no such route; the routes are {}",
+                patterns.join(", ")
+            )));
+        }
         crate::runtime::refuse_shared_port(addr, &listeners).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.listen))
         })?;
         for entry in router.entries_mut() {
             entry.metrics = Some(metrics.for_route(entry.pattern.as_ref()));
+            entry.timeouts = config.timeouts_for(entry.pattern.as_ref());
         }
         let session_limit = config.session_limit();
         metrics.sessions_max.set(session_limit.max_sessions as i64);
@@ -294,7 +305,8 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
         max_variables: config.max_header_variables,
     };
     let header_limit = Duration::from_millis(config.header_timeout_ms);
-    let header = match tokio::time::timeout(header_limit, read_header(&mut conn, limits)).await {
+    let read = read_header(&mut conn, limits, config.max_header_bytes);
+    let header = match tokio::time::timeout(header_limit, read).await {
         Ok(Ok(Some(h))) => h,
         Ok(Ok(None)) => {
             // A port probe (monitoring, a load balancer): connected and closed, said nothing.
@@ -336,7 +348,7 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
     let parts = SessionParts {
         id,
         peer,
-        command_timeout: config.command_timeout(),
+        timeouts: entry.timeouts,
         hangup_probe_timeout: Duration::from_millis(config.hangup_probe_timeout_ms),
         max_line_bytes: config.max_line_bytes,
         metrics: shared.metrics.clone(),
@@ -378,14 +390,31 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: &Shared) 
     finish(session.into_conn(), failure, linger, metrics).await;
 }
 
+/// Sets TCP keepalive and the matching `TCP_USER_TIMEOUT` on a listening socket. Linux copies
+/// both into every connection accepted from it, so no accepted socket needs a call of its own.
+fn keep_alive(listener: &std::net::TcpListener, config: &ServerConfig) -> std::io::Result<()> {
+    let (Some(keepalive), Some(give_up)) = (config.keepalive(), config.keepalive_give_up()) else {
+        return Ok(());
+    };
+    let socket = socket2::SockRef::from(listener);
+    socket.set_tcp_keepalive(&keepalive)?;
+    socket.set_tcp_user_timeout(Some(give_up))
+}
+
 async fn finish(conn: Conn, failure: bool, linger: Duration, metrics: &Metrics) {
     conn.close(failure, linger).await;
     metrics.sessions_active.dec();
 }
 
-/// Reads the session header; `None` when the client closed without sending a byte.
-async fn read_header(conn: &mut Conn, limits: HeaderLimits) -> Result<Option<Header>, AgiError> {
+/// Reads the session header, at most `max_bytes` of it; `None` when the client closed without
+/// sending a byte.
+async fn read_header(
+    conn: &mut Conn,
+    limits: HeaderLimits,
+    max_bytes: usize,
+) -> Result<Option<Header>, AgiError> {
     let mut reader = HeaderReader::new(limits);
+    let mut bytes = 0;
     loop {
         let Some(line) = conn.read_line().await? else {
             if reader.lines() == 0 {
@@ -393,6 +422,10 @@ async fn read_header(conn: &mut Conn, limits: HeaderLimits) -> Result<Option<Hea
             }
             return Err(agi::HeaderError::Truncated.into());
         };
+        bytes += line.len();
+        if bytes > max_bytes {
+            return Err(AgiError::HeaderTooLong { max: max_bytes });
+        }
         if let Some(header) = reader.push_line(line)? {
             return Ok(Some(header));
         }

@@ -18,6 +18,7 @@
 use crate::conn::Conn;
 use crate::error::AgiError;
 use crate::metrics::Metrics;
+use crate::timeouts::{CommandTimeouts, within};
 use agi::{
     ChannelStatus, Command, Event, GetDataResult, Header, Reply, ReplyParser, Response, Route,
 };
@@ -41,6 +42,9 @@ pub(crate) enum Unsolicited {
     Closed,
 }
 
+/// The command buffer a session keeps between commands.
+const OUT_KEPT_BYTES: usize = 256;
+
 pub struct Session {
     conn: Conn,
     header: Header,
@@ -50,7 +54,7 @@ pub struct Session {
     out: Vec<u8>,
     id: u64,
     peer: SocketAddr,
-    command_timeout: Option<Duration>,
+    timeouts: CommandTimeouts,
     hangup_probe_timeout: Duration,
     /// Replies still owed to hangup probes that timed out: skipped when they come, so that each
     /// later reply still pairs with its own command.
@@ -64,7 +68,7 @@ pub struct Session {
 pub(crate) struct SessionParts {
     pub id: u64,
     pub peer: SocketAddr,
-    pub command_timeout: Option<Duration>,
+    pub timeouts: CommandTimeouts,
     pub hangup_probe_timeout: Duration,
     pub max_line_bytes: usize,
     pub metrics: Arc<Metrics>,
@@ -81,7 +85,7 @@ impl Session {
             out: Vec::with_capacity(256),
             id: parts.id,
             peer: parts.peer,
-            command_timeout: parts.command_timeout,
+            timeouts: parts.timeouts,
             hangup_probe_timeout: parts.hangup_probe_timeout,
             late_probe_replies: 0,
             hangup_during: None,
@@ -99,14 +103,12 @@ impl Session {
         &self.header
     }
     /// The dialplan's arguments: `AGI(agi://host/route,a,b)` gives `["a", "b"]`.
-    pub fn args(&self) -> &[String] {
+    pub fn args(&self) -> impl ExactSizeIterator<Item = &str> + Clone {
         self.header.args()
     }
     /// An argument by position, starting at 1 like `agi_arg_1`.
     pub fn arg(&self, n: usize) -> Option<&str> {
-        n.checked_sub(1)
-            .and_then(|i| self.header.args().get(i))
-            .map(String::as_str)
+        self.header.arg(n)
     }
     /// The route path asked for (`agi_network_script` without its query).
     pub fn route_path(&self) -> &str {
@@ -181,9 +183,9 @@ impl Session {
         }
         self.conn.write_all(&self.out).await?;
         self.metrics.commands_sent.inc();
-        let limit = self.command_timeout;
-        let response =
-            within_command_timeout(limit, || name.to_string(), self.read_response(None)).await?;
+        let limit = self.timeouts.for_command(&self.out);
+        self.shrink_out();
+        let response = within(limit, || name.to_string(), self.read_response(None)).await?;
         let command = || name.to_string();
         match response {
             Response::Success(reply) => Ok(reply),
@@ -214,9 +216,18 @@ impl Session {
         self.out.push(b'\n');
         self.conn.write_all(&self.out).await?;
         self.metrics.commands_sent.inc();
-        let limit = self.command_timeout;
+        let limit = self.timeouts.for_command(line);
+        self.shrink_out();
         let read = self.read_response(Some(reply));
-        within_command_timeout(limit, || String::from_utf8_lossy(line).into_owned(), read).await
+        within(limit, || String::from_utf8_lossy(line).into_owned(), read).await
+    }
+
+    /// After a long command went out, gives its buffer back: a session that then waits hours for
+    /// the reply (a `Dial`) holds the few hundred bytes commands need, not the longest it sent.
+    fn shrink_out(&mut self) {
+        if self.out.capacity() > OUT_KEPT_BYTES {
+            self.out = Vec::with_capacity(OUT_KEPT_BYTES);
+        }
     }
 
     /// Consumes `HANGUP` lines that have already arrived (none is waited for). True if the
@@ -530,23 +541,5 @@ impl Session {
                 result: reply.result,
             })
         }
-    }
-}
-
-/// Bounds a command's reply by `command_timeout_ms`, when one is configured (off by default:
-/// a `Dial` through `EXEC` may last hours).
-async fn within_command_timeout<T>(
-    limit: Option<Duration>,
-    command: impl FnOnce() -> String,
-    read: impl std::future::Future<Output = Result<T, AgiError>>,
-) -> Result<T, AgiError> {
-    match limit {
-        None => read.await,
-        Some(limit) => tokio::time::timeout(limit, read)
-            .await
-            .map_err(|_| AgiError::Timeout {
-                command: command(),
-                timeout_ms: limit.as_millis() as u64,
-            })?,
     }
 }

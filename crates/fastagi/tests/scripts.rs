@@ -587,3 +587,75 @@ printf 'NOOP\\nGET VARIABLE CHANNEL\\nSET VARIABLE P 1\\n'\nread -r a\nread -r b
     assert_eq!(out.commands, 3);
     server.stop().await;
 }
+
+/// Reads its header and ends.
+const QUICK_SH: &str = "#!/bin/sh\nwhile IFS= read -r l; do [ -z \"$l\" ] && break; done\n";
+
+#[tokio::test]
+async fn every_spelling_of_a_script_counts_as_its_file_and_past_the_cap_as_other() {
+    let config = ScriptConfig {
+        metrics_max_scripts: 2,
+        ..ScriptConfig::default()
+    };
+    let scripts = [
+        ("ok.sh", QUICK_SH),
+        ("sub/inner.sh", QUICK_SH),
+        ("third.sh", QUICK_SH),
+    ];
+    let server = start(config, &scripts).await;
+    std::os::unix::fs::symlink("ok.sh", server.dir.join("alias")).unwrap();
+    let spellings = [
+        "ok.sh",
+        "./ok.sh",
+        ".//ok.sh",
+        "alias",
+        "sub/inner.sh",
+        "sub//inner.sh",
+        "./sub/./inner.sh",
+        "third.sh",
+        "./third.sh",
+        "missing.sh",
+        "./missing.sh",
+    ];
+    for (seq, script) in spellings.iter().enumerate() {
+        asterisk_emu::run(server.addr, &plan(script, &[]), 100 + seq as u64)
+            .await
+            .unwrap();
+    }
+    let m = &server.scripts;
+    assert_eq!(m.session_count("ok.sh"), 4, "four spellings of one file");
+    assert_eq!(m.session_count("sub/inner.sh"), 3);
+    assert_eq!(m.session_count("other"), 2, "past metrics_max_scripts");
+    for spelling in [
+        "./ok.sh",
+        "alias",
+        "sub//inner.sh",
+        "third.sh",
+        "missing.sh",
+    ] {
+        assert_eq!(m.session_count(spelling), 0, "{spelling} has no series");
+    }
+    assert_eq!(m.refused_count("missing"), 2, "refusals by reason only");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_script_limit_holds_whatever_the_spelling() {
+    let config = ScriptConfig {
+        route: vec![ScriptRoute {
+            path: "./sleeper.sh".into(),
+            prewarm: 0,
+            max_run_ms: Some(300),
+        }],
+        ..ScriptConfig::default()
+    };
+    let server = start(config, &[("sleeper.sh", SLEEPER_SH)]).await;
+    for (seq, spelling) in ["sleeper.sh", ".//sleeper.sh"].iter().enumerate() {
+        let out = asterisk_emu::run(server.addr, &plan(spelling, &[]), 20 + seq as u64)
+            .await
+            .unwrap();
+        assert!(out.failure_line, "{spelling} ran past its limit");
+    }
+    assert_eq!(server.scripts.timeout_count("sleeper.sh"), 2);
+    server.stop().await;
+}

@@ -546,6 +546,86 @@ async fn a_configured_command_timeout_ends_a_session_whose_reply_never_comes() {
 }
 
 #[tokio::test]
+async fn an_unanswered_immediate_command_ends_the_session_and_a_media_command_may_wait() {
+    let config = ServerConfig {
+        immediate_command_timeout_ms: 200,
+        ..test_config()
+    };
+    let server = start(config, builtin::routes()).await;
+    // `health` starts with SET VARIABLE: Asterisk answers it at once, or it is not there.
+    let mut raw = raw_session(server.addr, "health").await;
+    let got = read_to_end(&mut raw, Duration::from_secs(10)).await;
+    assert_eq!(got, "SET VARIABLE TANDEM_STATUS OK\nfailure\n");
+    assert_eq!(server.metrics.failed_count("timeout"), 1);
+    // `example` starts with ANSWER, which waits on the channel: no limit but the route's.
+    let mut raw = raw_session(server.addr, "example").await;
+    let mut buf = [0u8; 64];
+    let n = raw.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"ANSWER\n");
+    let waited = tokio::time::timeout(Duration::from_millis(600), raw.read(&mut buf)).await;
+    assert!(waited.is_err(), "ANSWER is still waited for: {waited:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_route_s_own_timeout_bounds_its_long_commands() {
+    let mut config = test_config();
+    config.routes.insert(
+        "example".into(),
+        fastagi::RouteSettings {
+            command_timeout_ms: Some(200),
+            immediate_command_timeout_ms: None,
+        },
+    );
+    let server = start(config, builtin::routes()).await;
+    let mut raw = raw_session(server.addr, "example").await;
+    let got = read_to_end(&mut raw, Duration::from_secs(10)).await;
+    assert_eq!(got, "ANSWER\nfailure\n");
+    // A route the router does not have is a mistake in the file, said at start.
+    let mut config = test_config();
+    config.routes.insert("exmaple".into(), Default::default());
+    let err = fastagi::Server::bind(
+        config,
+        builtin::routes(),
+        Arc::new(fastagi::Metrics::unregistered()),
+    )
+    .err()
+    .expect("an unknown route is refused");
+    assert!(
+        err.to_string()
+            .contains("fastagi.routes.\"exmaple\": no such route")
+            && err.to_string().contains("example"),
+        "{err}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_header_over_max_header_bytes_is_refused() {
+    let config = ServerConfig {
+        max_header_bytes: 4_096,
+        ..test_config()
+    };
+    let server = start(config, builtin::routes()).await;
+    // Lines within max_line_bytes and variables within their count, bytes over.
+    let p = Plan {
+        args: vec!["a".repeat(1_000); 5],
+        ..plan("bench")
+    };
+    let out = asterisk_emu::run(server.addr, &p, 1).await.unwrap();
+    assert_eq!(out.status, AgiStatus::Failure);
+    assert!(out.failure_line);
+    assert_eq!(server.metrics.failed_count("header"), 1);
+    let p = Plan {
+        args: vec!["a".repeat(1_000); 2],
+        ..plan("bench")
+    };
+    let out = asterisk_emu::run(server.addr, &p, 2).await.unwrap();
+    assert_eq!(out.status, AgiStatus::Success);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn the_emulator_catches_a_server_that_pipelines() {
     // A careless server: writes three commands at once, then waits for three replies.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -18,6 +18,11 @@
 //! one page per series per level: the cost of a tick does not grow with the history.
 //! Retention drops whole ranges of old buckets per level ([`History::retain`]).
 //!
+//! Bounded: a history records at most [`HistoryConfig::max_series`] series (sample and
+//! latency series together). A new series past that is refused and counted
+//! ([`History::stats`]), never stored: a label that multiplies (a caller-chosen path, say)
+//! cannot grow the file, the memory or the work of each tick without bound.
+//!
 //! This crate does no sampling and no network IO: [`Recorder`] ticks on a thread of its own and
 //! records what the caller's source returns (in `tandem serve`, the figures of `/metrics` and of
 //! `/proc`).
@@ -28,6 +33,8 @@ mod sketch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use bucket::Bucket;
 pub use recorder::{Recorder, Tick};
@@ -42,6 +49,10 @@ pub const NAME_BYTES_MAX: usize = 256;
 pub const POINTS_MAX: usize = 10_000;
 /// SQLite's page cache for the history, KiB (SQLite's default is 2,000).
 pub const CACHE_KIB: u32 = 32 * 1024;
+/// Default of [`HistoryConfig::max_series`]. A `tandem serve` with every service on records
+/// about 400 series (more per core, interface, disk, route and script): this leaves room for
+/// ten times that, and bounds a tick to about 20,000 row writes.
+pub const SERIES_MAX: usize = 5_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
@@ -82,6 +93,9 @@ pub struct LevelConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryConfig {
     pub levels: Vec<LevelConfig>,
+    /// Most series one history records ([`SERIES_MAX`] by default); a new series past it is
+    /// refused and counted in [`HistoryStats::series_refused`].
+    pub max_series: usize,
 }
 
 const HOUR_S: u64 = 3_600;
@@ -108,6 +122,7 @@ impl HistoryConfig {
                 level("1h", 3_600, Some(730 * DAY_S)),
                 level("1d", 86_400, None),
             ],
+            max_series: SERIES_MAX,
         }
     }
 
@@ -147,6 +162,9 @@ impl HistoryConfig {
     /// each coarser level.
     pub fn validate(&self) -> Result<(), HistoryError> {
         let bad = |m: String| Err(HistoryError::Config(m));
+        if self.max_series == 0 {
+            return bad("max_series is 0: nothing could be recorded".into());
+        }
         if self.levels.is_empty() || self.levels.len() > LEVELS_MAX {
             return bad(format!(
                 "1 to {LEVELS_MAX} levels, not {}",
@@ -172,6 +190,19 @@ impl HistoryConfig {
     fn widths(&self) -> Vec<u32> {
         self.levels.iter().map(|l| l.width_s).collect()
     }
+}
+
+/// What a history recorded and refused, shared with whoever reports it (`tandem serve`'s
+/// `/metrics`), updated at each tick.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    /// Series this history records (sample and latency series).
+    pub series: AtomicU64,
+    /// Samples and latencies of new series refused because `max_series` was reached.
+    pub series_refused: AtomicU64,
+    /// Samples ignored otherwise: not finite, a name empty or too long, older than the open
+    /// bucket.
+    pub rejected: AtomicU64,
 }
 
 /// What a call cost the database: the figure that must stay flat as history grows.
@@ -238,6 +269,9 @@ pub struct History {
     rows: RowCounts,
     /// Samples ignored: not finite, or older than their series' open bucket.
     pub rejected: u64,
+    /// Samples and latencies of new series refused at `max_series`.
+    pub series_refused: u64,
+    stats: Arc<HistoryStats>,
 }
 
 /// The columns of a bucket row, closed or open.
@@ -347,6 +381,8 @@ impl History {
             latest_s,
             rows: RowCounts::default(),
             rejected: 0,
+            series_refused: 0,
+            stats: Arc::default(),
         })
     }
 
@@ -356,6 +392,16 @@ impl History {
 
     pub fn config(&self) -> &HistoryConfig {
         &self.cfg
+    }
+
+    /// The figures [`HistoryStats`] reports, shared: read them from any thread.
+    pub fn stats(&self) -> Arc<HistoryStats> {
+        self.stats.clone()
+    }
+
+    /// Series recorded since the history was opened (sample and latency series).
+    pub fn series_recorded(&self) -> usize {
+        self.open.len() + self.open_sketches.len()
     }
 
     /// Rows read and written since the history was opened.
@@ -386,6 +432,14 @@ impl History {
     ) -> Result<RowCounts, HistoryError> {
         let before = self.rows;
         let r = self.record_in_tx(t_s, samples, latencies);
+        let stats = &self.stats;
+        stats
+            .series
+            .store(self.series_recorded() as u64, Ordering::Relaxed);
+        stats
+            .series_refused
+            .store(self.series_refused, Ordering::Relaxed);
+        stats.rejected.store(self.rejected, Ordering::Relaxed);
         r.map_err(|e| self.err(e))?;
         self.latest_s = Some(self.latest_s.map_or(t_s, |l| l.max(t_s)));
         Ok(RowCounts {
@@ -413,6 +467,15 @@ impl History {
             for &(name, observed) in latencies {
                 if name.is_empty() || name.len() > NAME_BYTES_MAX {
                     self.rejected += 1;
+                    continue;
+                }
+                // A new series past max_series is refused before it gets an id, leaving
+                // nothing in the file.
+                let known = self.ids.get(name);
+                if !known.is_some_and(|id| self.open_sketches.contains_key(id))
+                    && self.open.len() + self.open_sketches.len() >= self.cfg.max_series
+                {
+                    self.series_refused += 1;
                     continue;
                 }
                 let id = series_id(&tx, &mut self.ids, name, &mut self.rows)?;
@@ -459,6 +522,15 @@ impl History {
             for &(name, v) in samples {
                 if !v.is_finite() || name.is_empty() || name.len() > NAME_BYTES_MAX {
                     self.rejected += 1;
+                    continue;
+                }
+                let recorded = self.open.len() + self.open_sketches.len();
+                let known = self
+                    .ids
+                    .get(name)
+                    .is_some_and(|id| self.open.contains_key(id));
+                if !known && recorded >= self.cfg.max_series {
+                    self.series_refused += 1;
                     continue;
                 }
                 let id = series_id(&tx, &mut self.ids, name, &mut self.rows)?;

@@ -33,6 +33,7 @@ fn small_levels() -> HistoryConfig {
             level("10m", 600),
             level("1h", 3600),
         ],
+        max_series: history::SERIES_MAX,
     }
 }
 

@@ -71,6 +71,9 @@ pub struct HistorySettings {
     pub raw_hours: u64,
     pub minute_days: u64,
     pub hour_days: u64,
+    /// Most series recorded; a new series past it is refused and counted
+    /// (`tandem_history_series_refused_total`).
+    pub max_series: usize,
 }
 
 impl Default for HistorySettings {
@@ -82,6 +85,7 @@ impl Default for HistorySettings {
             raw_hours: 48,
             minute_days: 30,
             hour_days: 730,
+            max_series: history::SERIES_MAX,
         }
     }
 }
@@ -89,13 +93,18 @@ impl Default for HistorySettings {
 impl HistorySettings {
     /// The history's levels, or what is wrong with the settings.
     pub fn to_config(&self) -> anyhow::Result<history::HistoryConfig> {
-        history::HistoryConfig::with_retention(
+        let mut config = history::HistoryConfig::with_retention(
             self.interval_s,
             self.raw_hours,
             self.minute_days,
             self.hour_days,
         )
-        .map_err(|e| anyhow::anyhow!("[history] {e}"))
+        .map_err(|e| anyhow::anyhow!("[history] {e}"))?;
+        config.max_series = self.max_series;
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("[history] {e}"))?;
+        Ok(config)
     }
 
     /// The history's file, given the store's data directory.
@@ -437,6 +446,15 @@ mod tests {
             ..HistorySettings::default()
         };
         assert_eq!(minute.to_config().unwrap().levels[0].name, "1m");
+        let none = HistorySettings {
+            max_series: 0,
+            ..HistorySettings::default()
+        };
+        let err = none.to_config().unwrap_err().to_string();
+        assert!(
+            err.contains("[history] ") && err.contains("max_series"),
+            "{err}"
+        );
     }
 
     /// `[capture]` in `tandem serve` means what the same options mean to `tandem capture`, and

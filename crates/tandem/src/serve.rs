@@ -85,6 +85,63 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(serve(config))
 }
 
+/// The history's own figures on `/metrics`: the series it records against `max_series`, and the
+/// samples of new series it refused at that cap.
+struct HistoryMetrics {
+    series: prometheus_client::metrics::gauge::Gauge,
+    refused: prometheus_client::metrics::counter::Counter,
+    max_series: usize,
+    refused_before: u64,
+}
+
+impl HistoryMetrics {
+    fn register(registry: &mut Registry, max_series: usize) -> HistoryMetrics {
+        let m = HistoryMetrics {
+            series: Default::default(),
+            refused: Default::default(),
+            max_series,
+            refused_before: 0,
+        };
+        let max = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+        max.set(max_series as i64);
+        let r = registry.sub_registry_with_prefix("tandem_history");
+        r.register(
+            "series",
+            "Series the metrics history records",
+            m.series.clone(),
+        );
+        r.register(
+            "series_max",
+            "Most series the metrics history records ([history] max_series)",
+            max,
+        );
+        r.register(
+            "series_refused",
+            "Samples of new series the metrics history refused at max_series",
+            m.refused.clone(),
+        );
+        m
+    }
+
+    fn update(&mut self, stats: &history::HistoryStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.series.set(stats.series.load(Relaxed) as i64);
+        let refused = stats.series_refused.load(Relaxed);
+        if refused > self.refused_before {
+            if self.refused_before == 0 {
+                tracing::warn!(
+                    max_series = self.max_series,
+                    "metrics history: new series refused past [history] max_series; \
+                     tandem_history_series_refused_total counts them (raise the setting if \
+                     they are wanted)"
+                );
+            }
+            self.refused.inc_by(refused - self.refused_before);
+            self.refused_before = refused;
+        }
+    }
+}
+
 async fn serve(config: Config) -> anyhow::Result<()> {
     // A session holds a socket (and a script's pipes): take every descriptor the system allows
     // before the session limit is sized from them.
@@ -198,19 +255,27 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let stopped = |mut rx: fastagi::Shutdown| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let history_metrics = config
+        .history
+        .enabled
+        .then(|| HistoryMetrics::register(&mut registry, config.history.max_series));
     let registry = Arc::new(registry);
     // Every interval_s, /metrics and the host into the history, on a thread of its own.
-    let recorder = if config.history.enabled {
+    let recorder = if let Some(mut history_metrics) = history_metrics {
         let path = config.history.path(&config.kv.data_dir);
         let h = history::History::open(&path, config.history.to_config()?)?;
-        info!(path = %path.display(), interval_s = config.history.interval_s, "metrics history open");
-        let (registry, mut host, store) = (
+        info!(path = %path.display(), interval_s = config.history.interval_s,
+              max_series = config.history.max_series, "metrics history open");
+        let (registry, mut host, store, stats) = (
             registry.clone(),
             procstat::host::HostSampler::new("tandem_process"),
             store.clone(),
+            h.stats(),
         );
         let mut latencies = metrics_http::HistogramDeltas::default();
         let source = move || {
+            // The history's own figures as of the last tick, so that this tick records them.
+            history_metrics.update(&stats);
             let text = metrics_http::exposition(&registry);
             let mut samples = metrics_http::samples(&text);
             samples.extend(host.sample());

@@ -29,7 +29,7 @@ mod prewarm;
 mod process;
 mod user;
 
-pub use metrics::ScriptMetrics;
+pub use metrics::{METRICS_MAX_SCRIPTS, ScriptMetrics};
 pub use path::{RefusedPath, ScriptPath, canonical_dir, resolve};
 pub use process::Exit;
 pub use user::{RunAs, RunAsError};
@@ -88,6 +88,10 @@ pub struct ScriptConfig {
     pub system_name: String,
     /// The `AST_*_DIR` variables; Asterisk's defaults unless set.
     pub env: AstDirs,
+    /// Scripts with metric series of their own (`script` label, about 5 KiB of `/metrics`
+    /// each); scripts run after that many count under `script="other"`. Configured routes
+    /// come first.
+    pub metrics_max_scripts: usize,
     /// Settings of single scripts.
     pub route: Vec<ScriptRoute>,
 }
@@ -107,12 +111,14 @@ impl Default for ScriptConfig {
             extra_commands: Vec::new(),
             system_name: String::new(),
             env: AstDirs::default(),
+            metrics_max_scripts: metrics::METRICS_MAX_SCRIPTS,
             route: Vec::new(),
         }
     }
 }
 
-/// Settings of one script, by its path relative to the directory.
+/// Settings of one script, by its path relative to the directory (any spelling of it: they
+/// apply to the file).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptRoute {
@@ -234,6 +240,8 @@ pub enum ScriptError {
 /// The handler behind every script route: register it as the router's fallback.
 pub struct ScriptRunner {
     config: ScriptConfig,
+    /// Each `[[scripts.route]]`'s file ([`ScriptPath::file`]) and wall-clock limit.
+    limits: Vec<(String, Option<u64>)>,
     dir: PathBuf,
     max_line_bytes: usize,
     commands: Vec<String>,
@@ -277,11 +285,33 @@ impl ScriptRunner {
         };
         let env = AstEnv::new(&config, &dir, None, run_as.clone());
         let mut warm = Vec::new();
-        for r in config.route.iter().filter(|r| r.prewarm > 0) {
-            let script = resolve(&dir, &r.path).map_err(|e| {
-                std::io::Error::other(format!("scripts.route {:?} (prewarm): {e}", r.path))
-            })?;
-            warm.push((script, r.prewarm));
+        let mut limits = Vec::new();
+        metrics.limit_scripts(config.metrics_max_scripts);
+        for r in &config.route {
+            let file = match resolve(&dir, &r.path) {
+                Ok(script) => {
+                    let file = script.file.clone();
+                    if r.prewarm > 0 {
+                        warm.push((script, r.prewarm));
+                    }
+                    file
+                }
+                Err(e) if r.prewarm > 0 => {
+                    return Err(std::io::Error::other(format!(
+                        "scripts.route {:?} (prewarm): {e}",
+                        r.path
+                    )));
+                }
+                // A script not there yet may come later: its settings apply to the path as
+                // written, tidied (a symlink to it, made later, is not followed here).
+                Err(e) => {
+                    warn!(path = %r.path, error = %e, "scripts.route names no script yet");
+                    tidy(&r.path)
+                }
+            };
+            // Configured scripts get their series before any the callers ask for.
+            metrics.label_for(&file);
+            limits.push((file, r.max_run_ms));
         }
         let pools = prewarm::Pools::start(warm, config.working_dir.clone(), env, metrics.clone());
         if config.max_running == 0 {
@@ -297,6 +327,7 @@ impl ScriptRunner {
         Ok(ScriptRunner {
             running: Arc::new(tokio::sync::Semaphore::new(config.max_running)),
             config,
+            limits,
             dir,
             max_line_bytes,
             commands,
@@ -313,13 +344,13 @@ impl ScriptRunner {
         self
     }
 
-    fn limit_for(&self, script: &str) -> Option<Duration> {
+    /// The wall-clock limit of `file` (a [`ScriptPath::file`]).
+    fn limit_for(&self, file: &str) -> Option<Duration> {
         let ms = self
-            .config
-            .route
+            .limits
             .iter()
-            .find(|r| r.path == script)
-            .and_then(|r| r.max_run_ms)
+            .find(|(f, _)| f == file)
+            .and_then(|(_, ms)| *ms)
             .unwrap_or(self.config.max_run_ms);
         (ms > 0).then(|| Duration::from_millis(ms))
     }
@@ -372,7 +403,7 @@ impl Handler for ScriptRunner {
         };
         self.metrics.running.inc();
         let _counted = RunningGauge(&self.metrics.running);
-        let m = self.metrics.for_script(&name);
+        let m = self.metrics.for_script(&script.file);
         m.sessions.inc();
 
         // The header as classic AGI writes it for a local script.
@@ -381,7 +412,7 @@ impl Handler for ScriptRunner {
         let header = header.encode(false);
 
         let started = Instant::now();
-        let child = match self.pools.take(&name) {
+        let child = match self.pools.take(&script.file) {
             Some(child) => child,
             None => {
                 let env = AstEnv::new(
@@ -400,7 +431,9 @@ impl Handler for ScriptRunner {
             }
         };
         m.spawn_seconds.observe(started.elapsed().as_secs_f64());
-        let outcome = self.relay(session, child, &name, header, started).await;
+        let outcome = self
+            .relay(session, child, &script, &m, header, started)
+            .await;
         m.run_seconds.observe(started.elapsed().as_secs_f64());
         outcome
     }
@@ -431,10 +464,12 @@ impl ScriptRunner {
         &self,
         session: &mut Session,
         mut child: std::process::Child,
-        name: &str,
+        script: &ScriptPath,
+        m: &metrics::PerScript,
         header: String,
         started: Instant,
     ) -> Result<(), AgiError> {
+        let name = script.name.as_str();
         let pid = child.id();
         let id = session.id();
         let (stdin, stdout, stderr) =
@@ -455,7 +490,7 @@ impl ScriptRunner {
         // ignored here and below, and the end of its stdout ends the session.
         let _ = stdin.write_all(header.as_bytes()).await;
 
-        let limit = self.limit_for(name);
+        let limit = self.limit_for(&script.file);
         let deadline = limit.map(|l| tokio::time::Instant::from_std(started + l));
         let mut lines = crate::lines::LineBuffer::new(self.max_line_bytes);
         let mut reply = Vec::with_capacity(256);
@@ -545,17 +580,16 @@ impl ScriptRunner {
         };
         drop(stdin);
         let grace = Duration::from_millis(self.config.kill_grace_ms);
-        let m = self.metrics.for_script(name);
         let (exit, result) = match end {
             End::ScriptDone => {
                 // The session ends with the script's output, as under Asterisk: the script's exit
                 // (an interpreter's shutdown takes milliseconds) is waited for, and recorded, off
                 // the call's path.
                 let metrics = self.metrics.clone();
-                let name = name.to_string();
+                let (name, label) = (name.to_string(), m.label.clone());
                 tokio::spawn(async move {
                     let exit = process::reap(child, grace).await;
-                    record_exit(&metrics, &name, id, exit);
+                    record_exit(&metrics, &name, &label, id, exit);
                 });
                 return Ok(());
             }
@@ -594,9 +628,18 @@ impl ScriptRunner {
                 (exit, result)
             }
         };
-        record_exit(&self.metrics, name, id, exit);
+        record_exit(&self.metrics, name, &m.label, id, exit);
         result
     }
+}
+
+/// `path` without `.` segments and empty ones (`./sub//x.sh` is `sub/x.sh`): the file a
+/// configured path names when it cannot be resolved yet.
+fn tidy(path: &str) -> String {
+    path.split('/')
+        .filter(|s| !s.is_empty() && *s != ".")
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// A `200` whose result is negative: from a command that needs the channel, the caller may have
@@ -605,11 +648,11 @@ fn is_minus_one(response: &agi::Response) -> bool {
     matches!(response, agi::Response::Success(r) if r.result.starts_with('-'))
 }
 
-/// Counts how a script ended, and logs a failure code.
-fn record_exit(metrics: &ScriptMetrics, name: &str, session: u64, exit: Exit) {
+/// Counts how a script ended under its `label`, and logs a failure code under its `name`.
+fn record_exit(metrics: &ScriptMetrics, name: &str, label: &str, session: u64, exit: Exit) {
     match exit {
-        Exit::Code(c) => metrics.exit(name, c),
-        Exit::Signal(s) => metrics.signal(name, s),
+        Exit::Code(c) => metrics.exit(label, c),
+        Exit::Signal(s) => metrics.signal(label, s),
         Exit::Unknown => {}
     }
     if let Exit::Code(c) = exit

@@ -50,6 +50,11 @@ pub struct ScriptPath {
     pub name: String,
     /// The directory joined with the name: the script's argv[0], as classic AGI gives it.
     pub full: PathBuf,
+    /// The file itself: its canonical path (symlinks followed) relative to the directory. One
+    /// per file however the caller spelt it (`./ok.sh`, `sub//x.sh` and a symlink inside the
+    /// directory all name `ok.sh` or `sub/x.sh`), so it is what metrics and per-script settings
+    /// key on: the caller's dialplan cannot make more of them than there are files.
+    pub file: String,
 }
 
 /// Resolves `requested` (the decoded path of `agi_network_script`, query already removed) under
@@ -92,9 +97,15 @@ pub fn resolve(dir: &Path, requested: &str) -> Result<ScriptPath, RefusedPath> {
     if meta.permissions().mode() & 0o111 == 0 {
         return Err(RefusedPath::NotExecutable(requested.to_string()));
     }
+    let file = real
+        .strip_prefix(dir)
+        .map_err(|_| RefusedPath::OutsideDirectory(requested.to_string()))?
+        .to_string_lossy()
+        .into_owned();
     Ok(ScriptPath {
         name: requested.to_string(),
         full,
+        file,
     })
 }
 
@@ -138,9 +149,11 @@ mod tests {
             (ok.name.as_str(), ok.full.clone()),
             ("sub/x.sh", d.join("sub/x.sh"))
         );
-        assert!(
-            resolve(&d, "inside").is_ok(),
-            "a symlink that stays inside is fine"
+        assert_eq!(ok.file, "sub/x.sh");
+        assert_eq!(
+            resolve(&d, "inside").unwrap().file,
+            "ok.sh",
+            "a symlink that stays inside is fine, and names the file it leads to"
         );
         let refused = |p: &str| resolve(&d, p).unwrap_err().reason();
         assert_eq!(refused("../etc/passwd"), "traversal");
@@ -152,5 +165,39 @@ mod tests {
         assert_eq!(refused("nosuch.sh"), "missing");
         assert_eq!(refused(""), "empty");
         assert_eq!(refused("a\0b"), "bad_character");
+    }
+
+    #[test]
+    fn every_spelling_of_a_file_names_the_same_file() {
+        let (_t, d) = dir();
+        symlink(".", d.join("sub/self")).unwrap();
+        for spelling in [
+            "ok.sh",
+            "./ok.sh",
+            ".//./ok.sh",
+            "sub/../ok.sh",
+            "inside",
+            "sub/self/self/../ok.sh",
+        ] {
+            match resolve(&d, spelling) {
+                Ok(p) => {
+                    assert_eq!(p.file, "ok.sh", "{spelling}");
+                    assert_eq!(p.name, spelling, "agi_request stays as asked for");
+                }
+                Err(e) => assert_eq!(e.reason(), "traversal", "{spelling}"),
+            }
+        }
+        for spelling in [
+            "sub/x.sh",
+            "sub//x.sh",
+            "./sub/./x.sh",
+            "sub/self/self/x.sh",
+        ] {
+            assert_eq!(
+                resolve(&d, spelling).unwrap().file,
+                "sub/x.sh",
+                "{spelling}"
+            );
+        }
     }
 }

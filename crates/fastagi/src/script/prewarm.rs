@@ -55,7 +55,7 @@ impl Pools {
             .into_iter()
             .map(|(script, target)| {
                 (
-                    script.name.clone(),
+                    script.file.clone(),
                     Pool {
                         script,
                         target,
@@ -81,11 +81,11 @@ impl Pools {
         }
     }
 
-    /// A live prewarmed process of `script`, if one is ready.
-    pub fn take(&self, script: &str) -> Option<Child> {
+    /// A live prewarmed process of `file` (a [`ScriptPath::file`]), if one is ready.
+    pub fn take(&self, file: &str) -> Option<Child> {
         let shared = self.shared.as_ref()?;
         let mut state = shared.state.lock().expect("pool lock");
-        let pool = state.pools.get_mut(script)?;
+        let pool = state.pools.get_mut(file)?;
         let mut taken = None;
         while let Some(mut child) = pool.ready.pop_front() {
             if matches!(child.try_wait(), Ok(None)) {
@@ -129,7 +129,7 @@ fn warm(shared: &Shared, working_dir: &std::path::Path, env: &AstEnv, metrics: &
                 short.push(pool.script.clone());
             }
             metrics
-                .for_script(&pool.script.name)
+                .for_script(&pool.script.file)
                 .prewarmed
                 .set(pool.ready.len() as i64);
         }
@@ -146,8 +146,8 @@ fn warm(shared: &Shared, working_dir: &std::path::Path, env: &AstEnv, metrics: &
         let mut started = Vec::with_capacity(short.len());
         let mut failed = false;
         for script in short {
-            match process::spawn(&script.full, &[], working_dir, env) {
-                Ok(child) => started.push((script.name, child)),
+            match process::spawn(&script.full, &[] as &[&str], working_dir, env) {
+                Ok(child) => started.push((script.file, child)),
                 Err(e) => {
                     warn!(script = %script.name, error = %e, "cannot prewarm the script");
                     failed = true;
@@ -156,8 +156,8 @@ fn warm(shared: &Shared, working_dir: &std::path::Path, env: &AstEnv, metrics: &
         }
         state = shared.state.lock().expect("pool lock");
         let stopping = state.stopping;
-        for (name, child) in started {
-            match state.pools.get_mut(&name) {
+        for (file, child) in started {
+            match state.pools.get_mut(&file) {
                 Some(pool) if !stopping => pool.ready.push_back(child),
                 _ => {
                     let mut child = child;

@@ -37,7 +37,7 @@ impl From<ExitStatus> for Exit {
 /// the user `env` names (if any).
 pub fn spawn(
     path: &Path,
-    args: &[String],
+    args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>,
     working_dir: &Path,
     env: &AstEnv,
 ) -> std::io::Result<Child> {
