@@ -24,7 +24,7 @@ pub use channel::{Answer, COMMANDS, Channel, mset_pairs};
 pub use classic::run_classic;
 pub use dialplan::{AgiHost, Call, CallEnd, Dialplan, markdown_block};
 pub use load::{Load, LoadReport, Target, run_load};
-pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run};
+pub use session::{AgiStatus, EmuError, Outcome, Plan, Violation, header, run, run_from};
 pub use transcript::{HangupFacts, Line, Side, Transcript, TranscriptError};
 
 /// Where the shared test material lives (`TANDEM_SHARED_DIR`, or `shared/` beside the

@@ -238,9 +238,42 @@ pub fn header(plan: &Plan, addr: SocketAddr, channel: &Channel, seq: u64) -> Str
 /// Connects to `addr` and plays one session by `plan`.
 pub async fn run(addr: SocketAddr, plan: &Plan, seq: u64) -> Result<Outcome, EmuError> {
     let started = Instant::now();
-    let mut stream = TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
         .map_err(|source| EmuError::Connect { addr, source })?;
+    play(stream, addr, plan, seq, started).await
+}
+
+/// [`run`] from the local address `from` (`127.0.0.2` and the like: a PBX, or a flood, on
+/// another address of the loopback network).
+pub async fn run_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    plan: &Plan,
+    seq: u64,
+) -> Result<Outcome, EmuError> {
+    let started = Instant::now();
+    let connect = async {
+        let socket = match from {
+            std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(addr).await
+    };
+    let stream = connect
+        .await
+        .map_err(|source| EmuError::Connect { addr, source })?;
+    play(stream, addr, plan, seq, started).await
+}
+
+async fn play(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    plan: &Plan,
+    seq: u64,
+    started: Instant,
+) -> Result<Outcome, EmuError> {
     stream.set_nodelay(true)?;
     let mut channel = plan.channel_for(seq);
     let mut out = Outcome::new();
