@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 /// Timer J / Timer H for unreliable transports: 64 × T1 (500 ms).
 const TX_LINGER_MS: u64 = 32_000;
 const NONCE_SECRET_KEY: &str = "nonce";
+/// The reason phrase of the 400 for credentials whose `uri` is not the Request-URI.
+pub const DIGEST_URI_MISMATCH: &str = "Bad Request (digest uri is not the Request-URI)";
 /// Domains an ambiguous lookup names (the count says how many there are).
 pub const AMBIGUOUS_DOMAINS_SHOWN: usize = 8;
 
@@ -562,6 +564,17 @@ impl Registrar {
         let Some((cred, algorithm)) = found else {
             return Err(self.challenge(msg, source, false));
         };
+        // RFC 7616 3.4.6: the response covers `uri`, which must name the resource requested, or
+        // a response computed for another request (another server's) would pass here. Equal as
+        // SIP URIs (RFC 3261 19.1.4), not as text: a phone may write the same URI another way.
+        let request_uri = request::request_line(msg).map_or("", |(_, u)| u);
+        if !sip::uri_eq(cred.uri, request_uri) {
+            self.failed(source, "uri_mismatch");
+            return Err((
+                400,
+                response::build(msg, 400, DIGEST_URI_MISMATCH, "", source),
+            ));
+        }
         let verdict = self.verify(&cred, algorithm, method);
         match verdict {
             Verdict::Accepted => {}

@@ -13,9 +13,11 @@ pub mod dtmf;
 mod name_addr;
 pub mod sdp;
 pub mod secrets;
+mod uri;
 
 pub use name_addr::{NameAddr, uri_user};
 use std::fmt;
+pub use uri::uri_eq;
 
 /// At most this many header lines are kept per message; further ones are an error
 /// ([`ParseError::TooManyHeaders`]). Real messages carry 10-40.
