@@ -282,9 +282,9 @@ pub(crate) async fn accept_loop(
             Ok(slot) => slot,
             Err(reason) => {
                 // A reset, not a close: nothing is held for the peer, not even TIME_WAIT.
+                table.closed(reason);
                 let _ = stream.set_zero_linger();
                 drop(stream);
-                table.closed(reason);
                 tracing::debug!(%peer, reason, "SIP connection refused");
                 continue;
             }
