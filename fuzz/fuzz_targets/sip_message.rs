@@ -25,9 +25,9 @@ fuzz_target!(|data: &[u8]| {
         if let Some(t) = m.to() {
             let _ = t.user();
         }
-        for v in m.header_values("via") {
-            let _ = sip::NameAddr::parse(v);
+        for v in m.header_values("via").chain(m.header_values("contact")) {
+            let n = sip::NameAddr::parse(v);
+            let _ = n.user();
         }
-        let _ = m.header_values("contact").count();
     }
 });

@@ -413,29 +413,11 @@ pub fn uri_host(uri: &str) -> &str {
 }
 
 /// A Contact value split into its URI and its header parameters: `"A" <sip:a@b;x>;expires=60`
-/// gives `sip:a@b;x` and `expires=60`. The `<` and `>` that enclose the URI are found outside
-/// quotes and taken as the first pair (a `+sip.instance="<urn:...>"` parameter holds more).
+/// gives `sip:a@b;x` and `expires=60` (`sip::NameAddr` reads the display name first, so a
+/// quoted one holding `<` is not taken for the URI).
 fn contact_parts(value: &str) -> (&str, &str) {
-    let value = value.trim();
-    let mut quoted = false;
-    let mut escaped = false;
-    for (i, c) in value.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            '<' if !quoted => {
-                let rest = &value[i + 1..];
-                return match rest.find('>') {
-                    Some(j) => (&rest[..j], rest[j + 1..].trim_start_matches(';')),
-                    None => (rest, ""),
-                };
-            }
-            _ => {}
-        }
-    }
-    // Without angle brackets every parameter is the header's (RFC 3261 20.10).
-    value.split_once(';').unwrap_or((value, ""))
+    let n = sip::NameAddr::parse(value);
+    (n.uri, n.params.trim_start_matches(';'))
 }
 
 /// The `expires` parameter of a Contact value.

@@ -10,7 +10,7 @@
 //! registrar::users::add(&store, "tandem", "1001", "secret")?;
 //! let reg = registrar::Registrar::open(&store, registrar::Config::default())?;
 //! let listeners = registrar::bind("127.0.0.1:5060".parse().unwrap(), None).await?;
-//! let limits = registrar::StreamLimits { connections_max: 1024, idle_timeout_ms: 300_000 };
+//! let limits = registrar::StreamLimits::default();
 //! registrar::serve(reg, listeners, limits, std::future::pending()).await;
 //! # Ok(()) }
 //! ```
@@ -31,6 +31,7 @@ pub mod request;
 pub mod response;
 pub mod server;
 pub mod settings;
+pub mod streams;
 pub mod transport;
 pub mod users;
 
@@ -38,7 +39,8 @@ pub use binding::Binding;
 pub use digest::Algorithm;
 pub use server::{Found, Registrar, Transport, now_ms};
 pub use settings::Settings;
-pub use transport::{Listeners, StreamLimits, bind, serve, tls_acceptor};
+pub use streams::StreamLimits;
+pub use transport::{Listeners, bind, serve, tls_acceptor};
 
 /// What can go wrong opening or running the registrar.
 #[derive(Debug, thiserror::Error)]

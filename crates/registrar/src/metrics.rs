@@ -29,6 +29,9 @@ pub struct Metrics {
     pub transactions: Gauge,
     pub commit_seconds: Histogram,
     pub expired: Counter,
+    pub connections: Gauge,
+    pub connections_unregistered: Gauge,
+    pub connections_closed: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -46,6 +49,9 @@ impl Metrics {
                 prometheus_client::metrics::histogram::exponential_buckets(0.000_05, 2.0, 17),
             ),
             expired: Counter::default(),
+            connections: Gauge::default(),
+            connections_unregistered: Gauge::default(),
+            connections_closed: Family::default(),
         }
     }
 
@@ -94,6 +100,23 @@ impl Metrics {
             "tandem_registrar_expired",
             "Bindings removed because they lapsed",
             self.expired.clone(),
+        );
+        r.register(
+            "tandem_registrar_connections",
+            "TCP and TLS connections open",
+            self.connections.clone(),
+        );
+        r.register(
+            "tandem_registrar_connections_unregistered",
+            "Open connections on which no REGISTER was answered 200 (the ones evicted first)",
+            self.connections_unregistered.clone(),
+        );
+        r.register(
+            "tandem_registrar_connections_closed",
+            "Connections refused or closed by the server, by reason: address_limit and \
+             total_limit (refused when accepted), evicted (to admit another at the total \
+             limit), unregistered_idle, idle, tls_handshake, unframeable",
+            self.connections_closed.clone(),
         );
     }
 

@@ -107,30 +107,12 @@ pub fn params(s: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
     })
 }
 
-/// A name-addr or addr-spec header value split into (URI, header parameters). The `<` is the
-/// first one outside a quoted display name, and the URI ends at the next `>`: a parameter may
-/// itself hold `<...>` in quotes (`+sip.instance="<urn:uuid:...>"`). In a bare URI, RFC 3261
-/// 20 gives every `;` to the header.
+/// A name-addr or addr-spec header value split into (URI, header parameters from their first
+/// `;`), as `sip::NameAddr` reads it: the display name first (a quoted one may hold `<`, `;` and
+/// escaped quotes), and in a bare URI every `;` is the header's (RFC 3261 20).
 pub fn split_name_addr(value: &str) -> (&str, &str) {
-    let value = value.trim();
-    let mut quoted = false;
-    let mut escaped = false;
-    for (i, b) in value.bytes().enumerate() {
-        match b {
-            _ if escaped => escaped = false,
-            b'\\' if quoted => escaped = true,
-            b'"' => quoted = !quoted,
-            b'<' if !quoted => {
-                return match value[i + 1..].find('>') {
-                    Some(j) => (value[i + 1..i + 1 + j].trim(), &value[i + 2 + j..]),
-                    None => (value[i + 1..].trim(), ""),
-                };
-            }
-            b';' if !quoted => return (value[..i].trim(), &value[i..]),
-            _ => {}
-        }
-    }
-    (value, "")
+    let n = sip::NameAddr::parse(value);
+    (n.uri, n.params)
 }
 
 /// `sip:user@Host:port;params` → (scheme, user, host lower-case) when it is a SIP or SIPS URI.

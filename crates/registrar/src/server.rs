@@ -22,6 +22,12 @@ use tokio::sync::mpsc;
 /// Timer J / Timer H for unreliable transports: 64 × T1 (500 ms).
 const TX_LINGER_MS: u64 = 32_000;
 const NONCE_SECRET_KEY: &str = "nonce";
+/// The reason phrase of the 400 for credentials whose `uri` is not the Request-URI.
+pub const DIGEST_URI_MISMATCH: &str = "Bad Request (digest uri is not the Request-URI)";
+/// REGISTERs queued on one AOR before more get 503 (a phone sends one at a time; several
+/// phones of one AOR, each maybe retransmitting, stay far below).
+pub const AOR_QUEUE_MAX: usize = 64;
+const RETRY_AFTER: &str = "Retry-After: 1\r\n";
 /// Domains an ambiguous lookup names (the count says how many there are).
 pub const AMBIGUOUS_DOMAINS_SHOWN: usize = 8;
 
@@ -80,7 +86,9 @@ impl Transport {
 #[derive(Clone)]
 pub enum ReplyTo {
     Udp(Arc<tokio::net::UdpSocket>),
-    Stream(mpsc::Sender<Vec<u8>>),
+    /// A TCP or TLS connection's writer, and the connection (told when a REGISTER on it is
+    /// answered 200).
+    Stream(mpsc::Sender<Vec<u8>>, Arc<crate::streams::Flow>),
 }
 
 /// A request and where it came from.
@@ -290,7 +298,7 @@ impl Registrar {
                     }
                 }
             }
-            ReplyTo::Stream(tx) => {
+            ReplyTo::Stream(tx, _) => {
                 // A full writer queue means a peer that does not read: drop, it will retransmit
                 // or the connection times out.
                 if tx.try_send(bytes).is_err() {
@@ -365,6 +373,13 @@ impl Registrar {
                 return;
             }
         };
+        if self.location.slot(&aor).queue.lock().jobs.len() >= AOR_QUEUE_MAX {
+            // A flood on one AOR: refused cheaply, and the queue's memory stays bounded.
+            let bytes = response::build(&msg, 503, "Service Unavailable", RETRY_AFTER, job.source);
+            self.drop_packet("aor_queue_full");
+            self.finish(&job, tx_key.as_deref(), method, 503, bytes);
+            return;
+        }
         drop(msg);
         job.tx_key = tx_key;
         loop {
@@ -395,6 +410,11 @@ impl Registrar {
                     Some(j) => j,
                     None => {
                         q.draining = false;
+                        drop(q);
+                        // An AOR left without bindings (a REGISTER refused, a query, an
+                        // unregistration) leaves memory now: unanswered REGISTERs for made-up
+                        // AORs must not grow the map.
+                        self.location.forget_if_empty(&slot);
                         return;
                     }
                 }
@@ -418,6 +438,12 @@ impl Registrar {
                 .complete(key, &bytes, job.transport == Transport::Udp);
         }
         self.metrics.answered(method, code);
+        if method == "REGISTER"
+            && (200..300).contains(&code)
+            && let ReplyTo::Stream(_, flow) = &job.reply
+        {
+            flow.mark_registered();
+        }
         self.send(job, bytes);
     }
 
@@ -562,6 +588,17 @@ impl Registrar {
         let Some((cred, algorithm)) = found else {
             return Err(self.challenge(msg, source, false));
         };
+        // RFC 7616 3.4.6: the response covers `uri`, which must name the resource requested, or
+        // a response computed for another request (another server's) would pass here. Equal as
+        // SIP URIs (RFC 3261 19.1.4), not as text: a phone may write the same URI another way.
+        let request_uri = request::request_line(msg).map_or("", |(_, u)| u);
+        if !sip::uri_eq(cred.uri, request_uri) {
+            self.failed(source, "uri_mismatch");
+            return Err((
+                400,
+                response::build(msg, 400, DIGEST_URI_MISMATCH, "", source),
+            ));
+        }
         let verdict = self.verify(&cred, algorithm, method);
         match verdict {
             Verdict::Accepted => {}

@@ -33,12 +33,15 @@ pub struct Settings {
     pub auth_failure_window_s: u64,
     pub transactions_max: usize,
     pub connections_max: usize,
+    pub connections_per_address_max: usize,
     pub idle_timeout_ms: u64,
+    pub unregistered_idle_timeout_ms: u64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         let d = Config::default();
+        let s = StreamLimits::default();
         Settings {
             enabled: true,
             listen: None,
@@ -57,8 +60,10 @@ impl Default for Settings {
             auth_failures_max: d.auth_failures_max,
             auth_failure_window_s: d.auth_failure_window_s,
             transactions_max: d.transactions_max,
-            connections_max: 4096,
-            idle_timeout_ms: 600_000,
+            connections_max: s.connections_max,
+            connections_per_address_max: s.connections_per_address_max,
+            idle_timeout_ms: s.idle_timeout_ms,
+            unregistered_idle_timeout_ms: s.unregistered_idle_timeout_ms,
         }
     }
 }
@@ -98,11 +103,16 @@ impl Settings {
             .unwrap_or_else(|| LISTEN_DEFAULT.parse().expect("a valid address"))
     }
 
-    pub fn stream_limits(&self) -> StreamLimits {
-        StreamLimits {
+    /// The TCP/TLS limits, checked; an error names the key.
+    pub fn stream_limits(&self) -> Result<StreamLimits, Error> {
+        let limits = StreamLimits {
             connections_max: self.connections_max,
+            connections_per_address_max: self.connections_per_address_max,
             idle_timeout_ms: self.idle_timeout_ms,
-        }
+            unregistered_idle_timeout_ms: self.unregistered_idle_timeout_ms,
+        };
+        limits.check()?;
+        Ok(limits)
     }
 }
 

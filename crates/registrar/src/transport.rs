@@ -1,23 +1,18 @@
-//! Transports: UDP (one socket, a large receive buffer), TCP and TLS (a task per connection,
-//! messages framed by Content-Length, bounded buffers, an idle timeout). Every message goes to
-//! [`Registrar::dispatch`]; responses go back the way the request came.
+//! Transports: UDP (one socket, a large receive buffer), TCP and TLS (`streams.rs`: a task per
+//! connection, messages framed by Content-Length, connection limits and idle timeouts). Every
+//! message goes to [`Registrar::dispatch`]; responses go back the way the request came.
 
 use crate::Error;
 use crate::server::{Job, Registrar, ReplyTo, Transport};
+use crate::streams::{Connections, StreamLimits, accept_loop};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::{Semaphore, mpsc};
 
 /// Largest datagram read (a SIP message over UDP must fit a datagram; RFC 3261 18.1.1).
 pub const DATAGRAM_BYTES_MAX: usize = 65_535;
-/// Largest message read on a stream (header section plus body).
-pub const STREAM_MESSAGE_BYTES_MAX: usize = sip::MAX_HEADER_BYTES + 16 * 1024;
-/// Responses queued per connection before new ones are dropped.
-const STREAM_REPLIES_MAX: usize = 256;
 /// UDP receive buffer asked of the kernel: bursts of REGISTERs wait here, not in drops.
 const UDP_RECEIVE_BUFFER_BYTES: usize = 8 * 1024 * 1024;
 
@@ -94,13 +89,6 @@ pub async fn bind(
     })
 }
 
-/// Limits of the stream transports.
-#[derive(Debug, Clone, Copy)]
-pub struct StreamLimits {
-    pub connections_max: usize,
-    pub idle_timeout_ms: u64,
-}
-
 /// Serves the listeners until `stop` resolves; sweeps expiries every second.
 pub async fn serve(
     registrar: Arc<Registrar>,
@@ -109,24 +97,12 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) {
     let Listeners { udp, tcp, tls } = listeners;
-    let slots = Arc::new(Semaphore::new(limits.connections_max.max(1)));
+    let table = Connections::new(limits, registrar.metrics.clone());
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(udp_loop(registrar.clone(), udp));
-    tasks.spawn(accept_loop(
-        registrar.clone(),
-        tcp,
-        None,
-        slots.clone(),
-        limits,
-    ));
+    tasks.spawn(accept_loop(registrar.clone(), tcp, None, table.clone()));
     if let Some((l, acceptor)) = tls {
-        tasks.spawn(accept_loop(
-            registrar.clone(),
-            l,
-            Some(acceptor),
-            slots,
-            limits,
-        ));
+        tasks.spawn(accept_loop(registrar.clone(), l, Some(acceptor), table));
     }
     let sweeper = registrar.clone();
     tasks.spawn(async move {
@@ -179,114 +155,4 @@ async fn udp_loop(registrar: Arc<Registrar>, sock: Arc<UdpSocket>) {
             ReplyTo::Udp(sock.clone()),
         ));
     }
-}
-
-async fn accept_loop(
-    registrar: Arc<Registrar>,
-    listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    slots: Arc<Semaphore>,
-    limits: StreamLimits,
-) {
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = match listener.accept().await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "SIP TCP accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let registrar = registrar.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tls {
-                None => connection(registrar, stream, peer, Transport::Tcp, limits).await,
-                Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
-                    match handshake.await {
-                        Ok(Ok(s)) => connection(registrar, s, peer, Transport::Tls, limits).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "SIP TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!(%peer, "SIP TLS handshake timed out"),
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// One stream connection: reads messages, dispatches them, writes responses in a second task.
-async fn connection<S>(
-    registrar: Arc<Registrar>,
-    stream: S,
-    peer: SocketAddr,
-    transport: Transport,
-    limits: StreamLimits,
-) where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(STREAM_REPLIES_MAX);
-    let writer = tokio::spawn(async move {
-        while let Some(bytes) = rx.recv().await {
-            if wr.write_all(&bytes).await.is_err() {
-                return;
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    let mut buf: Vec<u8> = Vec::with_capacity(8192);
-    let idle = Duration::from_millis(limits.idle_timeout_ms.max(1));
-    'read: loop {
-        // Every complete message in the buffer first.
-        loop {
-            match sip::message_len(&buf) {
-                Ok(Some(len)) => {
-                    let msg: Vec<u8> = buf.drain(..len).collect();
-                    let start = msg
-                        .iter()
-                        .position(|&b| b != b'\r' && b != b'\n')
-                        .unwrap_or(msg.len());
-                    if start == msg.len() {
-                        // RFC 5626 keep-alive: a double CRLF ping gets a single CRLF pong.
-                        if msg.len() >= 4 {
-                            let _ = tx.try_send(b"\r\n".to_vec());
-                        }
-                        continue;
-                    }
-                    if msg.len() > STREAM_MESSAGE_BYTES_MAX {
-                        tracing::debug!(%peer, bytes = msg.len(), "SIP message over the stream limit; closing");
-                        break 'read;
-                    }
-                    registrar.dispatch(Job::new(msg, peer, transport, ReplyTo::Stream(tx.clone())));
-                }
-                Ok(None) if buf.len() > STREAM_MESSAGE_BYTES_MAX => {
-                    tracing::debug!(%peer, "SIP message over the stream limit; closing");
-                    break 'read;
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    // Framing is lost: nothing after this can be read reliably.
-                    tracing::debug!(%peer, error = %e, "unframeable SIP on a stream; closing");
-                    break 'read;
-                }
-            }
-        }
-        let mut chunk = [0u8; 8192];
-        match tokio::time::timeout(idle, rd.read(&mut chunk)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    drop(tx);
-    // Responses still being computed hold their own sender; the writer ends after the last.
-    let _ = writer.await;
 }

@@ -46,6 +46,7 @@ async fn start(store: &kv::Store, config: Config) -> Running {
     let limits = StreamLimits {
         connections_max: 16,
         idle_timeout_ms: 10_000,
+        ..StreamLimits::default()
     };
     let task = tokio::spawn(registrar::serve(reg.clone(), listeners, limits, async {
         let _ = rx.await;

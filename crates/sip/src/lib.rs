@@ -10,10 +10,14 @@
 //! [`dtmf`]'s.
 
 pub mod dtmf;
+mod name_addr;
 pub mod sdp;
 pub mod secrets;
+mod uri;
 
+pub use name_addr::{NameAddr, uri_user};
 use std::fmt;
+pub use uri::uri_eq;
 
 /// At most this many header lines are kept per message; further ones are an error
 /// ([`ParseError::TooManyHeaders`]). Real messages carry 10-40.
@@ -468,69 +472,6 @@ pub fn split_outside(value: &str, sep: u8) -> impl Iterator<Item = &str> {
     })
 }
 
-/// A From/To/Contact value: `"Display" <uri>;tag=x` or `uri;tag=x`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NameAddr<'a> {
-    pub display: Option<&'a str>,
-    pub uri: &'a str,
-    pub tag: Option<&'a str>,
-}
-
-impl<'a> NameAddr<'a> {
-    pub fn parse(value: &'a str) -> NameAddr<'a> {
-        let value = value.trim();
-        let (display, uri, params) = if let (Some(lt), Some(gt)) =
-            (value.find('<'), value.rfind('>'))
-            && lt < gt
-        {
-            let d = value[..lt].trim().trim_matches('"').trim();
-            (
-                if d.is_empty() { None } else { Some(d) },
-                &value[lt + 1..gt],
-                &value[gt + 1..],
-            )
-        } else {
-            match value.find(';') {
-                Some(i) => (None, &value[..i], &value[i..]),
-                None => (None, value, ""),
-            }
-        };
-        let tag = params.split(';').find_map(|p| {
-            let (k, v) = p.split_once('=')?;
-            k.trim().eq_ignore_ascii_case("tag").then(|| v.trim())
-        });
-        NameAddr { display, uri, tag }
-    }
-
-    /// The user part of the URI (`sip:alice@host` → `alice`), else the host part.
-    pub fn user(&self) -> &'a str {
-        uri_user(self.uri)
-    }
-}
-
-/// The user part of a SIP/SIPS/TEL URI, or its host when it has no user part.
-pub fn uri_user(uri: &str) -> &str {
-    let rest = uri
-        .split_once(':')
-        .map(|(scheme, r)| {
-            if scheme.eq_ignore_ascii_case("sip")
-                || scheme.eq_ignore_ascii_case("sips")
-                || scheme.eq_ignore_ascii_case("tel")
-            {
-                r
-            } else {
-                uri
-            }
-        })
-        .unwrap_or(uri);
-    let end = rest.find([';', '?', '>']).unwrap_or(rest.len());
-    let rest = &rest[..end];
-    match rest.split_once('@') {
-        Some((user, _)) => user.split(':').next().unwrap_or(user),
-        None => rest.split(':').next().unwrap_or(rest),
-    }
-}
-
 impl fmt::Display for StartLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -646,12 +587,5 @@ Call-ID: latin1@pbx\r\nCSeq: 1 INVITE\r\nContent-Length: 4\r\n\r\n\xff\xfe\x00x"
         ));
         assert!(looks_like_sip(b"SIP/2.0 200 OK"));
         assert!(!looks_like_sip(&[0x80, 0x08, 0, 1]));
-    }
-
-    #[test]
-    fn uri_users() {
-        assert_eq!(uri_user("sip:100@10.0.0.1:5060;transport=tcp"), "100");
-        assert_eq!(uri_user("tel:+4411"), "+4411");
-        assert_eq!(uri_user("sip:example.com"), "example.com");
     }
 }

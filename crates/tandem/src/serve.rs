@@ -192,7 +192,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let sip = match config.registrar.as_ref().filter(|r| r.enabled) {
         Some(settings) => {
             let (reg, listeners) = start_registrar(settings, &config, &store).await?;
-            let limits = settings.stream_limits();
+            let limits = sip_limits(settings.stream_limits()?);
             reg.metrics.register(&mut registry);
             router = agi_routes::registrar::add(router, reg.clone())?;
             Some((reg, listeners, limits))
@@ -451,6 +451,25 @@ fn sensors_config(
         feed,
         clock_skew_warn_ms: config.collector.clock_skew_warn_ms,
     }
+}
+
+/// The registrar's TCP/TLS limits within the process's descriptors: a flood of SIP
+/// connections must not take the descriptors FastAGI sessions need.
+fn sip_limits(limits: registrar::StreamLimits) -> registrar::StreamLimits {
+    let Ok((fds, _)) = fastagi::runtime::fd_limits() else {
+        return limits;
+    };
+    let (fit, lowered) = limits.within_descriptors(fds);
+    if lowered {
+        tracing::warn!(
+            connections_max = fit.connections_max,
+            configured = limits.connections_max,
+            open_files = fds,
+            "registrar.connections_max lowered to a quarter of the open-file limit; raise the \
+             limit (LimitNOFILE= in the unit) to keep the configured value"
+        );
+    }
+    fit
 }
 
 /// Opens the registrar on the store and binds its sockets (before anything is served, so a

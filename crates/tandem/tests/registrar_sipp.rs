@@ -5,17 +5,15 @@
 //! a scenario checks is written at its top. Skips with a message when SIPp is missing.
 
 mod common;
+mod registrar_common;
 use common::free_port;
+use registrar_common::{REALM, Tandem, agi_call, with_user};
 
 use registrar::digest::{self, Algorithm, NonceKey};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-
-const REALM: &str = "tandem";
+use std::time::Duration;
 
 /// Whether SIPp can run here; skips (fails under CI) when it cannot.
 #[track_caller]
@@ -32,164 +30,13 @@ fn have_sipp() -> bool {
     found
 }
 
-/// One `tandem serve` with the registrar, its store and configuration in a temporary directory.
-/// Killed and reaped when dropped, so a failed assertion leaves no server behind.
-struct Tandem {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    sip: SocketAddr,
-    http: SocketAddr,
-    agi: SocketAddr,
-    sipp_runs: u32,
-}
-
-impl Drop for Tandem {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// A new server (see [`Tandem::serve`]); `None` when SIPp is missing: the test is skipped.
+#[track_caller]
+fn start(registrar: &str, seed: impl FnOnce(&kv::Store)) -> Option<Tandem> {
+    have_sipp().then(|| Tandem::serve(registrar, seed))
 }
 
 impl Tandem {
-    /// Starts a server whose `[registrar]` section holds `registrar` (besides `listen`), after
-    /// `seed` has had the store to itself (users, the nonce secret). `None` when SIPp is
-    /// missing: the test is skipped.
-    #[track_caller]
-    fn start(registrar: &str, seed: impl FnOnce(&kv::Store)) -> Option<Tandem> {
-        if !have_sipp() {
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        // The store is closed again before the server opens it: one process at a time.
-        seed(&kv::Store::open_dir(&data, kv::Options::default()).unwrap());
-        let (sip, http, agi) = (free_port(), free_port(), free_port());
-        let config = dir.path().join("tandem.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[fastagi]\nlisten = \"127.0.0.1:{agi}\"\n\
-                 [metrics]\nlisten = \"127.0.0.1:{http}\"\n\
-                 [web]\nenabled = false\n\
-                 [history]\nenabled = false\n\
-                 [kv]\ndata_dir = {data:?}\n\
-                 [registrar]\nlisten = \"127.0.0.1:{sip}\"\n{registrar}\n"
-            ),
-        )
-        .unwrap();
-        let mut t = Tandem {
-            child: None,
-            dir,
-            config,
-            sip: SocketAddr::from(([127, 0, 0, 1], sip)),
-            http: SocketAddr::from(([127, 0, 0, 1], http)),
-            agi: SocketAddr::from(([127, 0, 0, 1], agi)),
-            sipp_runs: 0,
-        };
-        t.spawn();
-        Some(t)
-    }
-
-    fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    /// Runs `tandem serve` and waits until it answers HTTP, which it binds after the registrar's
-    /// sockets: from then on SIP is served.
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("serve.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .current_dir(self.dir.path())
-            .env_remove("TANDEM_DATA_DIR")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(self.http).is_err() {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("tandem serve exited ({status}):\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tandem serve did not start:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL: no shutdown path runs, as in a power cut of the process.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
-    }
-
-    fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.http).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut body = String::new();
-        s.read_to_string(&mut body).unwrap();
-        body
-    }
-
-    /// The value of the sample `series` (name and labels exactly as exported); 0 when absent
-    /// (a labelled counter appears once it is first counted).
-    fn metric(&self, series: &str) -> f64 {
-        let text = self.metrics();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .map_or(0.0, |v| v.trim().parse().unwrap())
-    }
-
-    /// The stored bindings of every AOR, read from the store file as `tandem sip bindings`
-    /// does (the server may be running).
-    fn stored_bindings(&self) -> HashMap<String, Vec<registrar::Binding>> {
-        let file = self.data_dir().join(kv::FILE_NAME);
-        let store = kv::ReadOnlyStore::open_namespace(&file, registrar::users::NAMESPACE).unwrap();
-        store
-            .tree(Some("aor"), None)
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| {
-                let aor = k.strip_prefix("/aor/").unwrap_or(&k).to_string();
-                (aor, registrar::binding::decode(&v.to_string_lossy()).0)
-            })
-            .collect()
-    }
-
-    /// `tandem sip bindings [AOR]` on this server's store: its output, which must succeed.
-    fn bindings_cli(&self, aor: Option<&str>) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
-            .args(["sip", "bindings"])
-            .args(aor)
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
     /// A directory for one SIPp run: the scenario and `files` (injection files: name and
     /// text) are put in and SIPp runs there, so that its logs (named after the scenario) stay
     /// in it and the scenario names its files without a directory.
@@ -320,7 +167,7 @@ fn assert_requests(t: &Tandem, answered: &[(&str, u16)]) {
     }
 }
 
-/// A new server (see [`Tandem::start`]) once `scenario` has passed on it, with its SIPp run.
+/// A new server (see [`start`]) once `scenario` has passed on it, with its SIPp run.
 #[track_caller]
 fn played(
     registrar: &str,
@@ -328,7 +175,7 @@ fn played(
     scenario: &str,
     args: &[&str],
 ) -> Option<(Tandem, SippRun)> {
-    let mut t = Tandem::start(registrar, seed)?;
+    let mut t = start(registrar, seed)?;
     let run = t.play(scenario, args);
     Some((t, run))
 }
@@ -339,10 +186,6 @@ fn failures(reason: &str) -> String {
 
 fn no_auth(extra: &str) -> String {
     format!("algorithms = []\n{extra}")
-}
-
-fn with_user(user: &'static str, password: &'static str) -> impl FnOnce(&kv::Store) {
-    move |store| registrar::users::add(store, REALM, user, password).unwrap()
 }
 
 #[test]
@@ -382,7 +225,7 @@ fn digest_sha256_answered_from_precomputed_responses() {
     const PASSWORD: &str = "s3cret-sha";
     // The nonce secret is the test's, so that it can compute every nonce the server may issue.
     let secret = [0x5a; 32];
-    let Some(mut t) = Tandem::start("algorithms = [\"SHA-256\"]", |store| {
+    let Some(mut t) = start("algorithms = [\"SHA-256\"]", |store| {
         registrar::users::add(store, REALM, "1001", PASSWORD).unwrap();
         store
             .namespace(registrar::users::NAMESPACE)
@@ -545,7 +388,7 @@ fn acknowledged(run: &SippRun) -> HashSet<String> {
 #[test]
 fn every_acknowledged_registration_survives_a_sigkill_in_a_refresh_storm() {
     const AORS: u32 = 10_000;
-    let Some(mut t) = Tandem::start(&no_auth(""), |_| {}) else {
+    let Some(mut t) = start(&no_auth(""), |_| {}) else {
         return;
     };
     let mut users = String::from("SEQUENTIAL\n");
@@ -654,31 +497,6 @@ fn every_acknowledged_registration_survives_a_sigkill_in_a_refresh_storm() {
     );
 }
 
-/// A call to `exten` through `dialplan`'s `[from-internal]`, with the dialplan's
-/// `127.0.0.1:4573` reaching this server's FastAGI port.
-fn readme_call(
-    t: &Tandem,
-    dialplan: &asterisk_emu::Dialplan,
-    exten: &str,
-) -> (asterisk_emu::Call, asterisk_emu::CallEnd) {
-    let mut channel = asterisk_emu::Channel::new("PJSIP/2000-00000001", "1795239019.1");
-    channel.sounds.push("vm-nobodyavail".into());
-    let mut call = asterisk_emu::Call::new(channel);
-    call.agi_hosts.push(asterisk_emu::AgiHost {
-        name: "127.0.0.1:4573".into(),
-        addr: t.agi,
-    });
-    call.agi_idle_timeout = Duration::from_secs(10);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let end = runtime
-        .block_on(call.run(dialplan, "from-internal", exten))
-        .unwrap();
-    (call, end)
-}
-
 #[test]
 fn the_readme_dialplan_dials_a_phone_registered_by_sipp_on_default_settings() {
     // As the README sets it up: every domain (`domains = []`), a user with a password, the
@@ -696,7 +514,7 @@ fn the_readme_dialplan_dials_a_phone_registered_by_sipp_on_default_settings() {
     assert!(dialplan.warnings.is_empty(), "{:?}", dialplan.warnings);
 
     // The registered phone is dialled at the contact SIPp registered.
-    let (call, end) = readme_call(&t, &dialplan, "1001");
+    let (call, end) = agi_call(&t, &dialplan, "1001");
     let asterisk_emu::CallEnd::Answered { dial } = &end else {
         panic!(
             "1001 was not dialled: {end:?}\n{:#?}\n{}",
@@ -716,7 +534,7 @@ fn the_readme_dialplan_dials_a_phone_registered_by_sipp_on_default_settings() {
     );
 
     // A user with no phone registered goes to the unavailable message.
-    let (call, end) = readme_call(&t, &dialplan, "1002");
+    let (call, end) = agi_call(&t, &dialplan, "1002");
     assert_eq!(end, asterisk_emu::CallEnd::FellThrough, "{:#?}", call.log());
     assert_eq!(call.playbacks, ["vm-nobodyavail"]);
     assert!(
@@ -728,7 +546,7 @@ fn the_readme_dialplan_dials_a_phone_registered_by_sipp_on_default_settings() {
     // Tandem stopped: AGISTATUS says so, and the call goes to the message rather than to a
     // Dial with nothing to dial.
     t.kill();
-    let (call, _) = readme_call(&t, &dialplan, "1001");
+    let (call, _) = agi_call(&t, &dialplan, "1001");
     assert_eq!(call.playbacks, ["vm-nobodyavail"], "{:#?}", call.log());
     assert!(call.dials.is_empty());
     assert_eq!(call.channel.variables["AGISTATUS"], "FAILURE");
