@@ -28,6 +28,7 @@ async fn serve(config: registrar::Config) -> (SocketAddr, SocketAddr, tempfile::
     let limits = registrar::StreamLimits {
         connections_max: 4,
         idle_timeout_ms: 10_000,
+        ..registrar::StreamLimits::default()
     };
     tokio::spawn(registrar::serve(
         reg.clone(),
