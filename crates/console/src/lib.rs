@@ -8,6 +8,7 @@
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
 //! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
 //!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
+//! - [`redact`]: the credentials in a call's SIP messages, replaced for a viewer.
 //! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
 //!   and `/api/sensors` ([`Console::show_sensors`]).
 //! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
@@ -22,6 +23,7 @@ pub mod calls;
 pub mod chart;
 pub mod dashboard;
 mod listen;
+pub mod redact;
 pub mod sensors;
 pub mod throttle;
 pub mod web;

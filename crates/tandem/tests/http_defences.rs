@@ -1,14 +1,14 @@
 //! The console and `/metrics` under attack from the network, against a real `tandem serve`
 //! over loopback: a slowloris flood from several addresses while a client on another one
 //! reads its pages and signs in, a request whose body never comes, a browser led by DNS
-//! rebinding (a foreign `Host`).
+//! rebinding (a foreign `Host`), and a viewer reading a call's ladder for digest responses.
 //! Each client socket is bound to its own loopback address (127.0.0.2, 127.0.0.3, ...) before
 //! it connects, so the server sees many peers, as it would on a network.
 
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +28,7 @@ struct Serve {
     child: Child,
     web: SocketAddr,
     metrics: SocketAddr,
+    data: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -73,6 +74,7 @@ impl Serve {
             child,
             web,
             metrics,
+            data,
             _dir: dir,
         }
     }
@@ -406,4 +408,238 @@ async fn the_console_and_the_metrics_answer_only_to_their_own_names() {
         .await
         .unwrap();
     assert!(got == 400 || got == 421, "no Host: {got}");
+}
+
+/// A call set up with digest authentication, as Asterisk challenges a phone: INVITE, 407,
+/// ACK, the INVITE again with `Proxy-Authorization`, 200 with SDP, ACK, then a BYE that
+/// carries `Authorization`, and its 200. Returns (the pcap, the Call-ID).
+fn digest_call_pcap(dir: &Path) -> (PathBuf, String) {
+    let path = dir.join("digest-call.pcap");
+    let call_id = "digest-call-1@192.0.2.10".to_owned();
+    let phone: SocketAddr = "192.0.2.10:5060".parse().unwrap();
+    let pbx: SocketAddr = "192.0.2.20:5060".parse().unwrap();
+    let start_ns = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - 600)
+        * 1_000_000_000;
+    let sdp = |ip: &str, port: u16| {
+        format!(
+            "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
+             m=audio {port} RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\n"
+        )
+    };
+    let message = |first: &str, cseq: &str, to_tag: &str, extra: &str, body: &str| {
+        let ctype = if body.is_empty() {
+            String::new()
+        } else {
+            "Content-Type: application/sdp\r\n".to_owned()
+        };
+        format!(
+            "{first}\r\nVia: SIP/2.0/UDP 192.0.2.10:5060;branch=z9hG4bK-{cseq_n}\r\n\
+             From: <sip:1001@192.0.2.20>;tag=ph1\r\nTo: <sip:2002@192.0.2.20>{to_tag}\r\n\
+             Call-ID: {call_id}\r\nCSeq: {cseq}\r\nContact: <sip:1001@192.0.2.10:5060>\r\n\
+             {extra}{ctype}Content-Length: {}\r\n\r\n{body}",
+            body.len(),
+            cseq_n = cseq.replace(' ', "-"),
+        )
+    };
+    let proxy_auth = "Proxy-Authorization: Digest username=\"1001\", realm=\"asterisk\", \
+                      nonce=\"5f3a1c2b\", uri=\"sip:2002@192.0.2.20\", \
+                      response=\"6629fae49393a05397450978507c4ef1\", algorithm=MD5, \
+                      cnonce=\"0a4f113b\", qop=auth, nc=00000001\r\n";
+    let bye_auth = "Authorization: Digest username=\"1001\",realm=\"asterisk\",\
+                    nonce=\"5f3a1c2b\",uri=\"sip:2002@192.0.2.20\",\
+                    response=\"e1c3b0a77d5f0d9bb6bdbb06ad3b0f22\",cnonce=\"77ab90cd\",\
+                    qop=auth,nc=00000002\r\n";
+    let flow: Vec<(bool, String)> = vec![
+        (
+            true,
+            message(
+                "INVITE sip:2002@192.0.2.20 SIP/2.0",
+                "1 INVITE",
+                "",
+                "",
+                &sdp("192.0.2.10", 40000),
+            ),
+        ),
+        (
+            false,
+            message(
+                "SIP/2.0 407 Proxy Authentication Required",
+                "1 INVITE",
+                ";tag=pbx1",
+                "Proxy-Authenticate: Digest realm=\"asterisk\", nonce=\"5f3a1c2b\", \
+                 algorithm=MD5, qop=\"auth\"\r\n",
+                "",
+            ),
+        ),
+        (
+            true,
+            message(
+                "ACK sip:2002@192.0.2.20 SIP/2.0",
+                "1 ACK",
+                ";tag=pbx1",
+                "",
+                "",
+            ),
+        ),
+        (
+            true,
+            message(
+                "INVITE sip:2002@192.0.2.20 SIP/2.0",
+                "2 INVITE",
+                "",
+                proxy_auth,
+                &sdp("192.0.2.10", 40000),
+            ),
+        ),
+        (
+            false,
+            message(
+                "SIP/2.0 200 OK",
+                "2 INVITE",
+                ";tag=pbx2",
+                "",
+                &sdp("192.0.2.20", 50000),
+            ),
+        ),
+        (
+            true,
+            message(
+                "ACK sip:2002@192.0.2.20 SIP/2.0",
+                "2 ACK",
+                ";tag=pbx2",
+                "",
+                "",
+            ),
+        ),
+        (
+            true,
+            message(
+                "BYE sip:2002@192.0.2.20 SIP/2.0",
+                "3 BYE",
+                ";tag=pbx2",
+                bye_auth,
+                "",
+            ),
+        ),
+        (
+            false,
+            message("SIP/2.0 200 OK", "3 BYE", ";tag=pbx2", "", ""),
+        ),
+    ];
+    let mut pcap = monitor::synth::PcapBuilder::create(&path).unwrap();
+    let mut t = start_ns;
+    for (i, (from_phone, text)) in flow.iter().enumerate() {
+        let (src, dst) = if *from_phone {
+            (phone, pbx)
+        } else {
+            (pbx, phone)
+        };
+        pcap.udp(t, src, dst, text.as_bytes());
+        t += 100_000_000;
+        if i == 5 {
+            // A second of audio each way between the answer and the BYE.
+            let a: SocketAddr = "192.0.2.10:40000".parse().unwrap();
+            let b: SocketAddr = "192.0.2.20:50000".parse().unwrap();
+            pcap.pcma_run(t, (a, b), 0x1111, 1, 50);
+            t = pcap.pcma_run(t, (b, a), 0x2222, 1, 50);
+        }
+    }
+    pcap.finish().unwrap();
+    (path, call_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_reads_the_ladder_without_digest_responses_and_an_admin_reads_it_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pcap, call_id) = digest_call_pcap(dir.path());
+    let serve = Serve::start("", &[("watcher", "viewer"), ("boss", "admin")]);
+    let out = Command::new(EXE)
+        .args(["capture", "--read"])
+        .arg(&pcap)
+        .arg("--archive")
+        .arg(serve.data.join("archive"))
+        .args(["--archive-store", "full", "--cdr-db"])
+        .arg(serve.data.join("cdr.sqlite3"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tandem capture: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from = loopback(9);
+    let wait = Duration::from_secs(60);
+    let viewer = sign_in(from, serve.web, "watcher", wait).await.unwrap();
+    let admin = sign_in(from, serve.web, "boss", wait).await.unwrap();
+    let (status, _, body) = get(
+        from,
+        serve.web,
+        &format!("/api/calls?call_id={}", console::web::url_encode(&call_id)),
+        &[("Cookie", &viewer)],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let uid = page["calls"][0]["uid"]
+        .as_str()
+        .expect("the call's uid")
+        .to_owned();
+    let call_url = format!("/api/calls/{}", console::web::url_encode(&uid));
+
+    let secrets = [
+        "6629fae49393a05397450978507c4ef1",
+        "e1c3b0a77d5f0d9bb6bdbb06ad3b0f22",
+        "0a4f113b",
+        "77ab90cd",
+    ];
+    let ladder_texts = |body: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["ladder"]
+            .as_array()
+            .expect("a ladder")
+            .iter()
+            .map(|e| e["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // A viewer: every secret replaced by the marker; who, where and how kept.
+    let (status, _, body) = get(from, serve.web, &call_url, &[("Cookie", &viewer)]).await;
+    assert_eq!(status, 200, "{body}");
+    for s in secrets {
+        assert!(!body.contains(s), "a viewer read {s}: {body}");
+    }
+    let texts = ladder_texts(&body);
+    assert_eq!(texts.len(), 8, "{texts:?}");
+    let invite = &texts[3];
+    assert!(
+        invite.contains(
+            "Proxy-Authorization: Digest username=\"1001\", realm=\"asterisk\", \
+             nonce=\"5f3a1c2b\", uri=\"sip:2002@192.0.2.20\", response=\"<redacted>\", \
+             algorithm=MD5, cnonce=\"<redacted>\", qop=auth, nc=00000001\r\n"
+        ),
+        "{invite}"
+    );
+    assert!(texts[6].contains("Authorization: Digest username=\"1001\",realm=\"asterisk\""));
+    assert!(texts[6].contains("response=\"<redacted>\""), "{}", texts[6]);
+    // The challenge is not a secret: it stays as sent.
+    assert!(texts[1].contains("Proxy-Authenticate: Digest realm=\"asterisk\", nonce=\"5f3a1c2b\""));
+
+    // An admin reads the messages as they were sent, as in the pcap they may download.
+    let (status, _, body) = get(from, serve.web, &call_url, &[("Cookie", &admin)]).await;
+    assert_eq!(status, 200, "{body}");
+    for s in secrets {
+        assert!(body.contains(s), "an admin's ladder lacks {s}");
+    }
+    let (status, _, body) = get(
+        from,
+        serve.web,
+        &format!("{call_url}/pcap"),
+        &[("Cookie", &viewer)],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
 }
