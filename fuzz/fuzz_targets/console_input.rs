@@ -1,6 +1,7 @@
 //! What the web console reads from a request or from its files: a time in a query (`utc`: epoch
 //! or ISO 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
-//! the history's histograms are read from. None may panic; a time that reads must be a time that
+//! the history's histograms are read from, and a SIP message's credentials redacted for a viewer
+//! (a second pass changes nothing). None may panic; a time that reads must be a time that
 //! the calendar functions give back.
 #![no_main]
 
@@ -29,6 +30,8 @@ fuzz_target!(|data: &[u8]| {
     let (from, to, _) = q.resolve(1_800_000_000);
     assert!(from < to);
     let _ = split_name(&text);
+    let redacted = console::redact::sip_credentials(&text);
+    assert_eq!(console::redact::sip_credentials(&redacted), redacted);
     let encoded = url_encode(&text);
     assert!(encoded.bytes().all(|b| b.is_ascii_graphic()));
     if let Some(sketch) = history::LatencySketch::from_bytes(data) {

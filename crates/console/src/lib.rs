@@ -8,6 +8,7 @@
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
 //! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
 //!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
+//! - [`redact`]: the credentials in a call's SIP messages, replaced for a viewer.
 //! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
 //!   and `/api/sensors` ([`Console::show_sensors`]).
 //! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
@@ -22,6 +23,7 @@ pub mod calls;
 pub mod chart;
 pub mod dashboard;
 mod listen;
+pub mod redact;
 pub mod sensors;
 pub mod throttle;
 pub mod web;
@@ -54,6 +56,20 @@ pub struct WebConfig {
     pub login_window_s: u32,
     /// Most connections served at once.
     pub connections_max: usize,
+    /// Most connections from one client address (an IPv6 client: its /64). When the console
+    /// is full, a new address takes the oldest connection of the busiest one.
+    pub connections_per_address_max: usize,
+    /// Time for a TLS handshake and a request's headers (also an idle kept-alive connection's
+    /// wait for its next request), and for a request's body.
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    /// Bytes of a request's line and headers, and of its body.
+    pub header_bytes_max: usize,
+    pub body_bytes_max: usize,
+    /// Names the console answers to besides its listen address (and `localhost` on
+    /// loopback): `name` (any port) or `name:port`. A request for another `Host` gets 421,
+    /// which keeps pages of other sites out through DNS rebinding.
+    pub hosts: Vec<String>,
     /// CDR database connections of the calls pages, and queries running at once; a search
     /// beyond waits for one.
     pub cdr_readers_max: usize,
@@ -74,7 +90,13 @@ impl Default for WebConfig {
             login_failures_per_user: 5,
             login_failures_per_address: 20,
             login_window_s: 900,
-            connections_max: 256,
+            connections_max: http_listen::Limits::CONSOLE.connections_max,
+            connections_per_address_max: http_listen::Limits::CONSOLE.connections_per_address_max,
+            header_timeout_ms: http_listen::Limits::CONSOLE.header_timeout_ms,
+            body_timeout_ms: http_listen::Limits::CONSOLE.body_timeout_ms,
+            header_bytes_max: http_listen::Limits::CONSOLE.header_bytes_max,
+            body_bytes_max: http_listen::Limits::CONSOLE.body_bytes_max,
+            hosts: Vec::new(),
             cdr_readers_max: calls::CallsConfig::READERS_MAX,
             pcap_cache_mib: calls::CallsConfig::PCAP_CACHE_BYTES_MAX >> 20,
         }
@@ -101,6 +123,8 @@ pub enum ConsoleError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Hosts(#[from] http_listen::HostsError),
+    #[error(transparent)]
     Accounts(#[from] accounts::AccountError),
     #[error(transparent)]
     History(#[from] history::HistoryError),
@@ -111,7 +135,8 @@ pub struct Console {
     listener: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     state: web::ConsoleState,
-    connections_max: usize,
+    limits: http_listen::Limits,
+    hosts: http_listen::Hosts,
     stopping: tokio::sync::watch::Sender<bool>,
 }
 
@@ -138,10 +163,12 @@ fn checked_tls(cfg: &WebConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, Con
 }
 
 /// Checks `[web]` before anything is created (a data directory, a store): the certificate and
-/// key load and match, and the listen address is allowed without TLS. [`Console::bind`] checks
-/// the same again, with the accounts.
+/// key load and match, the listen address is allowed without TLS, and `hosts` are host names.
+/// [`Console::bind`] checks the same again, with the accounts.
 pub fn check(cfg: &WebConfig) -> Result<(), ConsoleError> {
-    checked_tls(cfg).map(drop)
+    checked_tls(cfg)?;
+    listen::hosts(cfg)?;
+    Ok(())
 }
 
 impl Console {
@@ -154,6 +181,7 @@ impl Console {
         calls: Option<calls::CallsConfig>,
     ) -> Result<Console, ConsoleError> {
         let tls = checked_tls(cfg)?;
+        let hosts = listen::hosts(cfg)?;
         let loopback = cfg.listen.ip().is_loopback();
         std::fs::create_dir_all(data_dir).map_err(|source| ConsoleError::Bind {
             addr: cfg.listen,
@@ -201,7 +229,8 @@ impl Console {
             listener,
             tls,
             state,
-            connections_max: cfg.connections_max,
+            limits: listen::limits(cfg),
+            hosts,
             stopping,
         })
     }
@@ -237,6 +266,8 @@ impl Console {
             shutdown.await;
             let _ = stopping.send(true);
         };
-        listen::serve(self.listener, app, self.tls, self.connections_max, shutdown).await
+        let (tls, limits, hosts) = (self.tls, self.limits, self.hosts);
+        http_listen::serve(self.listener, app, tls, limits, hosts, "console", shutdown).await;
+        Ok(())
     }
 }

@@ -1,9 +1,13 @@
 //! Prometheus metrics and a health check over HTTP: `GET /metrics` encodes a registry in the
 //! OpenMetrics text format at each scrape, `GET /health` answers `OK`. `tandem serve` and a
-//! running capture each serve their own registry this way.
+//! running capture each serve their own registry this way, through `http_listen` (connections
+//! per address and in all, header and body deadlines, and a `Host` allowlist: the listen
+//! address, `localhost` on loopback, `[metrics] hosts`; any other name gets 421).
 //!
 //! Never: holds state of its own (everything comes from the registry at each scrape), or binds
 //! an address the caller did not give (keep it on loopback: there is no authentication).
+
+pub use http_listen::Hosts;
 
 use axum::Router;
 use axum::http::header::CONTENT_TYPE;
@@ -25,6 +29,8 @@ pub enum HttpError {
     },
     #[error("metrics server: {0}")]
     Serve(#[from] std::io::Error),
+    #[error(transparent)]
+    Hosts(#[from] http_listen::HostsError),
 }
 
 /// Binds the metrics address now, so that a taken port is reported at start.
@@ -38,10 +44,29 @@ pub async fn bind(listen: SocketAddr) -> Result<tokio::net::TcpListener, HttpErr
         })
 }
 
-/// Serves `/metrics` and `/health` until `shutdown` completes.
+/// Serves `/metrics` and `/health` until `shutdown` completes, answering to the listen address
+/// (and `localhost` on loopback) only: `tandem capture --metrics-listen`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    serve_for(listener, registry, Hosts::own_addresses(), shutdown).await
+}
+
+/// The names `/metrics` answers to: its address, `localhost` on loopback, and `configured`
+/// (`[metrics] hosts`: `name` or `name:port`, the names a Prometheus scrapes it by).
+pub fn hosts(configured: &[String]) -> Result<Hosts, HttpError> {
+    Ok(Hosts::new(configured, "[metrics] hosts")?)
+}
+
+/// Serves `/metrics` and `/health`, answering to `hosts`, until `shutdown` completes; within
+/// [`http_listen::Limits::METRICS`] (connections per address and in all, header and body
+/// deadlines), as every Tandem HTTP server is.
+pub async fn serve_for(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    hosts: Hosts,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
     let app = Router::new()
@@ -63,9 +88,8 @@ pub async fn serve(
             }),
         )
         .route("/health", get(|| async { "OK\n" }));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let limits = http_listen::Limits::METRICS;
+    http_listen::serve(listener, app, None, limits, hosts, "metrics", shutdown).await;
     Ok(())
 }
 

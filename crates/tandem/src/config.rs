@@ -141,12 +141,16 @@ impl Default for KvConfig {
 pub struct MetricsConfig {
     /// Prometheus `/metrics` and `/health` over HTTP.
     pub listen: SocketAddr,
+    /// Names it answers to besides its listen address (and `localhost` on loopback): `name`
+    /// (any port) or `name:port`, as a Prometheus scrapes it. Another `Host` gets 421.
+    pub hosts: Vec<String>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9573)),
+            hosts: Vec::new(),
         }
     }
 }
@@ -382,6 +386,7 @@ mod tests {
         assert_eq!(example.fastagi, defaults.fastagi);
         assert_eq!(example.scripts, defaults.scripts);
         assert_eq!(example.metrics.listen, defaults.metrics.listen);
+        assert_eq!(example.metrics.hosts, defaults.metrics.hosts);
         assert_eq!(example.kv.data_dir, defaults.kv.data_dir);
         assert_eq!(example.kv.script_families, defaults.kv.script_families);
         assert_eq!(example.capture, defaults.capture);

@@ -159,10 +159,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(fastagi::Metrics::new(&mut registry));
     // A taken FastAGI port fails before the data directory is created.
     fastagi::runtime::check_listen_free(config.fastagi.listen)?;
-    // So does a console that could not start (TLS files, plain HTTP off loopback).
+    // So does a console that could not start (TLS files, plain HTTP off loopback, hosts),
+    // and a metrics host that is not a name.
     if config.web.enabled {
         console::check(&config.web)?;
     }
+    let metrics_hosts = metrics_http::hosts(&config.metrics.hosts)?;
     let store = kv::Store::open_dir(&config.kv.data_dir, kv::Options::default())?;
     info!(path = %store.path().display(), "key-value store open");
     let mut router = agi_routes::db::add(fastagi::builtin::routes(), &store)?;
@@ -328,9 +330,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         ))
     });
     let collector_task = collector.map(|c| tokio::spawn(c.serve(stopped(stop_rx.clone()))));
-    let http_task = tokio::spawn(metrics_http::serve(
+    let http_task = tokio::spawn(metrics_http::serve_for(
         http,
         registry,
+        metrics_hosts,
         stopped(stop_rx.clone()),
     ));
     tokio::spawn(async move {

@@ -98,7 +98,8 @@ impl Serve {
         let mut s = TcpStream::connect(self.http).unwrap();
         write!(
             s,
-            "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.http
         )
         .unwrap();
         let mut body = String::new();

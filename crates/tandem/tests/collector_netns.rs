@@ -504,7 +504,7 @@ impl<'a> Collector<'a> {
             s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
             write!(
                 s,
-                "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
             )
             .ok()?;
             let mut body = String::new();

@@ -7,7 +7,9 @@
 //!   database yet, or an empty one), `"hint"`: how calls come to be here. An empty state is
 //!   not an error: 200, never 503.
 //! - `GET /api/calls/totals?…` → the filter's totals and buckets for the header chart.
-//! - `GET /api/calls/{uid}` → `{"call", "archived", "note", "hosts", "ladder", "streams", "t38"}`.
+//! - `GET /api/calls/{uid}` → `{"call", "archived", "note", "hosts", "ladder", "streams", "t38"}`;
+//!   a viewer's ladder has its `Authorization` and `Proxy-Authorization` secrets replaced
+//!   (`redact`), an admin's is as captured.
 //! - `GET /api/calls/{uid}/pcap`, `GET /api/calls/{uid}/audio/{stream}.wav` (or `mixed.wav`):
 //!   admins only, and each is written to the access log with its user before a byte is sent.
 //! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor, "newest_us"}`.
@@ -152,6 +154,7 @@ async fn view_of(
 
 pub(super) async fn api_call(
     State(state): State<Shared>,
+    axum::Extension(user): axum::Extension<User>,
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let calls = calls_of(&state)?;
@@ -182,7 +185,7 @@ pub(super) async fn api_call(
         let why = "This call's packets were not archived".to_string();
         return Ok(figures_only(summary, streams, t38, why));
     }
-    let view = match view_of(&calls, &uid, call).await? {
+    let mut view = match view_of(&calls, &uid, call).await? {
         Ok(v) => v,
         Err(e) => {
             let why = format!("This call's archived packets cannot be read ({e})");
@@ -194,6 +197,15 @@ pub(super) async fn api_call(
         .as_ref()
         .map(|e| format!("The archived packets end early ({e}): what was read is shown."))
         .unwrap_or_default();
+    // A viewer reads who authenticated, never the digest response (an admin may download the
+    // pcap, which holds it anyway).
+    if user.role != Role::Admin {
+        for event in &mut view.ladder {
+            if let std::borrow::Cow::Owned(text) = crate::redact::sip_credentials(&event.text) {
+                event.text = text;
+            }
+        }
+    }
     Ok(axum::Json(serde_json::json!({
         "call": summary,
         "archived": true,

@@ -149,7 +149,8 @@ impl Tandem {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         write!(
             s,
-            "GET /metrics HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.http
         )
         .unwrap();
         let mut body = String::new();
