@@ -5,6 +5,7 @@
 
 use crate::accounts::{PASSWORD_BYTES_MAX, USER_NAME_BYTES_MAX};
 use std::fmt;
+use std::net::IpAddr;
 
 /// Longest login form body: room for the longest name, password and `next`, each
 /// percent-encoded (three bytes a byte). A longer body is refused (413) unread.
@@ -78,6 +79,33 @@ pub fn local_target(next: Option<&str>) -> String {
         Some(n) if is_local_path(n) => n.to_owned(),
         _ => "/".to_owned(),
     }
+}
+
+/// Most `X-Forwarded-For` entries read from the right: a chain of proxies longer than this is
+/// not one an operator configured.
+pub const FORWARDED_HOPS_MAX: usize = 8;
+
+/// The address a login comes from: `peer` itself, unless `peer` is one of `trusted` proxies;
+/// then the rightmost `X-Forwarded-For` entry that is not a trusted proxy (entries to its left
+/// were written by the client and prove nothing). A malformed entry stops the walk at the last
+/// proxy, so that a forged header never names an address the proxy did not see.
+pub fn client_address<'a>(
+    peer: IpAddr,
+    forwarded_for: impl DoubleEndedIterator<Item = &'a str>,
+    trusted: &[IpAddr],
+) -> IpAddr {
+    let mut client = peer;
+    let entries = forwarded_for.rev().flat_map(|v| v.rsplit(','));
+    for entry in entries.take(FORWARDED_HOPS_MAX) {
+        if !trusted.contains(&client) {
+            break;
+        }
+        match entry.trim().parse::<IpAddr>() {
+            Ok(a) => client = a,
+            Err(_) => break,
+        }
+    }
+    client
 }
 
 fn is_local_path(n: &str) -> bool {
@@ -168,6 +196,28 @@ mod tests {
         assert_eq!(local_target(None), "/");
         let long = format!("/{}", "a".repeat(NEXT_BYTES_MAX));
         assert_eq!(local_target(Some(&long)), "/");
+    }
+
+    #[test]
+    fn a_forwarded_address_is_believed_from_a_trusted_proxy_only() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let proxy = ip("127.0.0.1");
+        let trusted = [proxy, ip("10.0.0.2")];
+        let from = |peer, xff: &[&'static str]| client_address(peer, xff.iter().copied(), &trusted);
+        // No proxy: the header is the client's own word.
+        assert_eq!(from(ip("192.0.2.9"), &["198.51.100.1"]), ip("192.0.2.9"));
+        assert_eq!(from(proxy, &[]), proxy);
+        assert_eq!(from(proxy, &["198.51.100.1"]), ip("198.51.100.1"));
+        // A client's forged entries sit left of what the proxies add.
+        assert_eq!(
+            from(proxy, &["203.0.113.5, 198.51.100.1", "10.0.0.2"]),
+            ip("198.51.100.1")
+        );
+        assert_eq!(from(proxy, &["2001:db8::7 , 10.0.0.2"]), ip("2001:db8::7"));
+        assert_eq!(from(proxy, &["garbage"]), proxy);
+        assert_eq!(from(proxy, &["198.51.100.1, 10.0.0.2:80"]), proxy);
+        let long = vec!["10.0.0.2"; 3 * FORWARDED_HOPS_MAX];
+        assert_eq!(from(proxy, &long), ip("10.0.0.2"));
     }
 
     #[test]

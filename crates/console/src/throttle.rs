@@ -64,6 +64,9 @@ pub struct LoginConfig {
     pub checks_max: usize,
     /// How long an attempt waits for a check to be free before it is refused (429).
     pub check_wait_ms: u64,
+    /// Reverse proxies whose `X-Forwarded-For` names the client: behind one, every login would
+    /// otherwise come from the proxy's address and share its counters.
+    pub trusted_proxies: Vec<IpAddr>,
 }
 
 impl Default for LoginConfig {
@@ -79,6 +82,7 @@ impl Default for LoginConfig {
             sources_max: 10_000,
             checks_max: 2,
             check_wait_ms: 3000,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -191,8 +191,22 @@ async fn request(web: SocketAddr, from: IpAddr, head: &str, body: &str) -> (u16,
 }
 
 async fn post_login(web: SocketAddr, from: IpAddr, body: &str) -> (u16, String) {
-    let head = "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded";
-    request(web, from, head, body).await
+    post_login_forwarded(web, from, None, body).await
+}
+
+/// A login through a reverse proxy at `from` that says the client is `forwarded_for`.
+async fn post_login_forwarded(
+    web: SocketAddr,
+    from: IpAddr,
+    forwarded_for: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut head =
+        "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded".to_owned();
+    if let Some(client) = forwarded_for {
+        head += &format!("\r\nX-Forwarded-For: {client}");
+    }
+    request(web, from, &head, body).await
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
@@ -223,11 +237,22 @@ async fn sign_in(web: SocketAddr, from: IpAddr, user: &str, deadline: Duration) 
 /// Five wrong passwords for `user` from `from` (failures_per_user_address by default), each
 /// checked and refused; then even the right one waits.
 async fn guess_until_held(web: SocketAddr, from: IpAddr, user: &str) {
+    guess_until_held_forwarded(web, from, None, user).await
+}
+
+async fn guess_until_held_forwarded(
+    web: SocketAddr,
+    from: IpAddr,
+    forwarded_for: Option<&str>,
+    user: &str,
+) {
+    let wrong = form(user, "wrong guess");
     for _ in 0..5 {
-        let (status, head) = post_login(web, from, &form(user, "wrong guess")).await;
+        let (status, head) = post_login_forwarded(web, from, forwarded_for, &wrong).await;
         assert_eq!(status, 401, "{head}");
     }
-    let (status, head) = post_login(web, from, &form(user, PASSWORD)).await;
+    let right = form(user, PASSWORD);
+    let (status, head) = post_login_forwarded(web, from, forwarded_for, &right).await;
     assert_eq!(status, 429, "{head}");
 }
 
@@ -411,6 +436,31 @@ async fn an_attack_on_a_name_does_not_lock_the_user_out_and_unlock_clears_it() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nobody"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_each_client_is_counted_by_its_own_address() {
+    let proxy = at(250, 0, 1);
+    let config = format!("[web.login]\ntrusted_proxies = [\"{proxy}\"]\n");
+    let serve = Serve::start(&[("ops", "viewer")], &config);
+    let web = serve.web;
+    // A guesser behind the proxy is held; the user behind the same proxy is not.
+    guess_until_held_forwarded(web, proxy, Some("198.51.100.7"), "ops").await;
+    let right = form("ops", PASSWORD);
+    let (status, head) = post_login_forwarded(web, proxy, Some("203.0.113.5"), &right).await;
+    assert_eq!(status, 303, "{head}");
+    // What a client writes before the proxy's entry proves nothing.
+    let forged = Some("198.51.100.99, 198.51.100.7");
+    let (status, head) = post_login_forwarded(web, proxy, forged, &right).await;
+    assert_eq!(status, 429, "{head}");
+    // Nor does the header from an address that is not a trusted proxy: the guesser there is
+    // counted by its own address, and the address it names is not held.
+    let direct = at(0, 5, 2);
+    guess_until_held_forwarded(web, direct, Some("203.0.113.6"), "ops").await;
+    let (status, head) = post_login_forwarded(web, proxy, Some("203.0.113.6"), &right).await;
+    assert_eq!(status, 303, "{head}");
+    let log = serve.log();
+    assert!(log.contains("address=203.0.113.5"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,9 @@
 
 use super::{SESSION_COOKIE, Shared, cookie, html};
 use crate::accounts::{AccountError, check_login, now_s};
-use crate::login_form::{FormError, LOGIN_FORM_BYTES_MAX, LogText, LoginForm, local_target};
+use crate::login_form::{
+    FormError, LOGIN_FORM_BYTES_MAX, LogText, LoginForm, client_address, local_target,
+};
 use crate::throttle::Account;
 use askama::Template;
 use axum::body::Body;
@@ -56,6 +58,7 @@ pub(super) async fn login_page(
 pub(super) async fn login(
     State(state): State<Shared>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
     let form = match axum::body::to_bytes(body, LOGIN_FORM_BYTES_MAX).await {
@@ -74,7 +77,12 @@ pub(super) async fn login(
     };
     let next = local_target(form.next.as_deref());
     let refused = |status, error: &str| page(status, next.clone(), error.to_owned());
-    let address = peer.ip();
+    let forwarded = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let trusted = &state.throttle.config().trusted_proxies;
+    let address = client_address(peer.ip(), forwarded, trusted);
     let name = LogText(&form.user);
     let account = if form.within_limits() {
         let state = state.clone();
