@@ -1,7 +1,8 @@
 //! What the login reads from a request, bounded before anything else: the form (at most
 //! [`LOGIN_FORM_BYTES_MAX`] bytes, then each field), the page to go to after the login (`next`,
-//! a path on this site or `/`), and a user-supplied text as it may appear in a log line. No IO;
-//! fuzzed (`fuzz/fuzz_targets/console_input.rs`).
+//! a path on this site or `/`), the client's address behind a trusted proxy, and a
+//! user-supplied text as it may appear in a log line. No IO; fuzzed
+//! (`fuzz/fuzz_targets/login_form.rs`).
 
 use crate::accounts::{PASSWORD_BYTES_MAX, USER_NAME_BYTES_MAX};
 use std::fmt;
