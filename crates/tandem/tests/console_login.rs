@@ -110,6 +110,33 @@ impl Serve {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Starts measuring the peak (clear_refs 5 resets VmHWM to the current RSS): the resident
+    /// memory now, in bytes.
+    fn idle(&self) -> u64 {
+        let _ = std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5");
+        self.memory().0
+    }
+
+    /// Prints the peak since [`Serve::idle`] and asserts it stays within [`FLOOD_RSS_MIB_MAX`]
+    /// above `idle`.
+    fn peak_within_bound(&self, idle: u64, flood: &str) {
+        let (rss, peak) = self.memory();
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        eprintln!(
+            "{flood}: idle {:.1} MiB, peak {:.1} MiB (+{:.1}), after {:.1} MiB",
+            mib(idle),
+            mib(peak),
+            mib(peak.saturating_sub(idle)),
+            mib(rss)
+        );
+        assert!(
+            peak < idle + (FLOOD_RSS_MIB_MAX << 20),
+            "{flood}: peak {:.1} MiB over an idle {:.1} MiB",
+            mib(peak),
+            mib(idle)
+        );
+    }
+
     /// `(VmRSS, VmHWM)` of the server, in bytes.
     fn memory(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
@@ -297,9 +324,7 @@ async fn concurrent_logins_without_an_account_hold_memory_within_a_bound() {
     let serve = Serve::start(&[("ops", "viewer")], "");
     let web = serve.web;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // The peak from here on: clear_refs 5 resets VmHWM to the current RSS.
-    let _ = std::fs::write(format!("/proc/{}/clear_refs", serve.child.id()), "5");
-    let (idle, _) = serve.memory();
+    let idle = serve.idle();
     // 250 at once, for names that do not exist, from 250 addresses in 25 networks.
     let attack = tokio::spawn(flood(web, 250, 250, |i| {
         let from = at((i / 10) as u8, 0, (i % 10 + 2) as u8);
@@ -308,14 +333,7 @@ async fn concurrent_logins_without_an_account_hold_memory_within_a_bound() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let user = tokio::spawn(sign_in(web, HOME, "ops", Duration::from_secs(40)));
     let (seen, user) = (attack.await, user.await);
-    let (rss, peak) = serve.memory();
-    let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    eprintln!(
-        "idle {:.1} MiB, peak {:.1} MiB, after {:.1} MiB",
-        mib(idle),
-        mib(peak),
-        mib(rss)
-    );
+    serve.peak_within_bound(idle, "250 unknown names at once");
     let seen = seen.unwrap();
     eprintln!("answers {seen:?}");
     user.expect("the user signed in during the flood");
@@ -323,12 +341,6 @@ async fn concurrent_logins_without_an_account_hold_memory_within_a_bound() {
     assert!(
         seen.keys().all(|s| *s == 401 || *s == 429),
         "only refusals: {seen:?}"
-    );
-    assert!(
-        peak < idle + (FLOOD_RSS_MIB_MAX << 20),
-        "peak {:.1} MiB over an idle {:.1} MiB",
-        mib(peak),
-        mib(idle)
     );
 }
 
@@ -338,6 +350,7 @@ async fn concurrent_wrong_passwords_are_counted_before_they_are_checked() {
     let web = serve.web;
     // The user's own address, known from an earlier login.
     sign_in(web, HOME, "ops", Duration::from_secs(10)).await;
+    let idle = serve.idle();
     // Forty at once from one address: five are checked, the others refused unchecked.
     let wrong = form("ops", "wrong guess");
     let one = {
@@ -358,6 +371,7 @@ async fn concurrent_wrong_passwords_are_counted_before_they_are_checked() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     sign_in(web, HOME, "ops", Duration::from_secs(40)).await;
     let many = many.await.unwrap();
+    serve.peak_within_bound(idle, "240 wrong passwords for one name at once");
     assert!(
         many.get(&401).copied().unwrap_or(0) <= 20,
         "at most failures_per_user checked: {many:?}"
@@ -371,6 +385,7 @@ async fn a_flood_of_failed_logins_from_other_addresses_does_not_lift_a_delay() {
     let web = serve.web;
     let attacker = at(0, 0, 2);
     guess_until_held(web, attacker, "ops").await;
+    let idle = serve.idle();
     // 13,000 failed logins with passwords one byte too long (never checked, but counted), each
     // from an address of its own in a network of its own.
     let long = "p".repeat(1025);
@@ -381,6 +396,7 @@ async fn a_flood_of_failed_logins_from_other_addresses_does_not_lift_a_delay() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     sign_in(web, HOME, "ops", Duration::from_secs(40)).await;
     let seen = attack.await.unwrap();
+    serve.peak_within_bound(idle, "13,000 failed logins from as many networks");
     assert_eq!(seen.values().sum::<usize>(), 13_000, "{seen:?}");
     assert!(seen.keys().all(|s| *s == 401 || *s == 429), "{seen:?}");
     // The delay on (ops, attacker) is still there: guessing does not resume.
@@ -468,8 +484,10 @@ async fn login_fields_are_bounded_and_a_logged_name_cannot_forge_a_line() {
     let serve = Serve::start(&[("ops", "viewer")], "");
     let web = serve.web;
     // A megabyte of name is refused before it is read.
+    let idle = serve.idle();
     let huge = form(&"N".repeat(1 << 20), "whatever");
     let seen = flood(web, 20, 20, move |i| (at(0, 1, i as u8 + 2), huge.clone())).await;
+    serve.peak_within_bound(idle, "20 one-MiB names at once");
     assert_eq!(seen.get(&413), Some(&20), "{seen:?}");
     // A newline in a name does not start a line of its own.
     let forged = "admin\n2099-01-01T00:00:00.000000Z  WARN console: console login user=admin address=10.0.0.1";
