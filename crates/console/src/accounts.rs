@@ -8,12 +8,18 @@
 //!
 //! Secrets are never stored: passwords as Argon2id hashes (PHC strings), session ids and API
 //! tokens as SHA-256 digests (both are 256-bit random values, so a fast digest is enough).
+//!
+//! A new password ends the user's sessions and API tokens, and clears their failed-login
+//! counters, as `tandem user unlock` does: both write `login_reset`, which the running server
+//! reads at the user's next login attempt ([`Accounts::login_account`]).
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHasher, SaltString};
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use crate::password_checks;
 
 /// Longest user name (letters, digits, `.`, `_`, `-`).
 pub const USER_NAME_BYTES_MAX: usize = 64;
@@ -120,6 +126,10 @@ CREATE TABLE IF NOT EXISTS session (
     expires_s INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS session_expiry ON session(expires_s);
+CREATE TABLE IF NOT EXISTS login_reset (
+    user     TEXT PRIMARY KEY REFERENCES user(name) ON DELETE CASCADE,
+    reset_us INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS access_log (
     id     INTEGER PRIMARY KEY,
     at_s   INTEGER NOT NULL,
@@ -147,10 +157,15 @@ pub struct Access {
 pub struct Accounts {
     path: PathBuf,
     conn: Mutex<Connection>,
-    /// A hash checked when the user does not exist, so that a login for an unknown name costs
-    /// what a wrong password costs (no timing tells which names exist). Made at the first such
-    /// login: `tandem user list` need not pay an Argon2 hash for it.
-    decoy_hash: std::sync::OnceLock<String>,
+}
+
+/// What a login attempt needs of an existing user: their role, their password hash, and when
+/// their failed-login counters were last cleared.
+#[derive(Debug, Clone)]
+pub struct LoginAccount {
+    pub role: Role,
+    pub hash: String,
+    pub reset_us: i64,
 }
 
 /// How stale a token's `last_used_s` may be: a script calling the API every second does not
@@ -163,10 +178,19 @@ pub fn accounts_file(data_dir: &Path) -> PathBuf {
 }
 
 pub fn now_s() -> i64 {
+    now_us() / 1_000_000
+}
+
+fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+        .map_or(0, |d| d.as_micros() as i64)
 }
+
+/// Marks a user's failed-login counters as cleared now (always later than the last mark).
+const RESET_LOGIN_COUNTERS: &str = "INSERT INTO login_reset (user, reset_us) \
+     SELECT name, ?2 FROM user WHERE name = ?1 \
+     ON CONFLICT(user) DO UPDATE SET reset_us = MAX(excluded.reset_us, reset_us + 1)";
 
 fn random_hex(bytes: usize) -> Result<String, AccountError> {
     let mut buf = vec![0u8; bytes];
@@ -200,6 +224,29 @@ fn hash_password(password: &str) -> Result<String, AccountError> {
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| AccountError::Hash(e.to_string()))
+}
+
+/// Checks `password` for `name` (its account, when it exists) in `memory`: the user when it
+/// is theirs.
+pub fn check_login(
+    memory: &mut password_checks::Memory,
+    name: &str,
+    account: Option<&LoginAccount>,
+    password: &str,
+) -> Result<Option<User>, AccountError> {
+    let hash_err = |e: password_checks::CheckError| AccountError::Hash(e.to_string());
+    Ok(match account {
+        Some(a) => password_checks::verify(memory, &a.hash, password.as_bytes())
+            .map_err(hash_err)?
+            .then(|| User {
+                name: name.to_owned(),
+                role: a.role,
+            }),
+        None => {
+            password_checks::decoy(memory, password.as_bytes()).map_err(hash_err)?;
+            None
+        }
+    })
 }
 
 fn check_name(name: &str) -> Result<(), AccountError> {
@@ -259,7 +306,6 @@ impl Accounts {
         Ok(Accounts {
             path: path.to_owned(),
             conn: Mutex::new(conn),
-            decoy_hash: std::sync::OnceLock::new(),
         })
     }
 
@@ -322,10 +368,17 @@ impl Accounts {
         check_password(password)?;
         let hash = hash_password(password)?;
         let added = self.with(|c| {
-            c.execute(
+            let tx = c.transaction()?;
+            let n = tx.execute(
                 "INSERT OR IGNORE INTO user (name, role, hash, created_s) VALUES (?1, ?2, ?3, ?4)",
                 params![name, role.as_str(), hash, now_s()],
-            )
+            )?;
+            // A name deleted and added again starts with no counters of its own.
+            if n > 0 {
+                tx.execute(RESET_LOGIN_COUNTERS, params![name, now_us()])?;
+            }
+            tx.commit()?;
+            Ok(n)
         })?;
         if added == 0 {
             return Err(AccountError::UserExists(name.to_owned()));
@@ -333,7 +386,8 @@ impl Accounts {
         Ok(())
     }
 
-    /// Sets a user's password and ends every session of theirs.
+    /// Sets a user's password, ends every session and API token of theirs (whoever held the
+    /// old password may have made them), and clears their failed-login counters.
     pub fn set_password(&self, name: &str, password: &str) -> Result<(), AccountError> {
         check_password(password)?;
         let hash = hash_password(password)?;
@@ -344,10 +398,22 @@ impl Accounts {
                 params![name, hash],
             )?;
             tx.execute("DELETE FROM session WHERE user = ?1", [name])?;
+            tx.execute("DELETE FROM token WHERE user = ?1", [name])?;
+            tx.execute(RESET_LOGIN_COUNTERS, params![name, now_us()])?;
             tx.commit()?;
             Ok(n)
         })?;
         if changed == 0 {
+            return Err(AccountError::NoSuchUser(name.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Clears a user's failed-login counters: a running server sees it at the user's next
+    /// login attempt.
+    pub fn unlock(&self, name: &str) -> Result<(), AccountError> {
+        let n = self.with(|c| c.execute(RESET_LOGIN_COUNTERS, params![name, now_us()]))?;
+        if n == 0 {
             return Err(AccountError::NoSuchUser(name.to_owned()));
         }
         Ok(())
@@ -382,46 +448,42 @@ impl Accounts {
         self.with(|c| c.query_row("SELECT COUNT(*) = 0 FROM user", [], |r| r.get(0)))
     }
 
-    /// The user, if `password` is theirs. An unknown name costs one hash check too.
+    /// An existing user as a login attempt needs them; `None` for an unknown name (or one no
+    /// user could have).
+    pub fn login_account(&self, name: &str) -> Result<Option<LoginAccount>, AccountError> {
+        if check_name(name).is_err() {
+            return Ok(None);
+        }
+        let row: Option<(String, String, i64)> = self.with(|c| {
+            c.query_row(
+                "SELECT u.role, u.hash, COALESCE(r.reset_us, 0) FROM user u \
+                 LEFT JOIN login_reset r ON r.user = u.name WHERE u.name = ?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+        })?;
+        Ok(row.map(|(role, hash, reset_us)| LoginAccount {
+            role: role.parse().unwrap_or(Role::Viewer),
+            hash,
+            reset_us,
+        }))
+    }
+
+    /// The user, if `password` is theirs; an unknown name costs the same check against a
+    /// decoy. For one-off checks: the console runs its checks through
+    /// [`crate::password_checks::PasswordChecks`], which bounds their memory.
     pub fn verify_password(
         &self,
         name: &str,
         password: &str,
     ) -> Result<Option<User>, AccountError> {
-        if password.len() > PASSWORD_BYTES_MAX || name.len() > USER_NAME_BYTES_MAX {
+        if password.len() > PASSWORD_BYTES_MAX {
             return Ok(None);
         }
-        let row: Option<(String, String)> = self.with(|c| {
-            c.query_row("SELECT role, hash FROM user WHERE name = ?1", [name], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()
-        })?;
-        let decoy;
-        let (role, hash) = match &row {
-            Some((role, hash)) => (Some(role), hash.as_str()),
-            None => {
-                decoy = match self.decoy_hash.get() {
-                    Some(h) => h,
-                    None => {
-                        let h = hash_password("no such user: a decoy")?;
-                        self.decoy_hash.get_or_init(|| h)
-                    }
-                };
-                (None, decoy.as_str())
-            }
-        };
-        let parsed = PasswordHash::new(hash).map_err(|e| AccountError::Hash(e.to_string()))?;
-        let matches = argon2::Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok();
-        Ok(match role {
-            Some(role) if matches => Some(User {
-                name: name.to_owned(),
-                role: role.parse().unwrap_or(Role::Viewer),
-            }),
-            _ => None,
-        })
+        let account = self.login_account(name)?;
+        let mut memory = password_checks::Memory::new();
+        check_login(&mut memory, name, account.as_ref(), password)
     }
 
     /// Starts a session for `user` lasting `ttl_s`; returns its id (the cookie's value).
@@ -609,12 +671,30 @@ mod tests {
         assert_eq!(a.session_user(&sid).unwrap().unwrap().name, "alice");
         a.set_password("alice", "second password").unwrap();
         assert_eq!(a.session_user(&sid).unwrap(), None);
-        let sid = a.new_session("alice", 3600).unwrap();
         let (_, token) = a.new_token("alice", "cron").unwrap();
         assert!(a.token_user(&token).unwrap().is_some());
+        a.set_password("alice", "third password").unwrap();
+        assert_eq!(a.token_user(&token).unwrap(), None, "tokens end too");
+        let sid = a.new_session("alice", 3600).unwrap();
+        let (_, token) = a.new_token("alice", "cron").unwrap();
         a.delete_user("alice").unwrap();
         assert_eq!(a.session_user(&sid).unwrap(), None);
         assert_eq!(a.token_user(&token).unwrap(), None);
+    }
+
+    #[test]
+    fn unlock_and_a_new_password_mark_the_counters_cleared() {
+        let (_d, a) = accounts();
+        a.add_user("alice", Role::Viewer, "first password").unwrap();
+        let first = a.login_account("alice").unwrap().unwrap().reset_us;
+        a.unlock("alice").unwrap();
+        let unlocked = a.login_account("alice").unwrap().unwrap().reset_us;
+        assert!(unlocked > first);
+        a.set_password("alice", "second password").unwrap();
+        assert!(a.login_account("alice").unwrap().unwrap().reset_us > unlocked);
+        assert!(matches!(a.unlock("bob"), Err(AccountError::NoSuchUser(_))));
+        assert!(a.login_account("bob").unwrap().is_none());
+        assert!(a.login_account("bad name\n").unwrap().is_none());
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //!   [`Console::serve`] serves until the stop future completes.
 //! - [`accounts::Accounts`]: users (Argon2id), sessions and API tokens, in `console.sqlite3`
 //!   beside the store; `tandem user ...` manages them while the server runs.
+//! - The login's defences: [`login_form`] bounds the form and `next` before anything else,
+//!   [`throttle`] counts failures before each check (per user and address, per user from new
+//!   addresses, per address, per prefix) with growing delays, and [`password_checks`] runs at
+//!   most a few Argon2 checks at once in memory kept for them.
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
 //! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
 //!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
@@ -23,6 +27,8 @@ pub mod calls;
 pub mod chart;
 pub mod dashboard;
 mod listen;
+pub mod login_form;
+pub mod password_checks;
 pub mod redact;
 pub mod sensors;
 pub mod throttle;
@@ -50,10 +56,8 @@ pub struct WebConfig {
     pub allow_plain_http: bool,
     /// How long a login lasts.
     pub session_hours: u32,
-    /// Failed logins allowed per user name, and per client address, within the window.
-    pub login_failures_per_user: u32,
-    pub login_failures_per_address: u32,
-    pub login_window_s: u32,
+    /// `[web.login]`: failed-login counters and delays, password checks at once.
+    pub login: throttle::LoginConfig,
     /// Most connections served at once.
     pub connections_max: usize,
     /// Most connections from one client address (an IPv6 client: its /64). When the console
@@ -87,9 +91,7 @@ impl Default for WebConfig {
             tls_key: None,
             allow_plain_http: false,
             session_hours: 12,
-            login_failures_per_user: 5,
-            login_failures_per_address: 20,
-            login_window_s: 900,
+            login: throttle::LoginConfig::default(),
             connections_max: http_listen::Limits::CONSOLE.connections_max,
             connections_per_address_max: http_listen::Limits::CONSOLE.connections_per_address_max,
             header_timeout_ms: http_listen::Limits::CONSOLE.header_timeout_ms,
@@ -115,6 +117,8 @@ pub enum ConsoleError {
     NoUserOffLoopback { addr: SocketAddr, hint: String },
     #[error("web.tls_cert and web.tls_key go together: one is missing")]
     HalfTls,
+    #[error("{0}")]
+    Login(String),
     #[error("console TLS: {0}")]
     Tls(String),
     #[error("cannot listen for the console on {addr}: {source}")]
@@ -151,6 +155,7 @@ pub fn first_admin_command(data_dir: &Path) -> String {
 /// The TLS acceptor the configuration asks for, after the rules that need no disk: both files
 /// or neither, and no plain HTTP off loopback unless allowed.
 fn checked_tls(cfg: &WebConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ConsoleError> {
+    cfg.login.check().map_err(ConsoleError::Login)?;
     let tls = match (&cfg.tls_cert, &cfg.tls_key) {
         (Some(c), Some(k)) => Some(tls_acceptor(c, k)?),
         (None, None) => None,
@@ -212,11 +217,11 @@ impl Console {
         let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
         let state = web::ConsoleState {
             accounts,
-            throttle: throttle::LoginThrottle::new(throttle::ThrottleConfig {
-                failures_per_user: cfg.login_failures_per_user.max(1),
-                failures_per_address: cfg.login_failures_per_address.max(1),
-                window_s: i64::from(cfg.login_window_s.max(1)),
-            }),
+            throttle: throttle::LoginThrottle::new(cfg.login.clone()),
+            checks: password_checks::PasswordChecks::new(
+                cfg.login.checks_max,
+                std::time::Duration::from_millis(cfg.login.check_wait_ms),
+            ),
             history,
             session_ttl_s: i64::from(cfg.session_hours.max(1)) * 3600,
             tls: tls.is_some(),

@@ -26,12 +26,16 @@ enum UserCommand {
         #[arg(long)]
         password_stdin: bool,
     },
-    /// Set a user's password (their sessions end).
+    /// Set a user's password: their sessions and API tokens end, and their failed-login
+    /// counters are cleared.
     Passwd {
         name: String,
         #[arg(long)]
         password_stdin: bool,
     },
+    /// Clear a user's failed-login counters, so that they sign in again without waiting out
+    /// the delays (a running `tandem serve` applies it at their next attempt).
+    Unlock { name: String },
     /// Delete a user with their sessions and tokens.
     Del { name: String },
     /// List the users.
@@ -85,7 +89,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } => {
             let password = read_password(password_stdin)?;
             accounts.set_password(&name, &password)?;
-            eprintln!("password of {name} changed; their sessions ended");
+            eprintln!(
+                "password of {name} changed; their sessions and API tokens ended, their failed logins forgotten"
+            );
+        }
+        UserCommand::Unlock { name } => {
+            accounts.unlock(&name)?;
+            eprintln!("failed logins of {name} forgotten: they may sign in again at once");
         }
         UserCommand::Del { name } => {
             accounts.delete_user(&name)?;
