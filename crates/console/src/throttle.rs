@@ -9,7 +9,9 @@
 //! - per user, from addresses that have not signed in as that user lately (strangers): what a
 //!   botnet may guess against one account, while the user's own addresses stay open;
 //! - per address and per prefix (/24 for IPv4, /64 for IPv6): what one machine or one network
-//!   may spray across names.
+//!   may spray across names. A user's attempt from an address they signed in from lately is
+//!   not counted there, so a sprayer on the same network (or behind the same NAT) cannot keep
+//!   them out; their (user, address) counter still bounds guessing from that address.
 //!
 //! A counter allows its first `failures_*` failures; then each attempt waits a delay that
 //! doubles from `delay_first_s` up to `delay_max_s` after each failure. It is forgotten after
@@ -162,6 +164,8 @@ pub struct Ticket {
     name: Option<String>,
     account: bool,
     stranger: bool,
+    /// Counted in the address's and its prefix's counters (not for a user's known address).
+    sprayer: bool,
     address: IpAddr,
 }
 
@@ -317,6 +321,7 @@ impl LoginThrottle {
         } = &mut *st;
         let mut counters: Vec<(&mut Counter, u32, Limit)> = Vec::with_capacity(4);
         let mut stranger = false;
+        let mut known = false;
         match (name, account) {
             (Some(n), Some(acct)) => {
                 let u = users.entry(n.to_owned()).or_default();
@@ -326,7 +331,7 @@ impl LoginThrottle {
                         ..UserCounters::default()
                     };
                 }
-                let known = u.known.contains(&address);
+                known = u.known.contains(&address);
                 if !u.by_address.contains_key(&address) && u.by_address.len() >= USER_ADDRESSES_MAX
                 {
                     u.by_address.retain(|_, c| now_s - c.last_s < forget_s);
@@ -354,11 +359,13 @@ impl LoginThrottle {
             }
             (None, _) => {}
         }
-        if let Some(c) = addresses.slot(address, now_s, forget_s) {
-            counters.push((c, cfg.failures_per_address, Limit::Address));
-        }
-        if let Some(c) = prefixes.slot(Prefix::of(address), now_s, forget_s) {
-            counters.push((c, cfg.failures_per_prefix, Limit::Prefix));
+        if !known {
+            if let Some(c) = addresses.slot(address, now_s, forget_s) {
+                counters.push((c, cfg.failures_per_address, Limit::Address));
+            }
+            if let Some(c) = prefixes.slot(Prefix::of(address), now_s, forget_s) {
+                counters.push((c, cfg.failures_per_prefix, Limit::Prefix));
+            }
         }
         let mut refusal: Option<Refusal> = None;
         for (c, allowed, limit) in &mut counters {
@@ -382,6 +389,7 @@ impl LoginThrottle {
             name: name.map(str::to_owned),
             account: account.is_some(),
             stranger,
+            sprayer: !known,
             address,
         })
     }
@@ -441,6 +449,9 @@ impl LoginThrottle {
                     one_back(c);
                 }
             }
+        }
+        if !t.sprayer {
+            return;
         }
         if let Some(c) = st.addresses.map.get_mut(&t.address) {
             one_back(c);
@@ -519,6 +530,29 @@ mod tests {
         let r = t.reserve("alice", ALICE, B, 101).unwrap_err();
         assert_eq!(r.limit, Limit::User);
         assert!(t.reserve("alice", ALICE, home, 101).is_ok());
+    }
+
+    #[test]
+    fn a_sprayer_on_the_users_network_does_not_keep_her_out_of_her_own_address() {
+        let t = LoginThrottle::new(LoginConfig::default());
+        let home = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9));
+        t.succeeded(t.reserve("alice", ALICE, home, 50).unwrap());
+        // Her whole /24, her own address included, sprays other names past both limits.
+        for i in 0..120u32 {
+            let at = IpAddr::V4(Ipv4Addr::new(203, 0, 113, (i % 8) as u8 + 1));
+            let _ = t.reserve(&format!("user{i}"), None, at, 100);
+        }
+        assert!(t.reserve("bob", None, home, 101).is_err());
+        // Alice at her own address is counted by her (user, address) counter alone.
+        let ticket = t.reserve("alice", ALICE, home, 101).unwrap();
+        t.succeeded(ticket);
+        for _ in 0..5 {
+            fail(&t, "alice", ALICE, home, 102);
+        }
+        assert_eq!(
+            t.reserve("alice", ALICE, home, 103).unwrap_err().limit,
+            Limit::UserAddress
+        );
     }
 
     #[test]

@@ -283,7 +283,7 @@ fn legit_register(sip: SocketAddr, round: u32) -> Result<(), String> {
              To: <sip:1001@127.0.0.1>\r\n\
              Call-ID: {call_id}\r\n\
              CSeq: {cseq} REGISTER\r\n\
-             Contact: <sip:1001@{local};transport=tcp>\r\n\
+             Contact: <sip:1001@127.0.0.200:5060;transport=tcp>\r\n\
              Expires: 3600\r\n{auth}\
              Content-Length: 0\r\n\r\n"
         )
@@ -384,16 +384,24 @@ fn during(
     }
     stop.store(true, Ordering::Relaxed);
     let report = handle.join().unwrap();
-    eprintln!(
-        "{name:<12} {report}; legitimate rounds: {}",
-        rounds
+    let summary = |step: fn(&Round) -> &Result<u64, String>| {
+        let mut ms: Vec<u64> = rounds
             .iter()
-            .map(|r| format!(
-                "login {:?} register {:?} agi {:?}",
-                r.login_ms, r.register_ms, r.agi_ms
-            ))
-            .collect::<Vec<_>>()
-            .join(" | ")
+            .filter_map(|r| step(r).as_ref().ok().copied())
+            .collect();
+        ms.sort_unstable();
+        match (ms.get(ms.len() / 2), ms.last()) {
+            (Some(median), Some(max)) => format!("median {median} ms, max {max} ms"),
+            _ => "never".to_owned(),
+        }
+    };
+    eprintln!(
+        "{name:<10} {report}; {} legitimate rounds, {} whole: login {}, register {}, agi {}",
+        rounds.len(),
+        rounds.iter().filter(|r| r.ok()).count(),
+        summary(|r| &r.login_ms),
+        summary(|r| &r.register_ms),
+        summary(|r| &r.agi_ms),
     );
     rounds
 }
