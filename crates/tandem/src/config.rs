@@ -354,8 +354,15 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-        let config: Config = toml::from_str(&text)
+        let mut table: toml::Table = toml::from_str(&text)
             .with_context(|| format!("configuration file {} is not valid", path.display()))?;
+        // Read from the text when nothing was retired, so that an error keeps its line.
+        let config: Config = if retire_login_keys(&mut table, path).is_empty() {
+            toml::from_str(&text)
+        } else {
+            Config::deserialize(table)
+        }
+        .with_context(|| format!("configuration file {} is not valid", path.display()))?;
         config
             .fastagi
             .validate()
@@ -374,9 +381,60 @@ impl Config {
     }
 }
 
+/// `[web]`'s login limits of earlier releases: `login_failures_per_user`,
+/// `login_failures_per_address` and `login_window_s` (a hard lock per name) gave way to
+/// `[web.login]`'s counters and delays. A file that still has them starts, with a warning that
+/// names the new settings, rather than failing on an upgrade.
+const RETIRED_LOGIN_KEYS: [(&str, &str); 3] = [
+    (
+        "login_failures_per_user",
+        "failures_per_user_address, failures_per_user",
+    ),
+    (
+        "login_failures_per_address",
+        "failures_per_address, failures_per_prefix",
+    ),
+    ("login_window_s", "delay_first_s, delay_max_s, forget_s"),
+];
+
+fn retire_login_keys(table: &mut toml::Table, path: &Path) -> Vec<&'static str> {
+    let Some(toml::Value::Table(web)) = table.get_mut("web") else {
+        return Vec::new();
+    };
+    let mut retired = Vec::new();
+    for (key, instead) in RETIRED_LOGIN_KEYS {
+        if web.remove(key).is_some() {
+            tracing::warn!(
+                file = %path.display(),
+                "[web] {key} is no longer used and is ignored: failed logins are counted \
+                 under [web.login] ({instead}; see tandem.example.toml)"
+            );
+            retired.push(key);
+        }
+    }
+    retired
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_earlier_releases_login_limits_are_ignored_with_a_warning_not_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tandem.toml");
+        let old = "[web]\nlogin_failures_per_user = 5\nlogin_failures_per_address = 20\n\
+                   login_window_s = 900\nsession_hours = 8\n";
+        std::fs::write(&path, old).unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.web.session_hours, 8);
+        assert_eq!(config.web.login, console::throttle::LoginConfig::default());
+        let mut table: toml::Table = toml::from_str(old).unwrap();
+        assert_eq!(retire_login_keys(&mut table, &path).len(), 3);
+        // Any other unknown key is still an error.
+        std::fs::write(&path, "[web]\nlogin_failures_per_usr = 5\n").unwrap();
+        assert!(Config::load(&path).is_err());
+    }
 
     #[test]
     fn the_example_file_parses_and_matches_the_defaults() {
