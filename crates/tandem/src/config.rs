@@ -420,6 +420,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_readmes_reverse_proxy_settings_load() {
+        let readme =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+                .unwrap();
+        let section = readme
+            .split("\n## Security")
+            .nth(1)
+            .expect("a Security section");
+        let block = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .expect("a toml block in the Security section");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tandem.toml");
+        std::fs::write(&path, block).unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.web.hosts, ["pbx.example.com"]);
+        assert_eq!(config.web.login.trusted_proxies.len(), 1);
+    }
+
+    #[test]
     fn an_earlier_releases_login_limits_are_ignored_with_a_warning_not_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tandem.toml");

@@ -351,7 +351,8 @@ async fn concurrent_wrong_passwords_are_counted_before_they_are_checked() {
     // The user's own address, known from an earlier login.
     sign_in(web, HOME, "ops", Duration::from_secs(10)).await;
     let idle = serve.idle();
-    // Forty at once from one address: five are checked, the others refused unchecked.
+    // Forty at once from one address: five are checked, the others refused unchecked (429),
+    // or not even read: past [web] connections_per_address_max (32) a connection gets 503.
     let wrong = form("ops", "wrong guess");
     let one = {
         let wrong = wrong.clone();
@@ -362,7 +363,7 @@ async fn concurrent_wrong_passwords_are_counted_before_they_are_checked() {
         "at most failures_per_user_address checked: {one:?}"
     );
     assert_eq!(one.values().sum::<usize>(), 40);
-    assert!(one.keys().all(|s| *s == 401 || *s == 429), "{one:?}");
+    assert!(one.keys().all(|s| [401, 429, 503].contains(s)), "{one:?}");
     // Two hundred at once from twenty networks: at most failures_per_user (20) checked in all,
     // and the user still signs in from their own address meanwhile.
     let many = tokio::spawn(flood(web, 200, 200, move |i| {

@@ -33,6 +33,16 @@ struct Serve {
 }
 
 impl Serve {
+    /// `what` went wrong: says whether the server still runs, with its log.
+    fn explain(&self, what: &str) -> String {
+        let state = match std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())) {
+            Ok(stat) if !stat.contains(") Z ") => "still runs",
+            _ => "has exited",
+        };
+        let log = std::fs::read_to_string(self._dir.path().join("serve.log")).unwrap_or_default();
+        format!("{what}; tandem serve {state}; its log:\n{log}")
+    }
+
     fn start(toml: &str, users: &[(&str, &str)]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
@@ -57,7 +67,7 @@ impl Serve {
             .arg(&data)
             .env("TANDEM_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("serve.log")).unwrap())
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -314,7 +324,13 @@ async fn a_request_whose_body_never_comes_is_answered_and_closed() {
     let serve = Serve::start("[web]\nbody_timeout_ms = 1000\n", &[]);
     let t = Instant::now();
     let exchange = async {
-        let mut s = connect_from(loopback(3), serve.web).await.unwrap();
+        let mut s = match connect_from(loopback(3), serve.web).await {
+            Ok(s) => s,
+            Err(e) => panic!(
+                "{}",
+                serve.explain(&format!("connect to {}: {e}", serve.web))
+            ),
+        };
         let head = format!(
             "POST /login HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
              Content-Length: 400\r\n\r\nuser=ops&pass",
