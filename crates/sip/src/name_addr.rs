@@ -75,12 +75,14 @@ impl<'a> NameAddr<'a> {
         let (display, open) = if b.first() == Some(&b'"') {
             let Some(end) = quoted_end(b) else {
                 // An unterminated quoted string: everything after the quote is display text,
-                // and no URI can be told from it.
+                // and no URI can be told from it. The empty parts are slices of the value's end,
+                // so that every part lies within what was read.
+                let end = &value[value.len()..];
                 return NameAddr {
                     display: non_empty(&value[1..]),
-                    uri: "",
+                    uri: end,
                     tag: None,
-                    params: "",
+                    params: end,
                 };
             };
             let display = Some(&value[1..end - 1]).filter(|d| !d.is_empty());
@@ -109,7 +111,7 @@ impl<'a> NameAddr<'a> {
         // A URI never holds `>` (RFC 3986 escapes it), so the first one closes it.
         let (uri, after) = match inside.find('>') {
             Some(gt) => (&inside[..gt], &inside[gt + 1..]),
-            None => (inside, ""),
+            None => (inside, &inside[inside.len()..]),
         };
         let params = &after[after.find(';').unwrap_or(after.len())..];
         NameAddr {
@@ -182,6 +184,20 @@ mod tests {
     fn parts(v: &str) -> (Option<&str>, &str, Option<&str>, &str) {
         let n = NameAddr::parse(v);
         (n.display, n.uri, n.tag, n.params)
+    }
+
+    #[test]
+    fn every_part_of_an_unfinished_value_lies_within_it() {
+        // Found by the name_addr fuzz target: empty parts were literals, not slices of the
+        // value, so an offset taken from them pointed outside it.
+        for value in ["\"\0\x08", "\"Alice", "<sip:a@b"] {
+            let n = NameAddr::parse(value);
+            let range = value.as_ptr() as usize..=value.as_ptr() as usize + value.len();
+            for part in [n.uri, n.params] {
+                assert!(range.contains(&(part.as_ptr() as usize)), "{value:?}");
+                assert!(range.contains(&(part.as_ptr() as usize + part.len())));
+            }
+        }
     }
 
     #[test]
