@@ -564,6 +564,8 @@ async fn an_unanswered_immediate_command_ends_the_session_and_a_media_command_ma
     assert_eq!(&buf[..n], b"ANSWER\n");
     let waited = tokio::time::timeout(Duration::from_millis(600), raw.read(&mut buf)).await;
     assert!(waited.is_err(), "ANSWER is still waited for: {waited:?}");
+    // The caller goes: the session ends at once, rather than holding the stop to its grace.
+    drop(raw);
     server.stop().await;
 }
 
