@@ -131,17 +131,8 @@ impl Served {
 
     /// VmRSS and VmHWM (the peak), bytes.
     fn rss(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib = |key: &str| -> u64 {
-            let line = status.lines().find(|l| l.starts_with(key)).unwrap();
-            line.split_whitespace()
-                .nth(1)
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-                * KIB
-        };
-        (kib("VmRSS:"), kib("VmHWM:"))
+        let kib = |field| common::status_kib(self.child.id(), field) * KIB;
+        (kib("VmRSS"), kib("VmHWM"))
     }
 
     /// Prints the peak RSS (VmHWM) above `before`, the RSS before a flood, and checks it

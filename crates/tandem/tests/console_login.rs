@@ -3,6 +3,8 @@
 //! Linux, so each client binds its own: attackers in 127.0-127.99, the legitimate user in
 //! 127.200 and up, other /24s), and the server's log and memory as the kernel reports them.
 
+mod common;
+
 use console::web::url_encode;
 use std::collections::HashMap;
 use std::io::Write;
@@ -139,16 +141,8 @@ impl Serve {
 
     /// `(VmRSS, VmHWM)` of the server, in bytes.
     fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .unwrap()
-                * 1024
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        let bytes = |field| common::status_kib(self.child.id(), field) * 1024;
+        (bytes("VmRSS"), bytes("VmHWM"))
     }
 }
 

@@ -131,12 +131,7 @@ impl Serve {
 
     /// A field of /proc/PID/status in KiB (VmRSS, VmHWM).
     fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in /proc/PID/status"))
+        common::status_kib(self.child.id(), field)
     }
 
     fn log(&self) -> String {
@@ -170,10 +165,7 @@ fn run_with_stdin(args: &[&str], data: &Path, input: &str) {
 
 /// A TCP connection from `from` to `to`.
 fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    socket.bind(&SocketAddr::from((from, 0)).into())?;
-    socket.connect_timeout(&to.into(), Duration::from_secs(10))?;
-    Ok(socket.into())
+    common::connect_from(IpAddr::V4(from), to, Duration::from_secs(10))
 }
 
 /// Raises this process's open-file limit to its hard limit: the SIP flood holds thousands of

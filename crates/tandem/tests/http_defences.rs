@@ -91,13 +91,7 @@ impl Serve {
 
     /// A figure of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
     fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| v.trim_start_matches(':').split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in {status}"))
+        common::status_kib(self.child.id(), field)
     }
 }
 

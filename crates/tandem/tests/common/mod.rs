@@ -3,8 +3,9 @@
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
-use std::net::{IpAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
+use std::time::Duration;
 
 /// A port on loopback that is free for both UDP and TCP now, taken from below the kernel's
 /// ephemeral range (`net.ipv4.ip_local_port_range`).
@@ -265,4 +266,32 @@ pub fn stored_then_none_active(
         status.text()
     );
     stored
+}
+
+/// A figure of `/proc/PID/status` in KiB: `VmRSS`, or `VmHWM` (the peak resident memory, which
+/// the flood tests hold to a bound).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A TCP connection to `server` from the local address `local` (any port), within `deadline`:
+/// floods come from several loopback addresses, and a legitimate client from another.
+pub fn connect_from(
+    local: IpAddr,
+    server: SocketAddr,
+    deadline: Duration,
+) -> std::io::Result<TcpStream> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(server),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    sock.bind(&SocketAddr::new(local, 0).into())?;
+    sock.connect_timeout(&server.into(), deadline)?;
+    Ok(sock.into())
 }

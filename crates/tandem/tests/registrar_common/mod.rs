@@ -135,13 +135,7 @@ impl Tandem {
 
     /// A figure of the server's /proc status in KiB (`VmRSS`, `VmHWM`: its peak).
     pub fn memory_kib(&self, field: &str) -> u64 {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        crate::common::status_kib(self.child.as_ref().expect("running").id(), field)
     }
 
     pub fn metrics(&self) -> String {
@@ -437,22 +431,7 @@ impl Phone {
     }
 }
 
-/// A TCP connection to `server` from `local` (any port), within `deadline`.
-pub fn connect_from(
-    local: IpAddr,
-    server: SocketAddr,
-    deadline: Duration,
-) -> std::io::Result<TcpStream> {
-    let sock = socket2::Socket::new(
-        socket2::Domain::for_address(server),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )
-    .unwrap();
-    sock.bind(&SocketAddr::new(local, 0).into()).unwrap();
-    sock.connect_timeout(&server.into(), deadline)?;
-    Ok(sock.into())
-}
+pub use crate::common::connect_from;
 
 /// One response read from a stream (a header section ending in a blank line; the registrar's
 /// responses carry no body), `None` when the connection ends or `until` passes first.
