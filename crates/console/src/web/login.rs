@@ -109,11 +109,14 @@ pub(super) async fn login(
             state
                 .throttle
                 .note_refusal(now, &name, address, r.limit.as_str());
-            let minutes = (r.wait_s + 59) / 60;
+            let wait = match (r.wait_s + 59) / 60 {
+                1 => "a minute".to_owned(),
+                minutes => format!("{minutes} minutes"),
+            };
             return too_many(
                 refused(
                     StatusCode::TOO_MANY_REQUESTS,
-                    &format!("Too many failed logins: try again in {minutes} minutes."),
+                    &format!("Too many failed logins: try again in {wait}."),
                 ),
                 r.wait_s,
             );
