@@ -13,11 +13,22 @@
 
 pub mod alert;
 pub mod config;
+pub mod engine;
 pub mod event;
+pub mod hours;
+mod keys;
+pub mod lookup;
+pub mod rule;
+mod samples;
+mod summary;
+pub mod window;
 
 pub use alert::{ALERT_FORMAT_VERSION, Alert, AlertState, Figures, Severity};
 pub use config::{ActionConfig, AlertsConfig, RuleConfig, RulesFile};
+pub use engine::{Engine, EngineStats};
 pub use event::{CallStart, Event, Sample};
+pub use lookup::Lookup;
+pub use rule::{Rule, RuleSet};
 
 /// A rule set that cannot be used, with the place and what to do.
 #[derive(Debug, thiserror::Error, PartialEq)]

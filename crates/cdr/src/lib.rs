@@ -60,6 +60,7 @@
 
 pub mod journal;
 pub mod lone;
+mod matches;
 pub mod migrate;
 pub mod pg;
 pub mod pg_bench;

@@ -635,7 +635,7 @@ pub(crate) fn ip_pred(net: &IpNet, columns: [(&'static str, Option<&'static str>
 }
 
 /// The names a codec filter matches: the name and its aliases, lower case.
-fn codec_names(codec: &str) -> Vec<String> {
+pub(crate) fn codec_names(codec: &str) -> Vec<String> {
     let lower = codec.to_ascii_lowercase();
     CODEC_ALIASES
         .iter()
