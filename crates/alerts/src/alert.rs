@@ -105,14 +105,22 @@ impl Alert {
         format!("{}\u{1f}{}", self.rule, self.key)
     }
 
-    /// The `--json` line: the alert with `"kind":"alert"` and the format version.
+    /// The `--json` line and the webhook's body: the alert with `"kind":"alert"`, the format
+    /// version, and its times as RFC 3339 text (`at`, `since`) beside the µs.
     pub fn json_line(&self) -> String {
+        self.json_value().to_string()
+    }
+
+    /// [`Alert::json_line`] as a value.
+    pub fn json_value(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("kind".into(), "alert".into());
             o.insert("version".into(), ALERT_FORMAT_VERSION.into());
+            o.insert("at".into(), utc::format_us(self.at_us).into());
+            o.insert("since".into(), utc::format_us(self.since_us).into());
         }
-        v.to_string()
+        v
     }
 }
 
@@ -141,6 +149,7 @@ mod tests {
         assert_eq!(v["kind"], "alert");
         assert_eq!(v["state"], "firing");
         assert_eq!(v["version"], 1);
+        assert_eq!(v["at"], "1970-01-01T00:00:00.000001Z");
         assert_eq!(v["calls"][0], "s|c|1");
     }
 }

@@ -548,7 +548,6 @@ impl Engine {
                     .map(|(k, _)| k.to_string())
                     .unwrap_or_default();
                 let ks = st.keys.get_mut(i).expect("present");
-                ks.firing_figures(&rule, now);
                 if resolve {
                     out.push(Self::alert(
                         &rule,
@@ -563,6 +562,7 @@ impl Engine {
                     st.firing.remove(&i);
                     self.stats.resolved += 1;
                 } else {
+                    ks.firing_figures(&rule, now);
                     if let Some(f) = ks.firing.as_mut() {
                         f.notified_us = now;
                     }
@@ -594,7 +594,7 @@ impl Engine {
             at_us,
             since_us,
             repeat,
-            summary: crate::summary::line(rule, key, &figures, state),
+            summary: crate::summary::line(rule, key, &figures),
             figures,
             calls: ks.calls.iter().map(|u| u.to_string()).collect(),
             actions: rule.actions.clone(),

@@ -1,9 +1,9 @@
 //! One line for a person, per alert: what happened, to whom, how much.
 
+use crate::Figures;
 use crate::rule::{Kind, Rule};
-use crate::{AlertState, Figures};
 
-pub(crate) fn line(rule: &Rule, key: &str, f: &Figures, state: AlertState) -> String {
+pub(crate) fn line(rule: &Rule, key: &str, f: &Figures) -> String {
     let who = if key.is_empty() {
         String::new()
     } else {
@@ -37,10 +37,6 @@ pub(crate) fn line(rule: &Rule, key: &str, f: &Figures, state: AlertState) -> St
         Kind::StoreCommit { .. } => "mean store commit time".into(),
         Kind::Metric { metric, .. } => metric.clone(),
     };
-    let verb = match state {
-        AlertState::Firing => "",
-        AlertState::Resolved => "resolved: ",
-    };
     let value = if f.value.fract() == 0.0 {
         format!("{}", f.value)
     } else {
@@ -57,7 +53,7 @@ pub(crate) fn line(rule: &Rule, key: &str, f: &Figures, state: AlertState) -> St
         String::new()
     };
     format!(
-        "{verb}{}{who}: {what}: {value} {}{of} (threshold {threshold}) in {} s",
+        "{}{who}: {what}: {value} {}{of} (threshold {threshold}) in {} s",
         rule.name, f.unit, f.window_s
     )
 }

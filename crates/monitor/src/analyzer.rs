@@ -131,6 +131,26 @@ pub struct MonitorConfig {
     /// one second of capture time), so that a file read at full speed does not rebuild them
     /// at every second of its clock. 0: at every tick.
     pub live_calls_min_wall_ms: u64,
+    /// Hand out each call's start (its first INVITE) in [`Analysis::started`], for rules
+    /// decided while the call is up (at most [`STARTED_PER_TAKE_MAX`] between two takes; the
+    /// rest counted in [`Counters::starts_dropped`]).
+    pub report_starts: bool,
+}
+
+/// Call starts kept between two [`Monitor::take_finished`].
+pub const STARTED_PER_TAKE_MAX: usize = 100_000;
+
+/// A call seen starting: its first INVITE ([`MonitorConfig::report_starts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartedCall {
+    pub call_id: Arc<str>,
+    pub caller: Box<str>,
+    pub called: Box<str>,
+    pub caller_addr: SocketAddr,
+    pub callee_addr: SocketAddr,
+    pub invite_ns: i64,
+    /// The INVITE's User-Agent (at most 256 bytes).
+    pub user_agent: Option<Box<str>>,
 }
 
 impl Default for MonitorConfig {
@@ -155,6 +175,7 @@ impl Default for MonitorConfig {
             queue_batches: 8,
             live_calls_per_shard_max: crate::live_calls::LIVE_CALLS_PER_SHARD_MAX,
             live_calls_min_wall_ms: crate::live_calls::LIVE_CALLS_MIN_WALL_MS,
+            report_starts: false,
         }
     }
 }
@@ -190,6 +211,8 @@ pub struct Counters {
     pub calls_dropped: u64,
     pub streams_dropped: u64,
     pub registrations_dropped: u64,
+    /// Call starts not handed out: more than [`STARTED_PER_TAKE_MAX`] between two takes.
+    pub starts_dropped: u64,
     pub endpoints_dropped: u64,
     pub fragments_reassembled: u64,
     pub fragments_expired: u64,
@@ -210,6 +233,7 @@ impl Counters {
         self.streams_dropped += o.streams_dropped;
         self.t38_dropped += o.t38_dropped;
         self.registrations_dropped += o.registrations_dropped;
+        self.starts_dropped += o.starts_dropped;
     }
 
     /// Adds what a worker's front counted (packets and bytes are counted by the reader).
@@ -420,6 +444,8 @@ pub struct StreamRecord {
 /// Everything one run produced.
 #[derive(Debug, Clone, Default)]
 pub struct Analysis {
+    /// Calls that started, in INVITE order ([`MonitorConfig::report_starts`]).
+    pub started: Vec<StartedCall>,
     pub calls: Vec<CallRecord>,
     pub registrations: Vec<Registration>,
     /// Streams not reported inside a call: unsignalled ones, and those that outlived their
@@ -742,7 +768,29 @@ impl CallShard {
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, dst, m);
             d.learn_sdp(facts, codecs.unwrap_or_default());
-            self.dialogs.insert(Arc::from(call_id), d);
+            let call_id: Arc<str> = Arc::from(call_id);
+            if self.cfg.report_starts {
+                if self.out.started.len() < STARTED_PER_TAKE_MAX {
+                    self.out.started.push(StartedCall {
+                        call_id: call_id.clone(),
+                        caller: d.caller.clone(),
+                        called: d.called.clone(),
+                        caller_addr: d.caller_addr,
+                        callee_addr: d.callee_addr,
+                        invite_ns: ts_ns,
+                        user_agent: m.header("User-Agent").map(|ua| {
+                            let mut end = ua.len().min(256);
+                            while !ua.is_char_boundary(end) {
+                                end -= 1;
+                            }
+                            ua[..end].into()
+                        }),
+                    });
+                } else {
+                    self.out.counters.starts_dropped += 1;
+                }
+            }
+            self.dialogs.insert(call_id.clone(), d);
             self.calls_started += 1;
         } else {
             return;
@@ -2454,6 +2502,7 @@ impl Monitor {
         match &mut self.backend {
             Backend::Inline(s) => {
                 let mut out = Analysis::default();
+                std::mem::swap(&mut out.started, &mut s.out.started);
                 std::mem::swap(&mut out.calls, &mut s.out.calls);
                 std::mem::swap(&mut out.registrations, &mut s.out.registrations);
                 std::mem::swap(&mut out.t38, &mut s.out.t38);
@@ -2536,6 +2585,7 @@ impl Monitor {
         };
         for p in parts {
             out.counters.add(&p.counters);
+            out.started.extend(p.started);
             out.calls.extend(p.calls);
             out.registrations.extend(p.registrations);
             out.streams.extend(p.streams);
@@ -2569,6 +2619,7 @@ impl Monitor {
             (a.dialog.invite_ns, &a.dialog.call_id).cmp(&(b.dialog.invite_ns, &b.dialog.call_id))
         });
         out.registrations.sort_by_key(|r| r.first_ns);
+        out.started.sort_by_key(|c| c.invite_ns);
         out.streams
             .sort_by_key(|s| (s.stream.first_ns, s.stream.key));
         out

@@ -31,8 +31,8 @@ pub mod tcp;
 pub mod websocket;
 
 pub use analyzer::{
-    Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, Resends, SipStats,
-    StreamRecord, T38Record,
+    Analysis, CallDigit, CallRecord, DigitVia, Monitor, MonitorConfig, Resends,
+    STARTED_PER_TAKE_MAX, SipStats, StartedCall, StreamRecord, T38Record,
 };
 pub use live::{LiveCounters, LiveSnapshot};
 pub use live_calls::{LiveCall, LiveCalls, LiveCallsSnapshot, LiveStream};

@@ -132,11 +132,15 @@ impl Feed<'_> {
     /// source had nothing waiting, so capture time first moves on with the wall clock
     /// ([`QuietClock`]) and the calls due by then are closed.
     pub fn flush_finished(&mut self, quiet: bool) -> Result<(), SensorError> {
+        let mut quiet_now_ns = 0;
         if quiet && let Some(now_ns) = self.clock.now_ns() {
             self.monitor.advance_to(now_ns);
+            quiet_now_ns = now_ns;
         }
         self.monitor.refresh_live_calls();
-        let part = self.monitor.take_finished();
+        let mut part = self.monitor.take_finished();
+        // The time the batch was taken at, so that alerts resolve while the network is quiet.
+        part.last_ns = part.last_ns.max(quiet_now_ns);
         self.sinks.flush(part, false)
     }
 }

@@ -25,6 +25,14 @@ impl<W: Write + Send> crate::RecordObserver for JsonLines<W> {
     fn records(&mut self, part: &Analysis) -> std::io::Result<()> {
         write_json(part, &mut self.out)
     }
+
+    /// One line per alert (`"kind":"alert"`, [`alerts::Alert::json_line`]).
+    fn alerts(&mut self, alerts: &[alerts::Alert]) -> std::io::Result<()> {
+        for a in alerts {
+            writeln!(self.out, "{}", a.json_line())?;
+        }
+        self.out.flush()
+    }
 }
 
 fn opt_time(ns: Option<i64>) -> serde_json::Value {

@@ -28,6 +28,7 @@
 //! database or, with a live source, for the archive (both are bounded queues that count what
 //! they drop); let a bad packet or datagram end the capture.
 
+pub mod alerts_tap;
 mod archive_tap;
 pub mod call_pcap;
 mod cdr_sink;
@@ -45,6 +46,7 @@ pub mod status;
 pub mod table;
 pub mod uplink;
 
+pub use alerts_tap::{AlertOutput, SensorAlerts};
 pub use archive::DEFAULT_MAX_CALL_BYTES as ARCHIVE_CALL_MAX_BYTES;
 pub use archive_tap::{ArchiveGauges, ArchiveStatus, compression_name};
 pub use cdr_sink::{collector_journal, default_journal};
@@ -61,4 +63,8 @@ pub use pipeline::{FileProgress, LiveDescription, Report, Sensor, SensorHandle, 
 /// Called on the sensor's thread; an error ends the sensor.
 pub trait RecordObserver: Send {
     fn records(&mut self, part: &monitor::Analysis) -> std::io::Result<()>;
+    /// Alerts that fired or resolved on this batch (after its records).
+    fn alerts(&mut self, _alerts: &[alerts::Alert]) -> std::io::Result<()> {
+        Ok(())
+    }
 }

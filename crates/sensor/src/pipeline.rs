@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use monitor::pcap::CaptureReader;
 use monitor::{Analysis, Monitor};
 
+use crate::alerts_tap::SensorAlerts;
 use crate::archive_tap::CaptureArchive;
 use crate::cdr_sink::CdrSink;
 use crate::config::{SensorConfig, Source};
@@ -68,6 +69,8 @@ pub struct Totals {
     pub answered: u64,
     pub streams: u64,
     pub registrations: u64,
+    /// Alerts that fired, repeated or resolved.
+    pub alerts: u64,
 }
 
 impl Totals {
@@ -178,6 +181,7 @@ struct Sinks {
     cdr: Option<CdrSink>,
     status: CaptureStatus,
     observer: Option<Box<dyn RecordObserver>>,
+    alerts: Option<SensorAlerts>,
     totals: Totals,
 }
 
@@ -196,8 +200,16 @@ impl RecordSink for Sinks {
         if let Some(c) = &self.cdr {
             c.submit(&part, self.archive.as_ref());
         }
+        let fired = match self.alerts.as_mut() {
+            Some(a) => a.on_part(&part, part.last_ns),
+            None => Vec::new(),
+        };
+        self.totals.alerts += fired.len() as u64;
         if let Some(o) = self.observer.as_mut() {
             o.records(&part).map_err(SensorError::Output)?;
+            if !fired.is_empty() {
+                o.alerts(&fired).map_err(SensorError::Output)?;
+            }
         }
         Ok(())
     }
@@ -216,6 +228,17 @@ impl Sensor {
         config: SensorConfig,
         observer: Option<Box<dyn RecordObserver>>,
     ) -> Result<SensorHandle, SensorError> {
+        Sensor::start_with_alerts(config, observer, None)
+    }
+
+    /// [`Sensor::start`], with alert rules decided as records close (`alerts`): call starts
+    /// are then handed out by the monitor too.
+    pub fn start_with_alerts(
+        mut config: SensorConfig,
+        observer: Option<Box<dyn RecordObserver>>,
+        alerts: Option<SensorAlerts>,
+    ) -> Result<SensorHandle, SensorError> {
+        config.monitor.report_starts = alerts.is_some();
         // A file that cannot be read at all fails here, before anything is created (a data
         // directory, a journal, an empty database): a failure leaves nothing behind.
         if let Source::Files(paths) = &config.source {
@@ -335,6 +358,7 @@ impl Sensor {
             cdr,
             status,
             observer,
+            alerts,
             totals: Totals::default(),
         };
         let stop = StopSignal::default();

@@ -5,6 +5,7 @@
 //! renders it after `join`.
 
 use std::fmt::Write as _;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use monitor::analyzer::{CallRecord, StreamRecord};
@@ -183,6 +184,22 @@ impl RecordObserver for CallTableObserver {
         }
         for s in part.all_streams() {
             t.add_stream(s);
+        }
+        Ok(())
+    }
+
+    /// Alerts are printed as they come, before the tables at the end.
+    fn alerts(&mut self, alerts: &[alerts::Alert]) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        for a in alerts {
+            writeln!(
+                out,
+                "alert {} {}: {} [{}]",
+                a.state.as_str(),
+                a.severity.as_str(),
+                a.summary,
+                utc::format_us(a.at_us)
+            )?;
         }
         Ok(())
     }

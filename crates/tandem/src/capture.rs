@@ -40,6 +40,12 @@ pub struct Args {
     /// (`"kind":"rtp_stream"`) and each REGISTER chain (`"kind":"registration"`).
     #[arg(long)]
     pub json: bool,
+    /// Alert rules: a TOML file of `[[alerts.rule]]` tables, as in tandem.toml
+    /// (alerts.example.toml is a start). Decided as calls start and end, in the capture's own
+    /// time; each alert that fires or resolves is printed (with --json, a `"kind":"alert"`
+    /// line).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
     /// SQLite file the CDRs are written to.
     #[arg(
         long,
@@ -305,7 +311,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let (table, observer) = CallTable::new(sensor::table::DEFAULT_ROWS_MAX);
         (Some(table), Box::new(observer))
     };
-    let handle = Sensor::start(config, Some(observer))?;
+    let alerts = match &args.rules {
+        Some(path) => {
+            let (cfg, set) = crate::alerts::load_rules(path)?;
+            Some(sensor::SensorAlerts {
+                engine: crate::alerts::engine(&cfg, set)?,
+                sensor: args
+                    .collector
+                    .sensor_id
+                    .clone()
+                    .unwrap_or_else(|| cdr::writer::DEFAULT_SENSOR.to_string()),
+                output: None,
+            })
+        }
+        None => None,
+    };
+    let handle = Sensor::start_with_alerts(config, Some(observer), alerts)?;
     if let Some(addr) = handle.hep_addr() {
         eprintln!("{}", hep_args::listening(addr));
     }

@@ -4,6 +4,7 @@
 //! file (serde + TOML), logging, and the drivers of the benchmarks. Protocol logic lives in the
 //! library crates (see ARCHITECTURE.md).
 
+mod alerts;
 mod capture;
 mod cdr;
 mod config;
