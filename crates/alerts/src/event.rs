@@ -63,3 +63,75 @@ impl Event<'_> {
         }
     }
 }
+
+impl Sample {
+    /// A sample from a series as the text exposition writes it (`name{a="x",b="y"}`), the
+    /// labels sorted; `None` when it does not read as one.
+    pub fn from_series(series: &str, value: f64, at_us: i64) -> Option<Sample> {
+        let (metric, rest) = match series.split_once('{') {
+            Some((m, rest)) => (m, rest.strip_suffix('}')?),
+            None => (series, ""),
+        };
+        let mut labels = Vec::new();
+        let mut rest = rest;
+        while !rest.is_empty() {
+            let (name, after) = rest.split_once("=\"")?;
+            // A value ends at the first quote not escaped.
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in after.char_indices() {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '"' if !escaped => {
+                        end = Some(i);
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            let end = end?;
+            labels.push((
+                name.trim_start_matches(',').to_string(),
+                after[..end].replace("\\\"", "\""),
+            ));
+            rest = after[end + 1..].trim_start_matches(',');
+        }
+        labels.sort();
+        Some(Sample {
+            at_us,
+            metric: metric.to_string(),
+            labels,
+            value,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_names_read_back_as_metric_and_labels() {
+        let s = Sample::from_series(
+            r#"tandem_agi_sessions_ended_total{route="x,\"y",result="failure"}"#,
+            3.0,
+            7,
+        )
+        .unwrap();
+        assert_eq!(s.metric, "tandem_agi_sessions_ended_total");
+        assert_eq!(
+            s.labels,
+            [
+                ("result".into(), "failure".into()),
+                ("route".into(), "x,\"y".into())
+            ]
+        );
+        assert_eq!(
+            Sample::from_series("tandem_kv_keys", 1.0, 0)
+                .unwrap()
+                .labels,
+            []
+        );
+        assert!(Sample::from_series("bad{x=\"1}", 1.0, 0).is_none());
+    }
+}

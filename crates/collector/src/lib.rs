@@ -245,6 +245,15 @@ pub(crate) struct Shared {
     /// Writers whose connection is down now.
     pub writers_down: AtomicU64,
     pub stopping: AtomicBool,
+    /// Shown every batch once it is committed (the alert rules, in `serve`).
+    pub stored_tap: std::sync::OnceLock<Arc<dyn StoredRecords>>,
+}
+
+/// Sees the sensors' records after they are committed, on the writer's thread (several
+/// writers may call it at once). It must not wait: the writer acknowledges the next batches
+/// after it.
+pub trait StoredRecords: Send + Sync {
+    fn stored(&self, records: &[cdr::CdrRecord]);
 }
 
 impl Shared {
@@ -422,6 +431,7 @@ impl Collector {
                     next_request: AtomicU64::new(1),
                     writers_down: AtomicU64::new(0),
                     stopping: AtomicBool::new(false),
+                    stored_tap: std::sync::OnceLock::new(),
                     settings: Settings {
                         sessions_max: settings.sessions_max.max(1),
                         ..settings.clone()
@@ -547,6 +557,11 @@ impl Collector {
 }
 
 impl CollectorHandle {
+    /// Shows every committed batch to `tap` from now on (only the first tap set is kept).
+    pub fn on_stored(&self, tap: Arc<dyn StoredRecords>) {
+        let _ = self.0.stored_tap.set(tap);
+    }
+
     /// Every sensor seen since the start: connected, last seen, clock skew, lag, records.
     pub fn sensors(&self) -> Vec<SensorStatus> {
         self.0.sensor_statuses()

@@ -113,6 +113,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Batch>) {
                         .table
                         .update(&b.session.sensor, usize::MAX, |t| t.records_stored += k);
                 }
+                // After the acknowledgements: the sensors never wait for the rules.
+                if let Some(tap) = shared.stored_tap.get() {
+                    tap.stored(&records);
+                }
             }
             Err(e) => {
                 store = None;

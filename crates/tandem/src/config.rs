@@ -22,6 +22,8 @@ pub struct Config {
     pub registrar: Option<registrar::Settings>,
     /// `listen` set: sensors deliver their CDRs here (`collector` crate).
     pub collector: collector::Settings,
+    /// Alert rules and where alerts go (`alerts` crate; README, "Alerts").
+    pub alerts: alerts::AlertsConfig,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -377,6 +379,8 @@ impl Config {
                 .to_args()
                 .with_context(|| format!("configuration file {}", path.display()))?;
         }
+        crate::alerts::rule_set(&config.alerts)
+            .with_context(|| format!("configuration file {}: [alerts]", path.display()))?;
         Ok(config)
     }
 }

@@ -217,12 +217,26 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         None
     };
     let collector_handle = collector.as_ref().map(collector::Collector::handle);
+    // Alert rules over the capture's calls, the collector's and the metrics.
+    let alerts = if config.alerts.rule.is_empty() {
+        None
+    } else {
+        let set = crate::alerts::rule_set(&config.alerts)?;
+        info!(rules = set.rules.len(), "alert rules loaded");
+        Some(crate::alerts::ServeAlerts::start(&config.alerts, set)?)
+    };
+    if let (Some(a), Some(h)) = (&alerts, &collector_handle) {
+        a.watch_collector(h);
+    }
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
         let sensor_config = config.capture.to_sensor()?;
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
-        match sensor::Sensor::start(sensor_config, None) {
+        let sensor_alerts = alerts
+            .as_ref()
+            .map(|a| a.sensor(cdr::writer::DEFAULT_SENSOR));
+        match sensor::Sensor::start_with_alerts(sensor_config, None, sensor_alerts) {
             Ok(handle) => {
                 handle.register_metrics(&mut registry);
                 if let Some(addr) = handle.hep_addr() {
@@ -275,6 +289,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             h.stats(),
         );
         let mut latencies = metrics_http::HistogramDeltas::default();
+        let sampler = alerts.as_ref().map(crate::alerts::ServeAlerts::sampler);
         let source = move || {
             // The history's own figures as of the last tick, so that this tick records them.
             history_metrics.update(&stats);
@@ -283,6 +298,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             samples.extend(host.sample());
             let kv = store.quick_stats().samples();
             samples.extend(kv.into_iter().map(|(n, v)| (n.to_owned(), v)));
+            if let Some(rules) = &sampler {
+                rules(&samples);
+            }
             history::Tick {
                 samples,
                 latencies: latencies.observe(metrics_http::histograms(&text)),
