@@ -269,6 +269,12 @@ CREATE INDEX IF NOT EXISTS registration_first ON registration (first_us, id);
 "
 );
 
+/// The index of registrations by their first message ([`crate::replay`] reads them in that
+/// order), as PostgreSQL has it (SQLite's ends with the rowid by itself). Created with the
+/// alert tables; a bulk load drops and builds it again with the others.
+pub(crate) const REGISTRATION_FIRST: (&str, &str) =
+    ("registration_first", "registration (first_us, id)");
+
 /// The columns of an alert row after `id`, in [`AlertRow`]'s order.
 const ALERT_COLUMNS: &str = "fingerprint, rule, rule_kind, severity, group_by, group_key, state, \
      since_us, at_us, resolved_us, notified_us, figures, calls, summary, node, acked_by, acked_us";
