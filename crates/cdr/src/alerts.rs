@@ -37,7 +37,7 @@ pub const SILENCES_MAX: usize = 500;
 /// default; the first ones are kept).
 pub const ALERT_CALLS_STORED_MAX: usize = 1_000;
 /// Bytes of a silence's comment, rule or key at most, and of an acknowledging user's name.
-pub const SILENCE_TEXT_BYTES_MAX: usize = 1_024;
+pub const ALERT_TEXT_BYTES_MAX: usize = 1_024;
 
 /// An alert episode as stored: the engine's alert with the row's id, who decided it and who
 /// acknowledged it.
@@ -132,9 +132,9 @@ impl SilenceRow {
             ("created_by", &self.created_by),
             ("comment", &self.comment),
         ] {
-            if v.len() > SILENCE_TEXT_BYTES_MAX {
+            if v.len() > ALERT_TEXT_BYTES_MAX {
                 return Some(format!(
-                    "a silence's {name} has {} bytes, over {SILENCE_TEXT_BYTES_MAX}",
+                    "a silence's {name} has {} bytes, over {ALERT_TEXT_BYTES_MAX}",
                     v.len()
                 ));
             }
@@ -147,8 +147,8 @@ impl SilenceRow {
         }
         (self.ends_us <= self.starts_us).then(|| {
             format!(
-                "a silence ends ({}) after it starts ({})",
-                self.ends_us, self.starts_us
+                "a silence must end after it starts (starts_us {}, ends_us {})",
+                self.starts_us, self.ends_us
             )
         })
     }
@@ -172,7 +172,7 @@ pub trait AlertStore {
     /// alert or it was acknowledged before (the first acknowledgement stays).
     fn ack_alert(&mut self, id: i64, user: &str, at_us: i64) -> Result<bool, CdrError>;
     /// Stores a silence (its `id` is ignored); its id. Refused ([`CdrError::Invalid`]) without
-    /// a rule or key, with text over [`SILENCE_TEXT_BYTES_MAX`] or an end before its start.
+    /// a rule or key, with text over [`ALERT_TEXT_BYTES_MAX`] or an end before its start.
     fn add_silence(&mut self, s: &SilenceRow) -> Result<i64, CdrError>;
     /// The silences active at a time (`starts_us <= t < ends_us`), or with `None` every one;
     /// newest first, at most [`SILENCES_MAX`].
@@ -501,10 +501,10 @@ fn firing(x: &mut dyn Exec) -> Result<u64, CdrError> {
 }
 
 fn ack(x: &mut dyn Exec, id: i64, user: &str, at_us: i64) -> Result<bool, CdrError> {
-    if user.len() > SILENCE_TEXT_BYTES_MAX {
+    if user.len() > ALERT_TEXT_BYTES_MAX {
         return Err(CdrError::Invalid {
             problem: format!(
-                "a user name of {} bytes acknowledges alert {id}; at most {SILENCE_TEXT_BYTES_MAX}",
+                "a user name of {} bytes acknowledges alert {id}; at most {ALERT_TEXT_BYTES_MAX}",
                 user.len()
             ),
         });
@@ -674,7 +674,7 @@ mod tests {
             backwards
                 .problem()
                 .unwrap()
-                .contains("ends (1) after it starts (1)")
+                .contains("must end after it starts (starts_us 1, ends_us 1)")
         );
         let no_rule = SilenceRow {
             rule: String::new(),
@@ -682,7 +682,7 @@ mod tests {
         };
         assert!(no_rule.problem().is_some());
         let long = SilenceRow {
-            comment: "x".repeat(SILENCE_TEXT_BYTES_MAX + 1),
+            comment: "x".repeat(ALERT_TEXT_BYTES_MAX + 1),
             ..ok
         };
         assert!(long.problem().unwrap().contains("comment"));
