@@ -271,8 +271,8 @@ pub(super) fn trunk_503(b: &mut Builder) {
             &CallPlan {
                 background: false,
                 call_id: format!(
-                    "{:032x}@{}:5060",
-                    seed as u128 * 0x1_0000_0001,
+                    "{seed:016x}{:016x}@{}:5060",
+                    seed.rotate_left(29) ^ 0x6a09_e667_f3bc_c908,
                     pbx_addr.ip()
                 ),
                 caller: &pbx,
