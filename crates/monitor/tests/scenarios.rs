@@ -349,8 +349,9 @@ fn one_way_calls_lose_one_direction_and_tshark_counts_the_same() {
     if !common::have_tshark() {
         return;
     }
-    let (messages, _, _, resent) = common::tshark_sip_stat(&path, &[]);
+    let (messages, requests, responses, resent) = common::tshark_sip_stat(&path, &[]);
     assert_eq!((messages, resent), (truth.counts.sip_messages, 0));
+    assert_eq!((a.sip.requests, a.sip.responses), (requests, responses));
     let streams = common::tshark_rtp_streams(&path, &[]);
     let answered_directions: usize = truth
         .calls

@@ -1,19 +1,20 @@
 //! Scenarios for alert rules: one pcap each, with its ground truth as data.
 //!
-//! Every scenario sits in the same clean day of a small FreePBX site ([`background`]): phones
+//! Every scenario sits in the same clean day of a small FreePBX site (the background): phones
 //! at `192.168.10.100` up register with the PBX at `192.168.10.2` (a 401 challenge, then 200)
 //! before 09:00 UTC and make or take answered G.711 calls with RTP both ways between 09:00 and
 //! 17:00, a tenth of them busy (486) and a tenth given up while ringing (CANCEL, 487). Then:
 //! - [`Scenario::TollFraud`]: extension 2001 dials premium international ranges between
-//!   02:00 and 03:00 the next night, several calls up at once ([`fraud`]);
+//!   02:00 and 03:00 the next night, several calls up at once ([`TollFraudTruth`]);
 //! - [`Scenario::Scanner`]: `friendly-scanner`, then `sipvicious`, guess passwords from
-//!   `203.0.113.66` ([`scanner`]);
-//! - [`Scenario::Trunk503`]: a trunk refuses one call in three with 503 ([`trunk`]);
-//! - [`Scenario::OneWayAudio`]: some answered calls lose one direction's RTP ([`one_way`]);
+//!   `203.0.113.66` ([`ScannerTruth`]);
+//! - [`Scenario::Trunk503`]: a trunk refuses one call in three with 503 ([`Trunk503Truth`]);
+//! - [`Scenario::OneWayAudio`]: some answered calls lose one direction's RTP ([`OneWayCall`]);
 //! - [`Scenario::Clean`]: the background alone.
 //!
-//! Media is generated on the fly as the file is written ([`timeline`]), so a day of 10,000
-//! calls costs its signalling in memory, not its packets.
+//! Start at [`write()`]. Media is generated as the file is written (the private `timeline`
+//! module keeps SIP whole and RTP as runs), so a day of 10,000 calls costs its signalling in
+//! memory, not its packets.
 
 mod call;
 mod fraud;
