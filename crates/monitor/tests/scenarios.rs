@@ -246,6 +246,8 @@ fn scanner_guesses_passwords_from_one_address_and_never_registers() {
         .filter(|r| r.src.ip() == s.source)
         .collect();
     assert_eq!(from_scanner.len() as u32, s.failed_chains);
+    assert_eq!(truth.failed_registrations().count() as u32, s.failed_chains);
+    assert_eq!(truth.scenario_calls().count(), 0);
     assert!(s.failed_chains >= 3 * s.users.len() as u32);
     assert!(from_scanner.iter().all(|r| r.last_code != 200));
     let outcomes: BTreeSet<(&str, u16)> = from_scanner
@@ -306,6 +308,7 @@ fn one_way_calls_lose_one_direction_and_tshark_counts_the_same() {
     let (_dir, path, truth, a) = scenario(Scenario::OneWayAudio, &ScenarioOptions::default());
     assert_clean_background(&truth);
     assert_eq!(truth.one_way.len(), 6);
+    assert_eq!(truth.scenario_calls().count(), 6);
     let missing = truth
         .one_way
         .iter()

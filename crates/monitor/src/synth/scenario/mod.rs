@@ -184,6 +184,16 @@ impl ScenarioTruth {
     pub fn call(&self, call_id: &str) -> Option<&TruthCall> {
         self.calls.iter().find(|c| c.call_id == call_id)
     }
+
+    /// The calls the scenario is about: every call but the background's.
+    pub fn scenario_calls(&self) -> impl Iterator<Item = &TruthCall> {
+        self.calls.iter().filter(|c| !c.background)
+    }
+
+    /// The REGISTER chains that never got a 200.
+    pub fn failed_registrations(&self) -> impl Iterator<Item = &TruthRegistration> {
+        self.registrations.iter().filter(|r| r.failed())
+    }
 }
 
 const SECOND: i64 = 1_000_000_000;
