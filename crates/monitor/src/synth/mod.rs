@@ -19,6 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use crate::pcap::PcapWriter;
 
 pub mod fax;
+pub mod scenario;
 
 /// Frame builders (no checksums: monitors and tshark do not verify them by default).
 pub mod packet {
