@@ -52,8 +52,13 @@ pub(crate) fn line(rule: &Rule, key: &str, f: &Figures) -> String {
     } else {
         String::new()
     };
+    // "1 call", "1 registration", not "1 calls".
+    let unit = match (f.value == 1.0, f.unit.strip_suffix('s')) {
+        (true, Some(one)) if f.unit == "calls" || f.unit == "registrations" => one,
+        _ => f.unit.as_str(),
+    };
     format!(
-        "{}{who}: {what}: {value} {}{of} (threshold {threshold}) in {} s",
-        rule.name, f.unit, f.window_s
+        "{}{who}: {what}: {value} {unit}{of} (threshold {threshold}) in {} s",
+        rule.name, f.window_s
     )
 }

@@ -103,24 +103,18 @@ impl collector::StoredRecords for CollectorTap {
 }
 
 impl ServeAlerts {
-    /// Starts the engine and the dispatcher for `cfg`'s rules.
-    pub fn start(cfg: &alerts::AlertsConfig, set: alerts::RuleSet) -> anyhow::Result<ServeAlerts> {
+    /// Starts the engine and the dispatcher for `cfg`'s rules; alerts are kept in the CDR
+    /// database `db` (SQLite, or PostgreSQL when `postgres` is set).
+    pub fn start(
+        cfg: &alerts::AlertsConfig,
+        set: alerts::RuleSet,
+        db: Dispatch,
+    ) -> anyhow::Result<ServeAlerts> {
         let engine = engine(cfg, set)?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<alerts::Alert>(DISPATCH_QUEUE_MAX);
         std::thread::Builder::new()
             .name("alerts".into())
-            .spawn(move || {
-                for a in rx {
-                    tracing::info!(
-                        rule = %a.rule,
-                        key = %a.key,
-                        state = a.state.as_str(),
-                        severity = a.severity.as_str(),
-                        "alert: {}",
-                        a.summary
-                    );
-                }
-            })?;
+            .spawn(move || db.run(rx))?;
         Ok(ServeAlerts {
             engine,
             tx,
@@ -170,6 +164,93 @@ impl ServeAlerts {
                 engine.advance(now_us, &mut out);
             }
             queue.push(&out);
+        }
+    }
+}
+
+/// How long the silences read from the database are trusted.
+const SILENCES_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
+/// The least wait before a failed database is opened again.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The dispatcher: each alert stored in the CDR database, then delivered unless a silence
+/// mutes it or, for a repeat, a user acknowledged it.
+pub struct Dispatch {
+    pub db: std::path::PathBuf,
+    pub postgres: Option<String>,
+    /// Who decided the alerts, in their rows.
+    pub node: String,
+    /// Delivery to the configured actions; `None` logs only.
+    pub deliver: Option<Box<dyn FnMut(&alerts::Alert) + Send>>,
+}
+
+impl Dispatch {
+    fn run(mut self, rx: std::sync::mpsc::Receiver<alerts::Alert>) {
+        let mut store: Option<Box<dyn cdr::CdrStore>> = None;
+        let mut failed_at: Option<std::time::Instant> = None;
+        let mut silences: (Option<std::time::Instant>, Vec<cdr::alerts::SilenceRow>) =
+            (None, Vec::new());
+        for a in rx {
+            tracing::info!(
+                rule = %a.rule,
+                key = %a.key,
+                state = a.state.as_str(),
+                severity = a.severity.as_str(),
+                "alert: {}",
+                a.summary
+            );
+            if store.is_none() && failed_at.is_none_or(|t| t.elapsed() >= REOPEN_WAIT) {
+                match sensor::records::open_store(&self.db, self.postgres.as_deref()) {
+                    Ok(s) => store = Some(s),
+                    Err(e) => {
+                        failed_at = Some(std::time::Instant::now());
+                        tracing::warn!(error = %e, "alerts: the CDR database cannot be opened; alerts are delivered but not kept");
+                    }
+                }
+            }
+            let mut acked = false;
+            if let Some(st) = store.as_mut().and_then(|s| s.alert_store()) {
+                match st.record_alert(&a.to_row(&self.node)) {
+                    Ok(id) => {
+                        if a.repeat {
+                            acked = st
+                                .alert(id)
+                                .ok()
+                                .flatten()
+                                .is_some_and(|r| r.acked_by.is_some());
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "alerts: not kept in the CDR database");
+                        store = None;
+                        failed_at = Some(std::time::Instant::now());
+                    }
+                }
+                if silences.0.is_none_or(|t| t.elapsed() >= SILENCES_FRESH)
+                    && let Some(st) = store.as_mut().and_then(|s| s.alert_store())
+                {
+                    let now_us = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros() as i64);
+                    silences = (
+                        Some(std::time::Instant::now()),
+                        st.silences(Some(now_us)).unwrap_or_default(),
+                    );
+                }
+            }
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64);
+            if silences.1.iter().any(|s| s.mutes(&a.rule, &a.key, now_us)) {
+                tracing::info!(rule = %a.rule, key = %a.key, "alert silenced: not delivered");
+                continue;
+            }
+            if acked {
+                continue;
+            }
+            if let Some(d) = self.deliver.as_mut() {
+                d(&a);
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! library crates (see ARCHITECTURE.md).
 
 mod alerts;
+mod alerts_cmd;
 mod capture;
 mod cdr;
 mod config;
@@ -80,6 +81,8 @@ enum Command {
     /// The sensors a collector knows: add (prints a token once), list, del (works while
     /// `serve` runs).
     Sensor(sensor_cmd::Args),
+    /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
+    Alerts(alerts_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -102,7 +105,12 @@ fn main() -> ExitCode {
     // closed stdout ends the capture through its error path instead (quietly: see below).
     if matches!(
         cli.command,
-        Command::Db(_) | Command::Cdr(_) | Command::User(_) | Command::Sip(_) | Command::Sensor(_)
+        Command::Db(_)
+            | Command::Cdr(_)
+            | Command::User(_)
+            | Command::Sip(_)
+            | Command::Sensor(_)
+            | Command::Alerts(_)
     ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
@@ -119,6 +127,7 @@ fn main() -> ExitCode {
         Command::User(args) => user::run(args),
         Command::Sip(args) => sip::run(args),
         Command::Sensor(args) => sensor_cmd::run(args),
+        Command::Alerts(args) => alerts_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -223,7 +223,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         let set = crate::alerts::rule_set(&config.alerts)?;
         info!(rules = set.rules.len(), "alert rules loaded");
-        Some(crate::alerts::ServeAlerts::start(&config.alerts, set)?)
+        let (db, postgres) = cdr_database(&config, collector_handle.is_some());
+        let dispatch = crate::alerts::Dispatch {
+            db,
+            postgres,
+            node: if collector_handle.is_some() {
+                "collector".into()
+            } else {
+                cdr::writer::DEFAULT_SENSOR.into()
+            },
+            deliver: None,
+        };
+        Some(crate::alerts::ServeAlerts::start(
+            &config.alerts,
+            set,
+            dispatch,
+        )?)
     };
     if let (Some(a), Some(h)) = (&alerts, &collector_handle) {
         a.watch_collector(h);
@@ -397,19 +412,30 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 /// Where the console reads calls: the capture's CDR database (PostgreSQL when configured,
 /// else its SQLite file, which `tandem capture` runs may have filled without a `[capture]`).
 /// With a running capture, its calls in progress feed the live page.
+/// The CDR database this Tandem's calls (and alerts) are in: the capture's, or a collector's
+/// PostgreSQL where its sensors' calls go.
+fn cdr_database(config: &Config, collector: bool) -> (std::path::PathBuf, Option<String>) {
+    let capture = &config.capture;
+    if !capture.cdr_postgres.is_empty() {
+        (capture.cdr_db.clone(), Some(capture.cdr_postgres.clone()))
+    } else if collector {
+        (
+            capture.cdr_db.clone(),
+            Some(config.collector.postgres.clone()),
+        )
+    } else {
+        (capture.cdr_db.clone(), None)
+    }
+}
+
 fn calls_config(
     config: &Config,
     live: Option<Arc<sensor::LiveCalls>>,
     collector: Option<collector::CollectorHandle>,
 ) -> console::calls::CallsConfig {
-    let capture = &config.capture;
-    // A collector's console shows the calls its sensors delivered.
-    let source = if !capture.cdr_postgres.is_empty() {
-        console::calls::CdrSource::Postgres(capture.cdr_postgres.clone())
-    } else if collector.is_some() {
-        console::calls::CdrSource::Postgres(config.collector.postgres.clone())
-    } else {
-        console::calls::CdrSource::Sqlite(capture.cdr_db.clone())
+    let source = match cdr_database(config, collector.is_some()) {
+        (_, Some(pg)) => console::calls::CdrSource::Postgres(pg),
+        (path, None) => console::calls::CdrSource::Sqlite(path),
     };
     let mut cfg = console::calls::CallsConfig::new(source);
     cfg.readers_max = config.web.cdr_readers_max.max(1);

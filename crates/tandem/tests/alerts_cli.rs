@@ -104,6 +104,93 @@ fn each_scenario_fires_exactly_its_ground_truth() {
 }
 
 #[test]
+fn a_dry_run_over_stored_cdrs_fires_what_the_capture_fired() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pcap, truth) = write(Scenario::TollFraud, 40, dir.path());
+    let db = dir.path().join("cdr.sqlite3");
+    let tandem = env!("CARGO_BIN_EXE_tandem");
+    let stored = Command::new(tandem)
+        .args(["capture", "--cdr-db"])
+        .arg(&db)
+        .arg("--read")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        stored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stored.stderr)
+    );
+    let out = Command::new(tandem)
+        .args(["alerts", "--cdr-db"])
+        .arg(&db)
+        .args([
+            "test",
+            "--json",
+            "--rule",
+            "premium-destinations",
+            "--rule",
+            "concurrent-per-extension",
+            "--rules",
+        ])
+        .arg(example_rules())
+        .args([
+            "--from",
+            "2026-03-01T00:00:00Z",
+            "--to",
+            "2026-03-04T00:00:00Z",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let firing: BTreeSet<(String, String)> = lines
+        .iter()
+        .filter(|v| v["state"] == "firing")
+        .map(|v| {
+            (
+                v["rule"].as_str().unwrap().into(),
+                v["key"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let ext = truth.toll_fraud.unwrap().extension;
+    assert_eq!(
+        firing,
+        set(&[
+            ("premium-destinations", ext.clone()),
+            ("concurrent-per-extension", ext)
+        ])
+    );
+    // The premium alert names the fraud calls, as stored: each a uid the console opens.
+    let premium = lines
+        .iter()
+        .find(|v| v["rule"] == "premium-destinations")
+        .unwrap();
+    assert!(premium["calls"][0].as_str().unwrap().starts_with("local|"));
+    let wrong = Command::new(tandem)
+        .args(["alerts", "--cdr-db"])
+        .arg(&db)
+        .args(["test", "--rule", "no-such-rule", "--from", "0", "--rules"])
+        .arg(example_rules())
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("premium-destinations"),
+        "the error lists the rules"
+    );
+}
+
+#[test]
 fn a_clean_day_of_ten_thousand_calls_fires_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (pcap, truth) = write(Scenario::Clean, 10_000, dir.path());
