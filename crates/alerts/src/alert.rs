@@ -124,6 +124,33 @@ impl Alert {
     }
 }
 
+impl Alert {
+    /// The row the CDR database keeps of this transition, as decided by `node` (a sensor's or
+    /// the collector's name).
+    pub fn to_row(&self, node: &str) -> cdr::alerts::AlertRow {
+        cdr::alerts::AlertRow {
+            id: 0,
+            fingerprint: self.fingerprint(),
+            rule: self.rule.clone(),
+            rule_kind: self.rule_kind.clone(),
+            severity: self.severity.as_str().to_string(),
+            group_by: self.group_by.clone(),
+            key: self.key.clone(),
+            state: self.state.as_str().to_string(),
+            since_us: self.since_us,
+            at_us: self.at_us,
+            resolved_us: (self.state == AlertState::Resolved).then_some(self.at_us),
+            notified_us: self.at_us,
+            figures_json: serde_json::to_string(&self.figures).unwrap_or_default(),
+            calls: self.calls.clone(),
+            summary: self.summary.clone(),
+            node: node.to_string(),
+            acked_by: None,
+            acked_us: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,32 +178,5 @@ mod tests {
         assert_eq!(v["version"], 1);
         assert_eq!(v["at"], "1970-01-01T00:00:00.000001Z");
         assert_eq!(v["calls"][0], "s|c|1");
-    }
-}
-
-impl Alert {
-    /// The row the CDR database keeps of this transition, as decided by `node` (a sensor's or
-    /// the collector's name).
-    pub fn to_row(&self, node: &str) -> cdr::alerts::AlertRow {
-        cdr::alerts::AlertRow {
-            id: 0,
-            fingerprint: self.fingerprint(),
-            rule: self.rule.clone(),
-            rule_kind: self.rule_kind.clone(),
-            severity: self.severity.as_str().to_string(),
-            group_by: self.group_by.clone(),
-            key: self.key.clone(),
-            state: self.state.as_str().to_string(),
-            since_us: self.since_us,
-            at_us: self.at_us,
-            resolved_us: (self.state == AlertState::Resolved).then_some(self.at_us),
-            notified_us: self.at_us,
-            figures_json: serde_json::to_string(&self.figures).unwrap_or_default(),
-            calls: self.calls.clone(),
-            summary: self.summary.clone(),
-            node: node.to_string(),
-            acked_by: None,
-            acked_us: None,
-        }
     }
 }
