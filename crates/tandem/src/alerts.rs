@@ -173,6 +173,9 @@ const SILENCES_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
 /// The least wait before a failed database is opened again.
 const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Hands an alert to the configured actions (it must not wait).
+pub type Deliver = Box<dyn FnMut(&alerts::Alert) + Send>;
+
 /// The dispatcher: each alert stored in the CDR database, then delivered unless a silence
 /// mutes it or, for a repeat, a user acknowledged it.
 pub struct Dispatch {
@@ -181,7 +184,7 @@ pub struct Dispatch {
     /// Who decided the alerts, in their rows.
     pub node: String,
     /// Delivery to the configured actions; `None` logs only.
-    pub deliver: Option<Box<dyn FnMut(&alerts::Alert) + Send>>,
+    pub deliver: Option<Deliver>,
 }
 
 impl Dispatch {
