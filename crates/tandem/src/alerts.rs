@@ -87,10 +87,21 @@ struct CollectorTap {
 
 impl collector::StoredRecords for CollectorTap {
     fn stored(&self, records: &[cdr::CdrRecord]) {
+        // A batch holds several sensors' records in the order they were queued: the rules take
+        // them in the order they happened.
+        let at = |r: &cdr::CdrRecord| {
+            r.call
+                .as_ref()
+                .map(|c| c.end_us.unwrap_or(c.start_us))
+                .or(r.registration.as_ref().map(|g| g.last_us))
+                .unwrap_or(0)
+        };
+        let mut sorted: Vec<&cdr::CdrRecord> = records.iter().collect();
+        sorted.sort_by_key(|r| at(r));
         let mut out = Vec::new();
         {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
-            for r in records {
+            for r in sorted {
                 if r.call.is_some() {
                     engine.observe(alerts::Event::CallEnd(r), &mut out);
                 } else if r.registration.is_some() {
