@@ -307,17 +307,12 @@ impl Engine {
         let now = self.now_us;
         let lookup = self.lookup.clone();
         let e164 = lookup.normalize_number(&f.call.called);
+        let mut keys = KeyCache::new(e164.clone());
         for st in &mut self.rules {
             if st.rule.kind.moment() != Moment::CallStart || !st.rule.scope.matches_start(&f.call) {
                 continue;
             }
-            let Some(key) = call_key(
-                &st.rule.group_by,
-                &f.call,
-                &self.set,
-                lookup.as_ref(),
-                e164.as_deref(),
-            ) else {
+            let Some(key) = keys.get(&st.rule.group_by, &f.call, &self.set, lookup.as_ref()) else {
                 continue;
             };
             let rule = st.rule.clone();
@@ -382,17 +377,15 @@ impl Engine {
     fn on_end(&mut self, r: &CdrRecord, c: &CdrCall, h: u64, out: &mut Vec<Alert>) {
         let now = self.now_us;
         let lookup = self.lookup.clone();
-        let mut e164: Option<Option<String>> = None;
+        let mut keys = KeyCache::default();
         let at = c.end_us.unwrap_or(c.start_us);
         for st in &mut self.rules {
             let rule = st.rule.clone();
             if let Kind::Concurrent { .. } = rule.kind {
                 // The call is no longer up: close it wherever its start put it.
                 if rule.scope.matches_start(c) {
-                    let e = e164.get_or_insert_with(|| lookup.normalize_number(&c.called));
-                    if let Some(key) =
-                        call_key(&rule.group_by, c, &self.set, lookup.as_ref(), e.as_deref())
-                        && let Some(i) = st.keys.find(&key)
+                    if let Some(key) = keys.get(&rule.group_by, c, &self.set, lookup.as_ref())
+                        && let Some(i) = st.keys.find(key)
                         && let Some(ks) = st.keys.get_mut(i)
                     {
                         close_call(&mut ks.memo, h, at);
@@ -403,15 +396,13 @@ impl Engine {
             if rule.kind.moment() != Moment::CallEnd || !rule.scope.matches(r) {
                 continue;
             }
-            let e = e164.get_or_insert_with(|| lookup.normalize_number(&c.called));
-            let Some(key) = call_key(&rule.group_by, c, &self.set, lookup.as_ref(), e.as_deref())
-            else {
+            let Some(key) = keys.get(&rule.group_by, c, &self.set, lookup.as_ref()) else {
                 continue;
             };
             let matched = end_matches(&rule.kind, r, c);
             count(
                 st,
-                &key,
+                key,
                 matched,
                 &r.uid,
                 at,
@@ -674,8 +665,28 @@ fn count(
         ks.last_match_us = Some(ks.last_match_us.map_or(at_us, |t| t.max(at_us)));
     }
     note_uid(ks, matched, uid, set.calls_per_alert_max);
-    let (fires, fig) = condition(&rule, ks.window.counts(rule.window_us, now));
-    judge(st, i, fires, Some(fig), now, stats, out);
+    let c = ks.window.counts(rule.window_us, now);
+    // The figures are made only when they are reported: most events change no alert.
+    if !holds(&rule, c) {
+        return;
+    }
+    if ks.firing.is_some() {
+        ks.last_true_us = Some(now);
+        return;
+    }
+    judge(st, i, true, Some(condition(&rule, c).1), now, stats, out);
+}
+
+/// Whether a window's counts meet the rule ([`condition`] without the figures).
+fn holds(rule: &Rule, c: Counts) -> bool {
+    let pct = || if c.total > 0 { 100.0 * c.matched as f64 / c.total as f64 } else { 0.0 };
+    match (&rule.kind, rule.threshold) {
+        (Kind::Asr { pct: below } | Kind::Ner { pct: below }, Threshold::Percent { min_calls, .. }) => {
+            c.total >= min_calls && pct() < *below
+        }
+        (_, Threshold::Percent { pct: at, min_calls }) => c.total >= min_calls && c.matched > 0 && pct() >= at,
+        (_, Threshold::Count(n)) => c.matched >= n,
+    }
 }
 
 /// Remembers the uid behind an incident (the newest `max`).
@@ -843,14 +854,44 @@ fn one_way(r: &CdrRecord, c: &CdrCall, gap_us: Option<i64>) -> bool {
     }
 }
 
+/// A call's group keys, each made once per event however many rules group by it.
+#[derive(Default)]
+struct KeyCache {
+    /// The called number in E.164, once asked for.
+    e164: Option<Option<String>>,
+    keys: Vec<(GroupBy, Option<String>)>,
+}
+
+impl KeyCache {
+    fn new(e164: Option<String>) -> KeyCache {
+        KeyCache {
+            e164: Some(e164),
+            keys: Vec::new(),
+        }
+    }
+
+    fn get(&mut self, by: &GroupBy, c: &CdrCall, set: &RuleSet, lookup: &dyn Lookup) -> Option<&str> {
+        let i = match self.keys.iter().position(|(b, _)| b == by) {
+            Some(i) => i,
+            None => {
+                let e164 = match by {
+                    GroupBy::CalledPrefix(_) => self
+                        .e164
+                        .get_or_insert_with(|| lookup.normalize_number(&c.called))
+                        .as_deref(),
+                    _ => None,
+                };
+                let key = call_key(by, c, set, e164);
+                self.keys.push((by.clone(), key));
+                self.keys.len() - 1
+            }
+        };
+        self.keys[i].1.as_deref()
+    }
+}
+
 /// The group key of a call for `by`; `None` when the call has none (no address, no group).
-fn call_key(
-    by: &GroupBy,
-    c: &CdrCall,
-    set: &RuleSet,
-    _lookup: &dyn Lookup,
-    e164: Option<&str>,
-) -> Option<String> {
+fn call_key(by: &GroupBy, c: &CdrCall, set: &RuleSet, e164: Option<&str>) -> Option<String> {
     Some(match by {
         GroupBy::None => String::new(),
         GroupBy::Caller | GroupBy::User => c.caller.clone(),

@@ -186,14 +186,14 @@ fn rss_bytes() -> u64 {
 /// every arena plus mmapped blocks). Unlike RSS it does not depend on what earlier phases
 /// freed, so the growth over a phase is that phase's memory.
 #[cfg(target_env = "gnu")]
-fn heap_bytes() -> u64 {
+pub(crate) fn heap_bytes() -> u64 {
     // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
     let m = unsafe { libc::mallinfo2() };
     (m.uordblks + m.hblkhd) as u64
 }
 
 #[cfg(not(target_env = "gnu"))]
-fn heap_bytes() -> u64 {
+pub(crate) fn heap_bytes() -> u64 {
     rss_bytes()
 }
 

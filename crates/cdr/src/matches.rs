@@ -31,7 +31,9 @@ impl CallQuery {
         if !self.matches_start(c) {
             return false;
         }
-        let d = derive(c, record.streams.iter().map(Into::into));
+        if !self.needs_end() {
+            return true;
+        }
         if !self.response.is_empty()
             && !c.last_response.is_some_and(|code| {
                 self.response.iter().any(|r| match *r {
@@ -43,7 +45,9 @@ impl CallQuery {
             return false;
         }
         if let Some(min) = self.min_duration_s
-            && d.duration_ms
+            && c
+                .end_us
+                .map(|e| (e - c.start_us) / 1000)
                 .is_none_or(|ms| ms < (min * 1000.0).ceil() as i64)
         {
             return false;
@@ -53,21 +57,25 @@ impl CallQuery {
         {
             return false;
         }
-        if let Some(v) = self.loss_above_pct
-            && !d.loss_max_pct.is_some_and(|l| l > v)
-        {
-            return false;
-        }
-        if let Some(v) = self.jitter_above_ms
-            && !d.jitter_max_ms.is_some_and(|j| j > v)
-        {
-            return false;
-        }
-        if let Some(codec) = &self.codec {
-            let names = crate::search::codec_names(codec);
-            let have = d.codecs.unwrap_or_default().to_ascii_lowercase();
-            if !have.split(',').any(|h| names.iter().any(|n| n == h)) {
+        // The worst stream's figures and the codecs, as the search columns hold them.
+        if self.loss_above_pct.is_some() || self.jitter_above_ms.is_some() || self.codec.is_some() {
+            let d = derive(c, record.streams.iter().map(Into::into));
+            if let Some(v) = self.loss_above_pct
+                && !d.loss_max_pct.is_some_and(|l| l > v)
+            {
                 return false;
+            }
+            if let Some(v) = self.jitter_above_ms
+                && !d.jitter_max_ms.is_some_and(|j| j > v)
+            {
+                return false;
+            }
+            if let Some(codec) = &self.codec {
+                let names = crate::search::codec_names(codec);
+                let have = d.codecs.unwrap_or_default().to_ascii_lowercase();
+                if !have.split(',').any(|h| names.iter().any(|n| n == h)) {
+                    return false;
+                }
             }
         }
         if let Some(h) = self.hangup_by

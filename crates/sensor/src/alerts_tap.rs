@@ -47,7 +47,7 @@ enum Owned {
 impl SensorAlerts {
     /// Runs a batch through the rules; returns what fired or resolved (also handed to the
     /// output). `now_ns`: the capture's time when the batch was taken (0: unknown).
-    pub(crate) fn on_part(&mut self, part: &Analysis, now_ns: i64) -> Vec<Alert> {
+    pub fn on_part(&mut self, part: &Analysis, now_ns: i64) -> Vec<Alert> {
         let mut events: Vec<(i64, Owned)> =
             Vec::with_capacity(part.started.len() + part.calls.len() + part.registrations.len());
         for s in &part.started {

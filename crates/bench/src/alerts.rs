@@ -1,0 +1,215 @@
+//! `tandem bench alerts`: what the alert rules cost, measured in one run.
+//!
+//! - CPU per call: a clean synthetic day (the scenario synthesiser's) is analysed by the
+//!   monitor, as `tandem bench capture` does, and its records (INVITEs, closed calls,
+//!   REGISTER chains) then go through the sensor's alert tap with no rules (the conversion to
+//!   CDR rows alone), the 20 example rules, and 200 rules (the example set ten times). The
+//!   share is the tap's CPU per call over the analysis's.
+//! - Memory per tracked key: one rule grouped by caller, fed calls from N distinct callers;
+//!   the allocator's growth over N, and the events per second at that size.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use monitor::synth::scenario::{self, Scenario, ScenarioOptions};
+use monitor::{Monitor, MonitorConfig};
+use serde::Serialize;
+
+use crate::report::{BenchReport, Table, median};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Calls of the clean synthetic day the rules are run over.
+    #[arg(long, default_value_t = 10_000)]
+    pub calls: usize,
+    /// Distinct keys for the memory figure.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: usize,
+    /// Runs of each CPU measurement (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// The example rule set (default: alerts.example.toml in the working directory).
+    #[arg(long, default_value = "alerts.example.toml")]
+    pub rules: PathBuf,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct RuleCost {
+    rules: usize,
+    cpu_us_per_call: f64,
+    share_of_capture_pct: f64,
+    alerts: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    calls: usize,
+    registrations: usize,
+    capture_cpu_us_per_call: f64,
+    /// Converting records to CDR rows for the rules, without any rule.
+    conversion_cpu_us_per_call: f64,
+    with_rules: Vec<RuleCost>,
+    keys: usize,
+    bytes_per_key: f64,
+    events_per_s_at_keys: f64,
+    engine_keys: u64,
+}
+
+impl BenchReport for Report {
+    fn print_table(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "alert rules over a clean day of {} calls and {} registrations; the monitor's analysis costs {:.2} µs CPU per call",
+            self.calls, self.registrations, self.capture_cpu_us_per_call
+        )?;
+        let mut t = Table::new(["rules", "µs CPU per call", "share of capture", "alerts"]);
+        t.row([
+            "0 (rows only)".to_string(),
+            format!("{:.2}", self.conversion_cpu_us_per_call),
+            format!("{:.1} %", 100.0 * self.conversion_cpu_us_per_call / self.capture_cpu_us_per_call),
+            "0".into(),
+        ]);
+        for r in &self.with_rules {
+            t.row([
+                r.rules.to_string(),
+                format!("{:.2}", r.cpu_us_per_call),
+                format!("{:.1} %", r.share_of_capture_pct),
+                r.alerts.to_string(),
+            ]);
+        }
+        t.write(out)?;
+        writeln!(
+            out,
+            "\n{} distinct keys of one rule: {:.0} bytes per key, {:.0} events/s at that size ({} keys held)",
+            self.keys, self.bytes_per_key, self.events_per_s_at_keys, self.engine_keys
+        )
+    }
+}
+
+fn cpu_s() -> f64 {
+    procstat::thread_cpu_seconds().unwrap_or(f64::NAN)
+}
+
+fn rules_times(cfg: &alerts::AlertsConfig, times: usize) -> alerts::AlertsConfig {
+    let mut out = cfg.clone();
+    out.rule.clear();
+    for i in 0..times {
+        for r in &cfg.rule {
+            let mut r = r.clone();
+            if i > 0 {
+                r.name = format!("{}-{i}", r.name);
+            }
+            out.rule.push(r);
+        }
+    }
+    out
+}
+
+/// The tap's CPU seconds over `part` with `cfg`'s rules, and the alerts it raised.
+fn tap_cpu(part: &monitor::Analysis, cfg: &alerts::AlertsConfig) -> anyhow::Result<(f64, usize)> {
+    let set = alerts::RuleSet::new(cfg).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let engine = alerts::Engine::new(set, Arc::new(alerts::lookup::Basic));
+    let mut tap = sensor::SensorAlerts {
+        engine: Arc::new(Mutex::new(engine)),
+        sensor: "bench".into(),
+        output: None,
+    };
+    let cpu = cpu_s();
+    let fired = tap.on_part(part, 0);
+    Ok((cpu_s() - cpu, fired.len()))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.runs > 0 && args.calls > 0, "--runs and --calls must be at least 1");
+    let text = std::fs::read_to_string(&args.rules)
+        .with_context(|| format!("reading {} (give --rules)", args.rules.display()))?;
+    let example = alerts::RulesFile::parse(&args.rules, &text)?;
+    let dir = tempfile::tempdir()?;
+    let pcap = dir.path().join("clean.pcap");
+    eprintln!("writing a clean day of {} calls", args.calls);
+    scenario::write(Scenario::Clean, &pcap, &ScenarioOptions { clean_calls: args.calls, ..ScenarioOptions::default() })?;
+
+    let mut capture = Vec::new();
+    let mut part = monitor::Analysis::default();
+    for _ in 0..args.runs {
+        let cpu = cpu_s();
+        let mut m = Monitor::new(MonitorConfig { report_starts: true, ..MonitorConfig::default() }, 1);
+        m.read_file(&pcap, |_| {})?;
+        part = m.finish();
+        capture.push(cpu_s() - cpu);
+    }
+    let calls = part.calls.len().max(1);
+    let per_call = |s: f64| 1e6 * s / calls as f64;
+    let capture_us = per_call(median(&capture));
+    let none = alerts::AlertsConfig::default();
+    let conversion: Vec<f64> = (0..args.runs).map(|_| tap_cpu(&part, &none).map(|r| r.0)).collect::<anyhow::Result<_>>()?;
+    let mut with_rules = Vec::new();
+    for times in [1, 10] {
+        let cfg = rules_times(&example, times);
+        let mut cpu = Vec::new();
+        let mut fired = 0;
+        for _ in 0..args.runs {
+            let (c, n) = tap_cpu(&part, &cfg)?;
+            cpu.push(c);
+            fired = n;
+        }
+        let us = per_call(median(&cpu));
+        with_rules.push(RuleCost {
+            rules: cfg.rule.len(),
+            cpu_us_per_call: us,
+            share_of_capture_pct: 100.0 * us / capture_us,
+            alerts: fired,
+        });
+    }
+
+    // Memory per key: one rule by caller that never fires.
+    eprintln!("tracking {} distinct keys", args.keys);
+    let cfg = alerts::RulesFile::parse(
+        "bench".as_ref(),
+        &format!(
+            "[alerts]\nkeys_per_rule_max = {}\n[[alerts.rule]]\nname = \"per-caller\"\nkind = \"fraud.calls\"\ngroup_by = \"caller\"\nthreshold = 1000000\nwindow_s = 86400\n",
+            args.keys.max(1)
+        ),
+    )?;
+    let set = alerts::RuleSet::new(&cfg).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let before = crate::capture::heap_bytes();
+    let mut engine = alerts::Engine::new(set, Arc::new(alerts::lookup::Basic));
+    let mut out = Vec::new();
+    let t0 = 1_772_409_600_000_000i64;
+    let started = Instant::now();
+    for i in 0..args.keys {
+        let s = alerts::CallStart {
+            uid: String::new(),
+            call_id: format!("c{i}"),
+            caller: format!("{}", 100_000_000 + i),
+            called: "1000".into(),
+            caller_addr: ([192, 0, 2, 1], 5060).into(),
+            callee_addr: ([192, 0, 2, 2], 5060).into(),
+            start_us: t0 + i as i64,
+            sensor: String::new(),
+            user_agent: None,
+        };
+        engine.observe(alerts::Event::CallStart(&s), &mut out);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let grown = crate::capture::heap_bytes().saturating_sub(before);
+    let engine_keys = engine.stats().keys;
+    let report = Report {
+        calls: part.calls.len(),
+        registrations: part.registrations.len(),
+        capture_cpu_us_per_call: capture_us,
+        conversion_cpu_us_per_call: per_call(median(&conversion)),
+        with_rules,
+        keys: args.keys,
+        bytes_per_key: grown as f64 / args.keys.max(1) as f64,
+        events_per_s_at_keys: args.keys as f64 / elapsed,
+        engine_keys,
+    };
+    drop(engine);
+    crate::report::emit(&report, args.json)
+}
