@@ -27,6 +27,8 @@ use crate::{Alert, AlertState, Figures};
 
 /// How often (in the events' time) the engine visits firing keys by itself.
 const TICK_US: i64 = 1_000_000;
+/// How often it forgets idle keys.
+const FORGET_EVERY_US: i64 = 10_000_000;
 /// Values remembered per key by the rules that compare a user with its past (countries,
 /// prefixes, User-Agents).
 const SEEN_PER_KEY_MAX: usize = 8;
@@ -133,6 +135,7 @@ pub struct Engine {
     lookup: Arc<dyn Lookup>,
     now_us: i64,
     next_tick_us: i64,
+    next_forget_us: i64,
     starts: RecentCalls,
     ends: RecentCalls,
     hasher: std::collections::hash_map::RandomState,
@@ -156,6 +159,7 @@ impl Engine {
             lookup,
             now_us: i64::MIN,
             next_tick_us: i64::MIN,
+            next_forget_us: i64::MIN,
             starts: RecentCalls::default(),
             ends: RecentCalls::default(),
             hasher: Default::default(),
@@ -332,16 +336,18 @@ impl Engine {
                 Kind::Calls => true,
                 Kind::Hours(hours) => !hours.allows(f.call.start_us),
                 Kind::CountryChange => {
-                    let country = ip_of(&f.call.caller_addr).and_then(|ip| lookup.ip_country(ip));
-                    let i = touch(st, &key, &mut self.stats, now, out);
+                    // An address without a country (private, unknown) says nothing of a change.
+                    let Some(country) =
+                        ip_of(&f.call.caller_addr).and_then(|ip| lookup.ip_country(ip))
+                    else {
+                        continue;
+                    };
+                    let i = touch(st, key, &mut self.stats, now, out);
                     let ks = st.keys.get_mut(i).expect("touched");
-                    match country {
-                        Some(c) => changed(&mut ks.memo, &c, 1),
-                        None => false,
-                    }
+                    changed(&mut ks.memo, &country, 1)
                 }
                 Kind::Concurrent { max } => {
-                    let i = touch(st, &key, &mut self.stats, now, out);
+                    let i = touch(st, key, &mut self.stats, now, out);
                     let ks = st.keys.get_mut(i).expect("touched");
                     let up = open_call(&mut ks.memo, h, f.call.start_us, now);
                     let fig = Figures {
@@ -362,7 +368,7 @@ impl Engine {
             let _ = f.user_agent;
             count(
                 st,
-                &key,
+                key,
                 matched,
                 f.uid,
                 f.call.start_us,
@@ -383,13 +389,12 @@ impl Engine {
             let rule = st.rule.clone();
             if let Kind::Concurrent { .. } = rule.kind {
                 // The call is no longer up: close it wherever its start put it.
-                if rule.scope.matches_start(c) {
-                    if let Some(key) = keys.get(&rule.group_by, c, &self.set, lookup.as_ref())
-                        && let Some(i) = st.keys.find(key)
-                        && let Some(ks) = st.keys.get_mut(i)
-                    {
-                        close_call(&mut ks.memo, h, at);
-                    }
+                if rule.scope.matches_start(c)
+                    && let Some(key) = keys.get(&rule.group_by, c, &self.set, lookup.as_ref())
+                    && let Some(i) = st.keys.find(key)
+                    && let Some(ks) = st.keys.get_mut(i)
+                {
+                    close_call(&mut ks.memo, h, at);
                 }
                 continue;
             }
@@ -508,7 +513,17 @@ impl Engine {
     fn tick(&mut self, out: &mut Vec<Alert>) {
         let now = self.now_us;
         self.next_tick_us = now.saturating_add(TICK_US);
+        let forget = now >= self.next_forget_us;
+        if forget {
+            self.next_forget_us = now.saturating_add(FORGET_EVERY_US);
+        }
         for st in &mut self.rules {
+            if st.firing.is_empty() {
+                if forget {
+                    forget_idle(st, now);
+                }
+                continue;
+            }
             let rule = st.rule.clone();
             let firing: Vec<u32> = st.firing.iter().copied().collect();
             for i in firing {
@@ -561,7 +576,9 @@ impl Engine {
                     self.stats.repeated += 1;
                 }
             }
-            forget_idle(st, now);
+            if forget {
+                forget_idle(st, now);
+            }
         }
     }
 
@@ -679,12 +696,21 @@ fn count(
 
 /// Whether a window's counts meet the rule ([`condition`] without the figures).
 fn holds(rule: &Rule, c: Counts) -> bool {
-    let pct = || if c.total > 0 { 100.0 * c.matched as f64 / c.total as f64 } else { 0.0 };
-    match (&rule.kind, rule.threshold) {
-        (Kind::Asr { pct: below } | Kind::Ner { pct: below }, Threshold::Percent { min_calls, .. }) => {
-            c.total >= min_calls && pct() < *below
+    let pct = || {
+        if c.total > 0 {
+            100.0 * c.matched as f64 / c.total as f64
+        } else {
+            0.0
         }
-        (_, Threshold::Percent { pct: at, min_calls }) => c.total >= min_calls && c.matched > 0 && pct() >= at,
+    };
+    match (&rule.kind, rule.threshold) {
+        (
+            Kind::Asr { pct: below } | Kind::Ner { pct: below },
+            Threshold::Percent { min_calls, .. },
+        ) => c.total >= min_calls && pct() < *below,
+        (_, Threshold::Percent { pct: at, min_calls }) => {
+            c.total >= min_calls && c.matched > 0 && pct() >= at
+        }
         (_, Threshold::Count(n)) => c.matched >= n,
     }
 }
@@ -870,7 +896,13 @@ impl KeyCache {
         }
     }
 
-    fn get(&mut self, by: &GroupBy, c: &CdrCall, set: &RuleSet, lookup: &dyn Lookup) -> Option<&str> {
+    fn get(
+        &mut self,
+        by: &GroupBy,
+        c: &CdrCall,
+        set: &RuleSet,
+        lookup: &dyn Lookup,
+    ) -> Option<&str> {
         let i = match self.keys.iter().position(|(b, _)| b == by) {
             Some(i) => i,
             None => {

@@ -13,10 +13,10 @@
 //! benchmark as the binary's are.
 
 pub mod agi;
-mod alerts;
 mod agi_dialparties;
 mod agi_memory;
 mod agi_scripts;
+mod alerts;
 mod archive;
 pub mod browser;
 pub mod capture;

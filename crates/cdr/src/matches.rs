@@ -45,8 +45,7 @@ impl CallQuery {
             return false;
         }
         if let Some(min) = self.min_duration_s
-            && c
-                .end_us
+            && c.end_us
                 .map(|e| (e - c.start_us) / 1000)
                 .is_none_or(|ms| ms < (min * 1000.0).ceil() as i64)
         {

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use alerts::{Alert, CallStart, Engine, Event};
 use cdr::CdrRecord;
-use monitor::Analysis;
+use monitor::{Analysis, StartedCall};
 
-use crate::records::{cdr_call, cdr_registration, cdr_stream, us};
+use crate::records::us;
 
 /// Where the alerts go besides the `--json` output: notifications and storage in `serve`.
 /// Called on the sensor's thread: it must not wait.
@@ -37,64 +37,100 @@ impl std::fmt::Debug for SensorAlerts {
     }
 }
 
-/// One event of a batch, owned, with its time.
-enum Owned {
-    Start(CallStart),
-    End(CdrRecord),
-    Registration(CdrRecord),
-}
-
 impl SensorAlerts {
     /// Runs a batch through the rules; returns what fired or resolved (also handed to the
     /// output). `now_ns`: the capture's time when the batch was taken (0: unknown).
     pub fn on_part(&mut self, part: &Analysis, now_ns: i64) -> Vec<Alert> {
-        let mut events: Vec<(i64, Owned)> =
-            Vec::with_capacity(part.started.len() + part.calls.len() + part.registrations.len());
-        for s in &part.started {
-            let start_us = us(s.invite_ns);
-            events.push((
-                start_us,
-                Owned::Start(CallStart {
-                    uid: format!("{}|{}|{start_us}", self.sensor, s.call_id),
-                    call_id: s.call_id.to_string(),
-                    caller: s.caller.to_string(),
-                    called: s.called.to_string(),
-                    caller_addr: s.caller_addr,
-                    callee_addr: s.callee_addr,
-                    start_us,
-                    sensor: self.sensor.clone(),
-                    user_agent: s.user_agent.as_deref().map(str::to_string),
-                }),
-            ));
+        if self.idle() {
+            return Vec::new();
         }
-        for c in &part.calls {
-            let mut row = cdr_call(c);
-            row.sensor.clone_from(&self.sensor);
-            let at = row.end_us.unwrap_or(row.start_us);
-            let mut r = CdrRecord::call(row, c.streams.iter().map(cdr_stream).collect());
-            r.uid = r.identity(&self.sensor);
-            events.push((at, Owned::End(r)));
+        let mut rows = crate::cdr_sink::CdrSink::rows(part, None);
+        self.name_rows(&mut rows);
+        self.on_rows(&part.started, &rows, now_ns)
+    }
+
+    /// No rule to run (a `serve` whose rules are all in the console, none saved yet).
+    pub fn idle(&self) -> bool {
+        self.engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rules()
+            .rules
+            .is_empty()
+    }
+
+    /// Gives rows their sensor and uid, as the CDR writer will store them.
+    pub fn name_rows(&self, rows: &mut [CdrRecord]) {
+        for r in rows {
+            if let Some(c) = r.call.as_mut()
+                && c.sensor.is_empty()
+            {
+                c.sensor.clone_from(&self.sensor);
+            }
+            if let Some(g) = r.registration.as_mut()
+                && g.sensor.is_empty()
+            {
+                g.sensor.clone_from(&self.sensor);
+            }
+            if r.uid.is_empty() {
+                r.uid = r.identity(&self.sensor);
+            }
         }
-        for g in &part.registrations {
-            let mut row = cdr_registration(g);
-            row.sensor.clone_from(&self.sensor);
-            let at = row.last_us;
-            let mut r = CdrRecord::registration(row);
-            r.uid = r.identity(&self.sensor);
-            events.push((at, Owned::Registration(r)));
+    }
+
+    /// Runs a batch's call starts and rows (the CDR writer's, so that they are made once)
+    /// through the rules, in the order they happened.
+    pub fn on_rows(
+        &mut self,
+        started: &[StartedCall],
+        rows: &[CdrRecord],
+        now_ns: i64,
+    ) -> Vec<Alert> {
+        // (time, starts first at a tie, index): indices are sorted, not the records.
+        let mut order: Vec<(i64, bool, usize)> = Vec::with_capacity(started.len() + rows.len());
+        for (i, s) in started.iter().enumerate() {
+            order.push((us(s.invite_ns), false, i));
         }
-        // Starts before ends at the same time: a call is up before it is down.
-        events.sort_by_key(|(at, e)| (*at, !matches!(e, Owned::Start(_))));
+        for (i, r) in rows.iter().enumerate() {
+            let at = match (&r.call, &r.registration) {
+                (Some(c), _) => c.end_us.unwrap_or(c.start_us),
+                (None, Some(g)) => g.last_us,
+                _ => continue,
+            };
+            order.push((at, true, started.len() + i));
+        }
+        order.sort_unstable();
         let mut out = Vec::new();
         {
             let mut engine = self.engine.lock().unwrap_or_else(|p| p.into_inner());
-            for (_, e) in &events {
-                let ev = match e {
-                    Owned::Start(s) => Event::CallStart(s),
-                    Owned::End(r) => Event::CallEnd(r),
-                    Owned::Registration(r) => Event::Registration(r),
-                };
-                engine.observe(ev, &mut out);
+            for (_, _, i) in order {
+                match i.checked_sub(started.len()) {
+                    None => {
+                        let s = &started[i];
+                        let start_us = us(s.invite_ns);
+                        let start = CallStart {
+                            uid: format!("{}|{}|{start_us}", self.sensor, s.call_id),
+                            call_id: s.call_id.to_string(),
+                            caller: s.caller.to_string(),
+                            called: s.called.to_string(),
+                            caller_addr: s.caller_addr,
+                            callee_addr: s.callee_addr,
+                            start_us,
+                            sensor: self.sensor.clone(),
+                            user_agent: s.user_agent.as_deref().map(str::to_string),
+                        };
+                        engine.observe(Event::CallStart(&start), &mut out);
+                    }
+                    Some(j) => {
+                        let r = &rows[j];
+                        let ev = if r.call.is_some() {
+                            Event::CallEnd(r)
+                        } else {
+                            Event::Registration(r)
+                        };
+                        engine.observe(ev, &mut out);
+                    }
+                }
             }
             if now_ns > 0 {
                 engine.advance(us(now_ns), &mut out);

@@ -113,6 +113,16 @@ impl CdrSink {
     /// the closed REGISTER chains. With an archive, each call's row says where its packets are,
     /// and so does each stream's without a call.
     pub fn submit(&self, a: &Analysis, archive: Option<&crate::archive_tap::CaptureArchive>) {
+        self.submit_rows(Self::rows(a, archive));
+    }
+
+    /// The batch's records as CDR rows (calls with their streams and T.38 flows, streams
+    /// without a call, REGISTER chains), with where the archive put their packets.
+    pub fn rows(
+        a: &Analysis,
+        archive: Option<&crate::archive_tap::CaptureArchive>,
+    ) -> Vec<CdrRecord> {
+        let mut out = Vec::with_capacity(a.calls.len() + a.streams.len() + a.registrations.len());
         for c in &a.calls {
             let streams = c.streams.iter().map(cdr_stream).collect();
             let mut row = cdr_call(c);
@@ -121,18 +131,25 @@ impl CdrSink {
             }
             let mut record = CdrRecord::call(row, streams);
             record.t38 = c.t38.iter().map(crate::records::cdr_t38).collect();
-            self.writer.submit(record);
+            out.push(record);
         }
         for s in &a.streams {
             let mut row = cdr_stream(s);
             if let Some(archive) = archive {
                 archive.fill_stream(s, &mut row);
             }
-            self.writer.submit(CdrRecord::lone_stream(row));
+            out.push(CdrRecord::lone_stream(row));
         }
         for r in &a.registrations {
-            self.writer
-                .submit(CdrRecord::registration(cdr_registration(r)));
+            out.push(CdrRecord::registration(cdr_registration(r)));
+        }
+        out
+    }
+
+    /// Hands rows to the writer (which never waits).
+    pub fn submit_rows(&self, rows: Vec<CdrRecord>) {
+        for r in rows {
+            self.writer.submit(r);
         }
     }
 

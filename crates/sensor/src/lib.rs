@@ -47,6 +47,16 @@ pub mod table;
 pub mod uplink;
 
 pub use alerts_tap::{AlertOutput, SensorAlerts};
+
+/// A batch's records as the CDR rows the writer stores (no archive locations), for a
+/// benchmark of what reads them.
+pub struct CdrRows;
+
+impl CdrRows {
+    pub fn rows(part: &monitor::Analysis) -> Vec<cdr::CdrRecord> {
+        cdr_sink::CdrSink::rows(part, None)
+    }
+}
 pub use archive::DEFAULT_MAX_CALL_BYTES as ARCHIVE_CALL_MAX_BYTES;
 pub use archive_tap::{ArchiveGauges, ArchiveStatus, compression_name};
 pub use cdr_sink::{collector_journal, default_journal};

@@ -196,13 +196,25 @@ impl RecordSink for Sinks {
         };
         self.totals.add(&part);
         // The CDR writer first: an observer that fails (a `--json` reader gone away) ends the
-        // sensor, and the records in hand must be stored all the same.
-        if let Some(c) = &self.cdr {
-            c.submit(&part, self.archive.as_ref());
-        }
-        let fired = match self.alerts.as_mut() {
-            Some(a) => a.on_part(&part, part.last_ns),
-            None => Vec::new(),
+        // sensor, and the records in hand must be stored all the same. The rules see the rows
+        // the writer is handed, made once.
+        let fired = match (&self.cdr, self.alerts.as_mut()) {
+            (Some(c), Some(a)) if !a.idle() => {
+                let mut rows = CdrSink::rows(&part, self.archive.as_ref());
+                a.name_rows(&mut rows);
+                let fired = a.on_rows(&part.started, &rows, part.last_ns);
+                c.submit_rows(rows);
+                fired
+            }
+            (cdr, alerts) => {
+                if let Some(c) = cdr {
+                    c.submit(&part, self.archive.as_ref());
+                }
+                match alerts {
+                    Some(a) => a.on_part(&part, part.last_ns),
+                    None => Vec::new(),
+                }
+            }
         };
         self.totals.alerts += fired.len() as u64;
         if let Some(o) = self.observer.as_mut() {
