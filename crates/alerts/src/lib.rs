@@ -13,6 +13,7 @@
 
 pub mod alert;
 pub mod config;
+pub mod e164;
 pub mod event;
 
 pub use alert::{ALERT_FORMAT_VERSION, Alert, AlertState, Figures, Severity};
