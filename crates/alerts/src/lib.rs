@@ -15,6 +15,7 @@ pub mod alert;
 pub mod config;
 pub mod e164;
 pub mod event;
+pub mod geo;
 
 pub use alert::{ALERT_FORMAT_VERSION, Alert, AlertState, Figures, Severity};
 pub use config::{ActionConfig, AlertsConfig, RuleConfig, RulesFile};
