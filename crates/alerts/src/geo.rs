@@ -5,7 +5,8 @@
 //! `iptocc` crate's, built from the five Regional Internet Registries' delegation files: the
 //! country an address block is registered to; no download, no account), or from the
 //! operator's MaxMind-format country database when `[alerts] geoip_mmdb` names one
-//! (GeoLite2-Country, DB-IP's IP-to-Country Lite, or a City database of either).
+//! (GeoLite2-Country, DB-IP's IP-to-Country Lite, or a City database of either), flattened
+//! at load into sorted ranges (`geo/ranges.rs`) so that both answer in tens of nanoseconds.
 //!
 //! Never: guesses. Private, shared (CGNAT), loopback, link-local, documentation, multicast
 //! and other special-purpose addresses ([`is_special`]) have no country, whatever a table
@@ -17,6 +18,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+
+mod ranges;
 
 /// A country database larger than this is refused (GeoLite2-City, the largest that carries
 /// countries, is about 60 MB; the country databases about 10 MB).
@@ -84,14 +87,20 @@ pub enum GeoError {
     },
 }
 
+/// The country of an address, from the embedded table or an operator's database.
+pub struct Countries(Source);
+
 /// Where countries come from.
-pub enum Countries {
+enum Source {
     /// The table embedded in the binary.
     Embedded,
-    /// An operator's MaxMind-format database, read whole into memory at load.
+    /// An operator's MaxMind-format database, read at load into sorted ranges (the file
+    /// itself is not kept).
     Mmdb {
         path: PathBuf,
-        reader: Box<maxminddb::Reader<Vec<u8>>>,
+        database_type: String,
+        build_epoch: u64,
+        ranges: Box<ranges::CountryRanges>,
     },
 }
 
@@ -104,7 +113,12 @@ impl fmt::Debug for Countries {
 impl Countries {
     /// The embedded table.
     pub fn embedded() -> Countries {
-        Countries::Embedded
+        Countries(Source::Embedded)
+    }
+
+    /// Whether answers come from the embedded table.
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.0, Source::Embedded)
     }
 
     /// `[alerts] geoip_mmdb`: the database it names, or the embedded table when it is unset.
@@ -135,6 +149,7 @@ impl Countries {
             problem: error.to_string(),
         })?;
         let database_type = reader.metadata().database_type.clone();
+        let build_epoch = reader.metadata().build_epoch;
         let lower = database_type.to_ascii_lowercase();
         if !(lower.contains("country") || lower.contains("city")) {
             return Err(GeoError::NotCountries {
@@ -142,23 +157,36 @@ impl Countries {
                 database_type,
             });
         }
-        Ok(Countries::Mmdb {
+        let ranges = ranges::CountryRanges::read(&reader).map_err(|error| GeoError::NotMmdb {
             path: path.to_path_buf(),
-            reader: Box::new(reader),
-        })
+            problem: error.to_string(),
+        })?;
+        Ok(Countries(Source::Mmdb {
+            path: path.to_path_buf(),
+            database_type,
+            build_epoch,
+            ranges: Box::new(ranges),
+        }))
     }
 
     /// Where the answers come from, for the start-up log and the console.
     pub fn describe(&self) -> String {
-        match self {
-            Countries::Embedded => {
+        match &self.0 {
+            Source::Embedded => {
                 "the embedded IP-to-country table (the RIRs' delegations)".to_string()
             }
-            Countries::Mmdb { path, reader } => format!(
-                "{} ({}, built at Unix time {})",
+            Source::Mmdb {
+                path,
+                database_type,
+                build_epoch,
+                ranges,
+            } => format!(
+                "{} ({database_type}, built at Unix time {build_epoch}; {} IPv4 and {} IPv6 \
+                 ranges in {} KiB)",
                 path.display(),
-                reader.metadata().database_type,
-                reader.metadata().build_epoch
+                ranges.v4.len(),
+                ranges.v6.len(),
+                (ranges.v4.bytes() + ranges.v6.bytes()) / 1024
             ),
         }
     }
@@ -174,19 +202,18 @@ impl Countries {
         if is_special(ip) {
             return None;
         }
-        match self {
-            Countries::Embedded => iptocc::country_code(ip).and_then(Country::new),
-            Countries::Mmdb { reader, .. } => mmdb_country(reader, ip),
+        match &self.0 {
+            Source::Embedded => iptocc::country_code(ip).and_then(Country::new),
+            Source::Mmdb { ranges, .. } => ranges.lookup(ip),
         }
     }
 }
 
-/// The record's `country.iso_code` (where the address is used), else its
+/// A database record's `country.iso_code` (where the address is used), else its
 /// `registered_country.iso_code` (where its block is registered: what the embedded table
-/// says, and all a database knows of many anycast and satellite ranges). An IPv6 address in
-/// an IPv4-only database, or a record that does not decode, has none.
-fn mmdb_country(reader: &maxminddb::Reader<Vec<u8>>, ip: IpAddr) -> Option<Country> {
-    let found = reader.lookup(ip).ok()?;
+/// says, and all a database knows of many anycast and satellite ranges). A record that does
+/// not decode has none.
+fn record_country(found: &maxminddb::LookupResult<'_, Vec<u8>>) -> Option<Country> {
     ["country", "registered_country"].iter().find_map(|field| {
         let path = [
             maxminddb::PathElement::Key(field),
