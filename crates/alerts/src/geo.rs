@@ -16,6 +16,7 @@
 //! Start reading: [`Countries::lookup`].
 
 use std::fmt;
+use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
@@ -136,14 +137,23 @@ impl Countries {
             path: path.to_path_buf(),
             source,
         };
-        let size = std::fs::metadata(path).map_err(read_error)?.len();
+        let file = std::fs::File::open(path).map_err(read_error)?;
+        let size = file.metadata().map_err(read_error)?.len();
+        let too_large = |size| GeoError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+        };
         if size > GEOIP_MMDB_BYTES_MAX {
-            return Err(GeoError::TooLarge {
-                path: path.to_path_buf(),
-                size,
-            });
+            return Err(too_large(size));
         }
-        let bytes = std::fs::read(path).map_err(read_error)?;
+        // Read at most one byte past the bound, in case the file grew since.
+        let mut bytes = Vec::with_capacity(size as usize);
+        file.take(GEOIP_MMDB_BYTES_MAX + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > GEOIP_MMDB_BYTES_MAX {
+            return Err(too_large(bytes.len() as u64));
+        }
         let reader = maxminddb::Reader::from_source(bytes).map_err(|error| GeoError::NotMmdb {
             path: path.to_path_buf(),
             problem: error.to_string(),
