@@ -13,8 +13,10 @@
 
 pub mod alert;
 pub mod config;
+pub mod e164;
 pub mod engine;
 pub mod event;
+pub mod geo;
 pub mod hours;
 mod keys;
 pub mod lookup;
