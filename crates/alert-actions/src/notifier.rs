@@ -9,10 +9,15 @@
 //!
 //! A worker keeps the alerts of one rule and key in order (a `resolved` never overtakes the
 //! `firing` still being retried) while other keys go on beside it.
+//!
+//! Alertmanager ends an alert posted without `endsAt` after its `resolve_timeout` (5 minutes
+//! by default) unless it is posted again, as Prometheus does every minute; so the firing
+//! alerts of each Alertmanager action are posted again every
+//! [`NotifierOptions::alertmanager_resend_ms`] until they resolve.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alerts::config::ACTION_BACKOFF_MS_MAX;
@@ -29,6 +34,8 @@ pub const QUEUE_MAX_DEFAULT: usize = 10_000;
 pub const IN_FLIGHT_PER_ACTION_MAX_DEFAULT: usize = 16;
 /// Default of [`NotifierOptions::silences_cache_ms`].
 pub const SILENCES_CACHE_MS_DEFAULT: u64 = 10_000;
+/// Default of [`NotifierOptions::alertmanager_resend_ms`]: Prometheus' own resend delay.
+pub const ALERTMANAGER_RESEND_MS_DEFAULT: u64 = 60_000;
 /// Unknown action names remembered (each is logged once).
 const UNKNOWN_NAMES_LOGGED_MAX: usize = 1_000;
 
@@ -41,6 +48,9 @@ pub struct NotifierOptions {
     pub in_flight_per_action_max: usize,
     /// How long one read of an Alertmanager's silences is reused.
     pub silences_cache_ms: u64,
+    /// How often the alerts still firing are posted again to each Alertmanager action (at
+    /// most `queue_max` of them per action); 0 never.
+    pub alertmanager_resend_ms: u64,
 }
 
 impl Default for NotifierOptions {
@@ -49,6 +59,7 @@ impl Default for NotifierOptions {
             queue_max: QUEUE_MAX_DEFAULT,
             in_flight_per_action_max: IN_FLIGHT_PER_ACTION_MAX_DEFAULT,
             silences_cache_ms: SILENCES_CACHE_MS_DEFAULT,
+            alertmanager_resend_ms: ALERTMANAGER_RESEND_MS_DEFAULT,
         }
     }
 }
@@ -67,6 +78,8 @@ pub struct ActionStats {
     pub dropped: u64,
     /// Alerts skipped because an Alertmanager silence of the same alert was active.
     pub silenced: u64,
+    /// Firing alerts posted again to an Alertmanager (not retried: the next round is).
+    pub resent: u64,
     /// Alerts accepted and not yet sent, given up, dropped or silenced (a gauge).
     pub queued: u64,
 }
@@ -91,6 +104,7 @@ struct Counters {
     given_up: AtomicU64,
     dropped: AtomicU64,
     silenced: AtomicU64,
+    resent: AtomicU64,
     queued: AtomicU64,
 }
 
@@ -113,6 +127,7 @@ impl Counters {
             given_up: r(&self.given_up),
             dropped: r(&self.dropped),
             silenced: r(&self.silenced),
+            resent: r(&self.resent),
             queued: r(&self.queued),
         }
     }
@@ -289,8 +304,20 @@ async fn dispatch(
     let queue_max = options.queue_max.max(1);
     let mut queues = HashMap::new();
     let mut workers = JoinSet::new();
+    let mut firing: HashMap<String, Firing> = HashMap::new();
     for (name, action) in &actions.map {
         let (tx, rx) = mpsc::channel(queue_max);
+        if matches!(action.kind, ActionKind::Alertmanager(_)) && options.alertmanager_resend_ms > 0
+        {
+            let f = Firing::default();
+            firing.insert(name.clone(), f.clone());
+            tokio::spawn(resend(
+                tx.downgrade(),
+                f,
+                Duration::from_millis(options.alertmanager_resend_ms),
+                shared.per_action[name].clone(),
+            ));
+        }
         queues.insert(name.clone(), tx);
         workers.spawn(worker(
             action.clone(),
@@ -329,7 +356,16 @@ async fn dispatch(
                 c.settle(&c.silenced);
                 continue;
             }
-            if queues[name].try_send(alert.clone()).is_err() {
+            // In the same step as the send (this runtime has one thread), so that a resend
+            // never slips between a resolved alert and its delivery.
+            if let Some(f) = firing.get(name) {
+                remember(f, &alert, queue_max);
+            }
+            let job = Job {
+                alert: alert.clone(),
+                resend: false,
+            };
+            if queues[name].try_send(job).is_err() {
                 let n = c.dropped.load(Ordering::Relaxed) + 1;
                 c.settle(&c.dropped);
                 if worth_logging(n) {
@@ -344,6 +380,59 @@ async fn dispatch(
     }
     drop(queues);
     while workers.join_next().await.is_some() {}
+}
+
+/// One delivery to make: an alert, or a firing alert posted again to an Alertmanager.
+struct Job {
+    alert: Arc<Alert>,
+    resend: bool,
+}
+
+/// The firing alerts last posted to one Alertmanager, by rule and key.
+type Firing = Arc<Mutex<HashMap<String, Arc<Alert>>>>;
+
+fn remember(firing: &Firing, alert: &Arc<Alert>, max: usize) {
+    let mut f = firing.lock().unwrap_or_else(|e| e.into_inner());
+    let fp = alert.fingerprint();
+    match alert.state {
+        AlertState::Resolved => {
+            f.remove(&fp);
+        }
+        AlertState::Firing if f.len() < max || f.contains_key(&fp) => {
+            f.insert(fp, alert.clone());
+        }
+        AlertState::Firing => {}
+    }
+}
+
+/// Every `every`, queues the firing alerts of one Alertmanager action again; ends with the
+/// dispatcher (when the action's queue has no other sender).
+async fn resend(queue: mpsc::WeakSender<Job>, firing: Firing, every: Duration, c: Arc<Counters>) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(tx) = queue.upgrade() else { return };
+        let list: Vec<Arc<Alert>> = firing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for alert in list {
+            if tx
+                .try_send(Job {
+                    alert,
+                    resend: true,
+                })
+                .is_err()
+            {
+                break;
+            }
+            Counters::add(&c.queued);
+        }
+    }
 }
 
 /// For a firing alert with an Alertmanager among its actions and other actions beside it:
@@ -391,7 +480,7 @@ async fn silenced_by(
 /// the order they came.
 async fn worker(
     action: Arc<Action>,
-    mut rx: mpsc::Receiver<Arc<Alert>>,
+    mut rx: mpsc::Receiver<Job>,
     c: Arc<Counters>,
     in_flight_max: usize,
     waiting_max: usize,
@@ -399,31 +488,31 @@ async fn worker(
     let mut running = JoinSet::new();
     let mut running_key: HashMap<tokio::task::Id, String> = HashMap::new();
     let mut busy: HashSet<String> = HashSet::new();
-    let mut waiting: HashMap<String, VecDeque<Arc<Alert>>> = HashMap::new();
+    let mut waiting: HashMap<String, VecDeque<Job>> = HashMap::new();
     let mut waiting_len = 0usize;
     let mut open = true;
     let start = |running: &mut JoinSet<()>,
                  running_key: &mut HashMap<tokio::task::Id, String>,
                  fp: String,
-                 alert: Arc<Alert>| {
-        let h = running.spawn(deliver(action.clone(), alert, c.clone()));
+                 job: Job| {
+        let h = running.spawn(deliver(action.clone(), job, c.clone()));
         running_key.insert(h.id(), fp);
     };
     while open || !running.is_empty() {
         tokio::select! {
             got = rx.recv(), if open && running.len() < in_flight_max => match got {
                 None => open = false,
-                Some(alert) => {
-                    let fp = alert.fingerprint();
+                Some(job) => {
+                    let fp = job.alert.fingerprint();
                     if !busy.contains(&fp) {
                         busy.insert(fp.clone());
-                        start(&mut running, &mut running_key, fp, alert);
+                        start(&mut running, &mut running_key, fp, job);
                     } else if waiting_len < waiting_max {
-                        waiting.entry(fp).or_default().push_back(alert);
+                        waiting.entry(fp).or_default().push_back(job);
                         waiting_len += 1;
                     } else {
                         c.settle(&c.dropped);
-                        tracing::warn!(action = %action.name, rule = %alert.rule, key = %alert.key, "too many alerts of one key waiting for delivery: dropped");
+                        tracing::warn!(action = %action.name, rule = %job.alert.rule, key = %job.alert.key, "too many alerts of one key waiting for delivery: dropped");
                     }
                 }
             },
@@ -441,9 +530,9 @@ async fn worker(
                     waiting.remove(&fp);
                 }
                 match next {
-                    Some(alert) => {
+                    Some(job) => {
                         waiting_len -= 1;
-                        start(&mut running, &mut running_key, fp, alert);
+                        start(&mut running, &mut running_key, fp, job);
                     }
                     None => {
                         busy.remove(&fp);
@@ -455,7 +544,19 @@ async fn worker(
 }
 
 /// One alert to one action, with its retries.
-async fn deliver(action: Arc<Action>, alert: Arc<Alert>, c: Arc<Counters>) {
+async fn deliver(action: Arc<Action>, job: Job, c: Arc<Counters>) {
+    let alert = job.alert;
+    if job.resend {
+        // Not retried, and quiet: the next round posts it again.
+        match attempt(&action, &alert).await {
+            Ok(()) => c.settle(&c.resent),
+            Err(e) => {
+                tracing::debug!(action = %action.name, rule = %alert.rule, key = %alert.key, error = %e, "posting a firing alert again failed");
+                c.settle(&c.failed_attempts);
+            }
+        }
+        return;
+    }
     let mut backoff_ms = action.backoff_ms;
     let mut attempts = 0u32;
     loop {

@@ -139,6 +139,9 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
         NotifierOptions {
             // Read the silences on every alert, so that the one made below counts at once.
             silences_cache_ms: 0,
+            // Post firing alerts again this often (a minute in service), which keeps them
+            // from timing out in Alertmanager between the rule's repeats.
+            alertmanager_resend_ms: 300,
             ..Default::default()
         },
     )
@@ -170,6 +173,17 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
         utc::parse_us(starts).map(|t| t / 1_000_000),
         Some(first.since_us / 1_000_000),
         "{starts}"
+    );
+
+    // ...and posts it again while it fires: Alertmanager pushes its end further out.
+    let ends = a["endsAt"].as_str().unwrap().to_string();
+    let seen = wait_alerts(&am, |a| a["2001"]["endsAt"].as_str() != Some(&ends));
+    assert_ne!(seen["2001"]["endsAt"].as_str(), Some(ends.as_str()));
+    assert!(notifier.stats().actions["am"].resent >= 1);
+    assert_eq!(
+        hook.requests().len(),
+        1,
+        "a resend goes to Alertmanager alone"
     );
 
     // 2. A silence made in Alertmanager (an equal and a regex matcher)...
@@ -227,6 +241,12 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
     assert!(notifier.submit(resolved));
     let seen = wait_alerts(&am, |a| !a.contains_key("3001"));
     assert!(!seen.contains_key("3001"), "{:?}", seen.get("3001"));
+    // Resolved, it is no longer posted again.
+    let resent = notifier.stats().actions["am"].resent;
+    wait_stats(&notifier, Duration::from_secs(2), |s| {
+        s.actions["am"].resent > resent
+    });
+    assert!(!alerts_in(&am).contains_key("3001"));
     let stats = notifier.close(Instant::now() + Duration::from_secs(5));
     assert_eq!(stats.actions["hook"].sent, 3);
     assert_eq!(stats.actions["am"].given_up, 0);
