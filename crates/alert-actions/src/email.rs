@@ -124,9 +124,19 @@ impl Email {
         let (host, port) = server?;
         let from = from?;
         let builder = match security {
-            "none" => AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host.clone()),
-            "tls" => AsyncSmtpTransport::<Tokio1Executor>::relay(&host).ok()?,
-            _ => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&host).ok()?,
+            "none" => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
+                host.clone(),
+            )),
+            "tls" => AsyncSmtpTransport::<Tokio1Executor>::relay(&host),
+            _ => AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&host),
+        };
+        // lettre reads the system's CA certificates (or SSL_CERT_FILE's) here.
+        let builder = match builder {
+            Ok(b) => b,
+            Err(e) => {
+                check.fail("server", format!("{host}: TLS: {e}"));
+                return None;
+            }
         };
         let mut builder = builder
             .port(port)

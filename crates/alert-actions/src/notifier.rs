@@ -328,12 +328,21 @@ async fn dispatch(
         ));
     }
     let mut silences: HashMap<String, SilenceCache> = HashMap::new();
+    let mut heard = Heard {
+        told: HashMap::new(),
+        max: queue_max,
+    };
     let mut unknown_logged = HashSet::new();
     let ttl = Duration::from_millis(options.silences_cache_ms);
     while let Some(alert) = rx.recv().await {
         let alert = Arc::new(alert);
         let names: BTreeSet<&str> = alert.actions.iter().map(String::as_str).collect();
-        let silence = silenced_by(&alert, &names, &actions, &mut silences, ttl).await;
+        let silence = if consults_silences(&names, &actions) {
+            let s = silenced_by(&alert, &names, &actions, &mut silences, ttl).await;
+            heard.observe(&alert, s)
+        } else {
+            None
+        };
         for name in names {
             let Some(action) = actions.get(name) else {
                 Counters::add(&shared.unknown_action);
@@ -435,6 +444,56 @@ async fn resend(queue: mpsc::WeakSender<Job>, firing: Firing, every: Duration, c
     }
 }
 
+/// The Alertmanager actions among `names`.
+fn managers<'a>(names: &BTreeSet<&str>, actions: &'a Actions) -> Vec<&'a Arc<Action>> {
+    names
+        .iter()
+        .filter_map(|n| actions.get(n))
+        .filter(|a| matches!(a.kind, ActionKind::Alertmanager(_)))
+        .collect()
+}
+
+/// An alert whose actions are an Alertmanager and others beside it: Alertmanager's silences
+/// decide whether the others run.
+fn consults_silences(names: &BTreeSet<&str>, actions: &Actions) -> bool {
+    let m = managers(names, actions).len();
+    m > 0 && m < names.len()
+}
+
+/// Whether the rule's other actions were told of each key's firing. A key whose firings
+/// were all silenced resolves quietly too, as Alertmanager sends no resolution for what it
+/// never notified.
+struct Heard {
+    told: HashMap<String, bool>,
+    max: usize,
+}
+
+impl Heard {
+    /// The silence that keeps `alert` from the rule's other actions, if any.
+    fn observe(&mut self, alert: &Alert, silence: Option<String>) -> Option<String> {
+        let fp = alert.fingerprint();
+        match alert.state {
+            AlertState::Firing => {
+                let told = silence.is_none();
+                let room = self.told.len() < self.max;
+                match self.told.get_mut(&fp) {
+                    Some(t) => *t |= told,
+                    // Past the bound a key is not remembered, and its resolution goes out.
+                    None if room => {
+                        self.told.insert(fp, told);
+                    }
+                    None => {}
+                }
+                silence
+            }
+            AlertState::Resolved => match self.told.remove(&fp) {
+                Some(false) => Some("(every firing was silenced)".into()),
+                _ => None,
+            },
+        }
+    }
+}
+
 /// For a firing alert with an Alertmanager among its actions and other actions beside it:
 /// the id of an active silence there that matches the alert's labels.
 async fn silenced_by(
@@ -447,14 +506,7 @@ async fn silenced_by(
     if alert.state != AlertState::Firing {
         return None;
     }
-    let managers: Vec<&Arc<Action>> = names
-        .iter()
-        .filter_map(|n| actions.get(n))
-        .filter(|a| matches!(a.kind, ActionKind::Alertmanager(_)))
-        .collect();
-    if managers.is_empty() || managers.len() == names.len() {
-        return None;
-    }
+    let managers = managers(names, actions);
     let labels = alertmanager::labels(alert);
     for a in managers {
         let ActionKind::Alertmanager(am) = &a.kind else {

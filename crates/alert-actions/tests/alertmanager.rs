@@ -213,10 +213,11 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
     };
     assert!(notifier.submit(repeat));
     assert!(notifier.submit(live("premium", "3001")));
+    assert!(notifier.submit(live("premium", "2009")));
     let stats = wait_stats(&notifier, Duration::from_secs(5), |s| {
-        s.actions["am"].sent == 3 && s.actions["hook"].sent == 2
+        s.actions["am"].sent == 4 && s.actions["hook"].sent == 2
     });
-    assert_eq!(stats.actions["hook"].silenced, 1, "{stats:?}");
+    assert_eq!(stats.actions["hook"].silenced, 2, "{stats:?}");
     assert_eq!(stats.actions["am"].silenced, 0);
     let keys: Vec<String> = hook
         .requests()
@@ -232,13 +233,15 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
     assert_eq!(seen["2001"]["status"]["state"], "suppressed");
     assert_eq!(seen["3001"]["status"]["state"], "active");
 
-    // 3. A resolved alert ends it in Alertmanager (it leaves the list of active alerts), and a
-    // resolved alert is never silenced.
-    let resolved = Alert {
-        state: AlertState::Resolved,
-        ..live("premium", "3001")
-    };
-    assert!(notifier.submit(resolved));
+    // 3. A resolved alert ends it in Alertmanager (it leaves the list of active alerts) and
+    // reaches the other actions, unless they never heard of its firing (2009: silenced).
+    for key in ["2009", "3001"] {
+        let resolved = Alert {
+            state: AlertState::Resolved,
+            ..live("premium", key)
+        };
+        assert!(notifier.submit(resolved));
+    }
     let seen = wait_alerts(&am, |a| !a.contains_key("3001"));
     assert!(!seen.contains_key("3001"), "{:?}", seen.get("3001"));
     // Resolved, it is no longer posted again.
@@ -249,5 +252,11 @@ fn alertmanager_receives_alerts_and_its_silences_quiet_the_other_actions() {
     assert!(!alerts_in(&am).contains_key("3001"));
     let stats = notifier.close(Instant::now() + Duration::from_secs(5));
     assert_eq!(stats.actions["hook"].sent, 3);
+    assert_eq!(stats.actions["hook"].silenced, 3);
+    let last = hook.requests().last().unwrap().json();
+    assert_eq!(
+        (&last["key"], &last["state"]),
+        (&"3001".into(), &"resolved".into())
+    );
     assert_eq!(stats.actions["am"].given_up, 0);
 }

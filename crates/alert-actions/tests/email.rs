@@ -187,6 +187,7 @@ fn email_reaches_a_real_smtp_server_in_clear_on_loopback_and_with_starttls() {
             "{data}"
         );
         assert!(data.contains("Content-Type: text/plain"), "{data}");
+        assert!(data.contains("\r\nDate: "), "{data}");
         for want in [
             sent.summary.as_str(),
             "Rule:      premium (fraud.destination)",
