@@ -18,6 +18,10 @@ pub const SILENCES_MAX: usize = 10_000;
 /// A regex matcher longer than this is ignored: a silence's pattern is a person's, and this
 /// keeps a compiled automaton small.
 const MATCHER_PATTERN_BYTES_MAX: usize = 4096;
+/// The compiled size one pattern may take (`regex`'s own default is 10 MiB).
+const MATCHER_REGEX_BYTES_MAX: usize = 1 << 20;
+/// Matchers read per silence; a silence with more is left out.
+const MATCHERS_PER_SILENCE_MAX: usize = 64;
 
 #[derive(Debug)]
 pub struct Alertmanager {
@@ -56,27 +60,32 @@ impl Alertmanager {
         let url = self.endpoint("/api/v2/silences");
         let resp = http::exchange(hyper::Method::GET, &url, None, &[], Vec::new()).await?;
         http::judge(&url, &resp)?;
-        let all: Vec<RawSilence> = serde_json::from_slice(&resp.body)
-            .map_err(|e| DeliveryError::Transient(format!("{url}: not a list of silences: {e}")))?;
-        if all.len() > SILENCES_MAX {
-            tracing::warn!(
-                %url,
-                silences = all.len(),
-                "Alertmanager holds more silences than Tandem reads ({SILENCES_MAX}); the rest are ignored"
-            );
-        }
-        Ok(all
-            .into_iter()
-            .take(SILENCES_MAX)
-            .filter(|s| s.status.state == "active")
-            .filter_map(Silence::compile)
-            .collect())
+        active_silences(&resp.body)
+            .map_err(|e| DeliveryError::Transient(format!("{url}: not a list of silences: {e}")))
     }
+}
+
+/// The active silences of a `GET /api/v2/silences` answer, ready to match (the first
+/// [`SILENCES_MAX`]; a silence with a pattern this side cannot read is left out).
+pub fn active_silences(body: &[u8]) -> Result<Vec<Silence>, serde_json::Error> {
+    let all: Vec<RawSilence> = serde_json::from_slice(body)?;
+    if all.len() > SILENCES_MAX {
+        tracing::warn!(
+            silences = all.len(),
+            "Alertmanager holds more silences than Tandem reads ({SILENCES_MAX}); the rest are ignored"
+        );
+    }
+    Ok(all
+        .into_iter()
+        .take(SILENCES_MAX)
+        .filter(|s| s.status.state == "active")
+        .filter_map(Silence::compile)
+        .collect())
 }
 
 /// The labels an alert carries in Alertmanager (empty values left out, as Alertmanager reads
 /// an empty label as an absent one).
-pub(crate) fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
+pub fn labels(alert: &Alert) -> BTreeMap<&'static str, String> {
     let mut l = BTreeMap::new();
     l.insert("alertname", alert.rule.clone());
     l.insert("severity", alert.severity.as_str().to_string());
@@ -159,7 +168,7 @@ fn yes() -> bool {
 }
 
 /// An active silence with its matchers ready to test.
-pub(crate) struct Silence {
+pub struct Silence {
     pub id: String,
     matchers: Vec<Matcher>,
 }
@@ -179,7 +188,7 @@ impl Silence {
     /// `None` for a silence with no matchers or a pattern this side cannot read (it then
     /// silences nothing here; Alertmanager still applies it to its own notifications).
     fn compile(raw: RawSilence) -> Option<Silence> {
-        if raw.matchers.is_empty() {
+        if raw.matchers.is_empty() || raw.matchers.len() > MATCHERS_PER_SILENCE_MAX {
             return None;
         }
         let mut matchers = Vec::with_capacity(raw.matchers.len());
@@ -189,7 +198,11 @@ impl Silence {
                     return None;
                 }
                 // Alertmanager anchors its patterns at both ends.
-                match regex::Regex::new(&format!("^(?:{})$", m.value)) {
+                match regex::RegexBuilder::new(&format!("^(?:{})$", m.value))
+                    .size_limit(MATCHER_REGEX_BYTES_MAX)
+                    .dfa_size_limit(MATCHER_REGEX_BYTES_MAX)
+                    .build()
+                {
                     Ok(r) => Test::Regex(r),
                     Err(e) => {
                         tracing::warn!(silence = %raw.id, matcher = %m.name, error = %e, "a silence's pattern Tandem cannot read: ignored here");
@@ -212,7 +225,7 @@ impl Silence {
     }
 
     /// Every matcher holds for `labels` (an absent label reads as empty, as in Alertmanager).
-    pub(crate) fn matches(&self, labels: &BTreeMap<&'static str, String>) -> bool {
+    pub fn matches(&self, labels: &BTreeMap<&'static str, String>) -> bool {
         self.matchers.iter().all(|m| {
             let v = labels
                 .get(m.name.as_str())

@@ -14,7 +14,7 @@
 //! Start reading: [`Actions::from_config`] (what each type accepts), then [`Notifier`]'s
 //! dispatcher and per-action workers in `notifier.rs`, then one action's module.
 
-mod alertmanager;
+pub mod alertmanager;
 mod config;
 mod email;
 mod http;
@@ -23,7 +23,13 @@ mod script;
 mod webhook;
 
 pub use config::{Action, ActionKind, Actions};
-pub use notifier::{ActionStats, Notifier, NotifierOptions, NotifierStats};
+pub use email::Email;
+pub use notifier::{
+    ALERTMANAGER_RESEND_MS_DEFAULT, ActionStats, IN_FLIGHT_PER_ACTION_MAX_DEFAULT, Notifier,
+    NotifierOptions, NotifierStats, QUEUE_MAX_DEFAULT, SILENCES_CACHE_MS_DEFAULT,
+};
+pub use script::{SCRIPT_OUTPUT_BYTES_MAX, Script};
+pub use webhook::{SIGNATURE_HEADER, Webhook, WebhookFormat, sign};
 
 /// What one attempt of one delivery came to, when it did not succeed.
 #[derive(Debug, thiserror::Error)]
