@@ -125,6 +125,7 @@ impl HookServer {
                 let recorded = recorded.clone();
                 let statuses = statuses.clone();
                 std::thread::spawn(move || {
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
                     if let Some(req) = read_request(&conn) {
                         recorded.lock().unwrap().push(req);
                         let status = statuses.lock().unwrap().pop_front().unwrap_or(200);
@@ -161,8 +162,8 @@ impl HookServer {
     }
 }
 
-fn read_request(conn: &TcpStream) -> Option<Request> {
-    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+/// Reads one HTTP/1.1 request with a Content-Length body.
+pub fn read_request(conn: impl Read) -> Option<Request> {
     let mut r = BufReader::new(conn);
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
