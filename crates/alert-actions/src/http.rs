@@ -141,3 +141,39 @@ pub(crate) fn judge(origin: &url::Url, resp: &Response) -> Result<(), DeliveryEr
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_delivered_retried_or_refused() {
+        let url = url::Url::parse("https://hooks.example.com/services/SECRET-TOKEN").unwrap();
+        let judged = |status| {
+            judge(
+                &url,
+                &Response {
+                    status,
+                    body: Bytes::from_static(b"no\r\nthanks"),
+                },
+            )
+        };
+        for ok in [200, 202, 204] {
+            assert!(judged(ok).is_ok(), "{ok}");
+        }
+        for again in [408, 429, 500, 502, 503] {
+            assert!(
+                matches!(judged(again), Err(DeliveryError::Transient(_))),
+                "{again}"
+            );
+        }
+        for refused in [301, 400, 401, 403, 404, 413] {
+            match judged(refused) {
+                Err(DeliveryError::Refused(e)) => {
+                    assert!(!e.contains("SECRET-TOKEN") && !e.contains('\n'), "{e}")
+                }
+                other => panic!("{refused}: {other:?}"),
+            }
+        }
+    }
+}
