@@ -39,6 +39,9 @@ pub struct AlertsConfig {
     /// `fraud.destination` rule), in E.164 (`+88213`); added to the built-in list.
     #[serde(default)]
     pub premium_prefixes: Vec<String>,
+    /// How the PBX's users dial abroad: a number starting with one of these is international
+    /// (default `["00", "011"]`; with a trunk access code, e.g. `["900", "9011"]`).
+    pub international_prefixes: Option<Vec<String>>,
     /// A MaxMind-format country database (GeoLite2-Country, DB-IP Lite) that replaces the
     /// embedded IP-to-country table.
     pub geoip_mmdb: Option<PathBuf>,

@@ -67,3 +67,63 @@ pub fn basic_normalize(dialled: &str) -> Option<String> {
     ((7..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| format!("+{digits}"))
 }
+
+/// The tables Tandem ships, as `[alerts]` configures them: numbers read with the PBX's
+/// international prefixes (`e164`), the ITU country codes, the built-in premium list and
+/// `premium_prefixes`, and countries of addresses from the embedded table or `geoip_mmdb`
+/// (`geo`).
+#[derive(Debug)]
+pub struct Tables {
+    dialling: crate::e164::Dialling,
+    premium: crate::e164::PremiumList,
+    countries: crate::geo::Countries,
+}
+
+impl Tables {
+    /// Reads `cfg`'s tables; a GeoIP database is loaded here (an error names the file).
+    pub fn from_config(cfg: &crate::AlertsConfig) -> Result<Tables, crate::RuleError> {
+        let alerts = |key: &str, problem: String| crate::RuleError::Alerts {
+            key: key.into(),
+            problem,
+        };
+        let dialling = match &cfg.international_prefixes {
+            Some(p) => crate::e164::Dialling::new(p)
+                .map_err(|e| alerts("international_prefixes", e.to_string()))?,
+            None => crate::e164::Dialling::default(),
+        };
+        let premium = crate::e164::PremiumList::builtin()
+            .with(&cfg.premium_prefixes)
+            .map_err(|e| alerts("premium_prefixes", e.to_string()))?;
+        let countries = crate::geo::Countries::from_config(cfg.geoip_mmdb.as_deref())
+            .map_err(|e| alerts("geoip_mmdb", e.to_string()))?;
+        Ok(Tables {
+            dialling,
+            premium,
+            countries,
+        })
+    }
+
+    /// Where addresses' countries come from, for the log.
+    pub fn describe(&self) -> String {
+        self.countries.describe()
+    }
+}
+
+impl Lookup for Tables {
+    fn normalize_number(&self, dialled: &str) -> Option<String> {
+        crate::e164::normalize(dialled, &self.dialling)
+    }
+
+    fn number_country(&self, e164: &str) -> Option<String> {
+        crate::e164::country(e164).map(|c| c.iso.to_string())
+    }
+
+    /// `premium_prefixes` are in the list already.
+    fn is_premium(&self, e164: &str, _extra: &[String]) -> bool {
+        self.premium.matches(e164)
+    }
+
+    fn ip_country(&self, ip: IpAddr) -> Option<String> {
+        self.countries.lookup(ip).map(|c| c.as_str().to_string())
+    }
+}

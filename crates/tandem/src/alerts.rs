@@ -16,17 +16,67 @@ pub fn load_rules(path: &Path) -> anyhow::Result<(alerts::AlertsConfig, alerts::
     Ok((cfg, set))
 }
 
-/// Validates `cfg`, all its problems in one error.
+/// Validates `cfg`'s rules and actions, all their problems in one error.
 pub fn rule_set(cfg: &alerts::AlertsConfig) -> anyhow::Result<alerts::RuleSet> {
-    alerts::RuleSet::new(cfg).map_err(|errors| {
+    check(cfg).map_err(|errors| {
         let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
         anyhow::anyhow!("{} problem(s):\n{}", errors.len(), lines.join("\n"))
     })
 }
 
-/// The lookups rules use: numbers as dialled, and countries.
-pub fn lookup(_cfg: &alerts::AlertsConfig) -> anyhow::Result<Arc<dyn alerts::Lookup>> {
-    Ok(Arc::new(alerts::lookup::Basic))
+/// Every problem of `cfg`, each naming its rule or action and key.
+pub fn check(cfg: &alerts::AlertsConfig) -> Result<alerts::RuleSet, Vec<String>> {
+    let mut errors: Vec<String> = Vec::new();
+    if let Err(e) = alert_actions::Actions::from_config(&cfg.action) {
+        errors.extend(e.iter().map(ToString::to_string));
+    }
+    match alerts::RuleSet::new(cfg) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(errors),
+        Err(e) => {
+            errors.extend(e.iter().map(ToString::to_string));
+            Err(errors)
+        }
+    }
+}
+
+/// The notifier for `cfg`'s actions, or `None` when it has none.
+pub fn notifier(cfg: &alerts::AlertsConfig) -> anyhow::Result<Option<alert_actions::Notifier>> {
+    if cfg.action.is_empty() {
+        return Ok(None);
+    }
+    let actions = alert_actions::Actions::from_config(&cfg.action).map_err(|e| {
+        anyhow::anyhow!(
+            "[alerts.action]: {}",
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })?;
+    let n = alert_actions::Notifier::start(actions, alert_actions::NotifierOptions::default())
+        .context("starting the alert notifier")?;
+    Ok(Some(n))
+}
+
+/// The sensor's output when a rules file names actions: each alert to the notifier.
+pub struct Notify(pub Arc<std::sync::Mutex<alert_actions::Notifier>>);
+
+impl sensor::AlertOutput for Notify {
+    fn alerts(&mut self, alerts: &[alerts::Alert]) {
+        let n = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for a in alerts {
+            n.submit(a.clone());
+        }
+    }
+}
+
+/// The lookups rules use: numbers as dialled, their countries, premium ranges, and the
+/// countries of addresses (the embedded table, or `geoip_mmdb`).
+pub fn lookup(cfg: &alerts::AlertsConfig) -> anyhow::Result<Arc<dyn alerts::Lookup>> {
+    let tables = alerts::lookup::Tables::from_config(cfg)?;
+    tracing::debug!(countries = %tables.describe(), "alert lookups ready");
+    Ok(Arc::new(tables))
 }
 
 /// An engine for `cfg`'s rules.

@@ -6,6 +6,7 @@
 use anyhow::Context;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sensor::config::{DEFAULT_FILTER, DEFAULT_JOURNAL_BYTES_MAX, DEFAULT_QUEUE_RECORDS_MAX};
@@ -311,9 +312,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let (table, observer) = CallTable::new(sensor::table::DEFAULT_ROWS_MAX);
         (Some(table), Box::new(observer))
     };
+    let mut notifier = None;
     let alerts = match &args.rules {
         Some(path) => {
             let (cfg, set) = crate::alerts::load_rules(path)?;
+            // Actions in the rules file are run too (a live capture that mails its alerts).
+            notifier = crate::alerts::notifier(&cfg)?.map(|n| Arc::new(std::sync::Mutex::new(n)));
             Some(sensor::SensorAlerts {
                 engine: crate::alerts::engine(&cfg, set)?,
                 sensor: args
@@ -321,7 +325,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .sensor_id
                     .clone()
                     .unwrap_or_else(|| cdr::writer::DEFAULT_SENSOR.to_string()),
-                output: None,
+                output: notifier
+                    .clone()
+                    .map(|n| Box::new(crate::alerts::Notify(n)) as Box<dyn sensor::AlertOutput>),
             })
         }
         None => None,
@@ -344,6 +350,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = wait(handle);
     if let Some(s) = signals {
         s.close();
+    }
+    // What the actions have in hand goes out before the process ends (at most 10 s).
+    if let Some(n) = notifier.and_then(|n| Arc::try_unwrap(n).ok()) {
+        let n = n.into_inner().unwrap_or_else(|p| p.into_inner());
+        n.close(std::time::Instant::now() + Duration::from_secs(10));
     }
     let report = report?;
     if report.hep_invalid > 0 {

@@ -232,7 +232,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             } else {
                 cdr::writer::DEFAULT_SENSOR.into()
             },
-            deliver: None,
+            deliver: crate::alerts::notifier(&config.alerts)?.map(|n| {
+                let deliver: crate::alerts::Deliver = Box::new(move |a| {
+                    n.submit(a.clone());
+                });
+                deliver
+            }),
         };
         Some(crate::alerts::ServeAlerts::start(
             &config.alerts,
