@@ -30,6 +30,9 @@ pub struct Args {
     /// Runs of each CPU measurement (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Calls of each kind for the latency to a webhook (0: skip it).
+    #[arg(long, default_value_t = 200)]
+    pub latency_calls: usize,
     /// The example rule set (default: alerts.example.toml in the working directory).
     #[arg(long, default_value = "alerts.example.toml")]
     pub rules: PathBuf,
@@ -58,6 +61,7 @@ struct Report {
     bytes_per_key: f64,
     events_per_s_at_keys: f64,
     engine_keys: u64,
+    latency: Option<crate::alerts_latency::Latency>,
 }
 
 impl BenchReport for Report {
@@ -90,7 +94,33 @@ impl BenchReport for Report {
             out,
             "\n{} distinct keys of one rule: {:.0} bytes per key, {:.0} events/s at that size ({} keys held)",
             self.keys, self.bytes_per_key, self.events_per_s_at_keys, self.engine_keys
-        )
+        )?;
+        if let Some(l) = &self.latency {
+            writeln!(
+                out,
+                "\nto a webhook on loopback, {} calls each ({} not received):",
+                l.calls, l.missing
+            )?;
+            let mut t = Table::new(["decided at", "p50 ms", "p99 ms", "max ms"]);
+            let ms = |us: f64| format!("{:.1}", us / 1000.0);
+            t.row([
+                "the INVITE (fraud.destination)".to_string(),
+                ms(l.at_invite.p50_us),
+                ms(l.at_invite.p99_us),
+                ms(l.at_invite.max_us),
+            ]);
+            t.row([
+                format!(
+                    "the call's end (sip.response 503; {} ms linger)",
+                    l.call_linger_ms
+                ),
+                ms(l.at_end.p50_us),
+                ms(l.at_end.p99_us),
+                ms(l.at_end.max_us),
+            ]);
+            t.write(out)?;
+        }
+        Ok(())
     }
 }
 
@@ -228,6 +258,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     let grown = crate::capture::heap_bytes().saturating_sub(before);
     let engine_keys = engine.stats().keys;
+    drop(engine);
+    let latency = if args.latency_calls > 0 {
+        eprintln!(
+            "timing {} calls of each kind to a webhook",
+            args.latency_calls
+        );
+        Some(crate::alerts_latency::measure(args.latency_calls)?)
+    } else {
+        None
+    };
     let report = Report {
         calls: part.calls.len(),
         registrations: part.registrations.len(),
@@ -238,7 +278,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bytes_per_key: grown as f64 / args.keys.max(1) as f64,
         events_per_s_at_keys: args.keys as f64 / elapsed,
         engine_keys,
+        latency,
     };
-    drop(engine);
     crate::report::emit(&report, args.json)
 }

@@ -17,6 +17,7 @@ mod agi_dialparties;
 mod agi_memory;
 mod agi_scripts;
 mod alerts;
+mod alerts_latency;
 mod archive;
 pub mod browser;
 pub mod capture;
