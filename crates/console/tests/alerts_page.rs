@@ -198,6 +198,16 @@ async fn start(with_db: bool, rules: Option<Arc<dyn AlertRules>>) -> Running {
     }
 }
 
+impl Running {
+    async fn as_viewer(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        call(self.addr, method, path, &self.viewer, body).await
+    }
+
+    async fn as_admin(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        call(self.addr, method, path, &self.admin, body).await
+    }
+}
+
 fn kept_rules() -> Arc<KeptRules> {
     Arc::new(KeptRules {
         config: CONFIG_RULES.into(),
@@ -255,7 +265,7 @@ async fn the_api_lists_alerts_newest_first_by_pages_and_shows_one_with_its_calls
     let (r_a, r_b, scan_a, scan_b, premium) =
         (seeded[0], seeded[1], seeded[2], seeded[3], seeded[4]);
 
-    let (status, firing) = call(c.addr, "GET", "/api/alerts?state=firing", &c.viewer, "").await;
+    let (status, firing) = c.as_viewer("GET", "/api/alerts?state=firing", "").await;
     assert_eq!(status, 200, "{firing}");
     assert_eq!(ids(&firing), [premium, scan_b, scan_a], "newest first");
     assert_eq!(
@@ -270,57 +280,35 @@ async fn the_api_lists_alerts_newest_first_by_pages_and_shows_one_with_its_calls
     assert!(p.get("calls").is_none(), "a list carries counts, not uids");
 
     // Every state, two a page, through the cursor.
-    let (_, one) = call(c.addr, "GET", "/api/alerts?limit=2", &c.viewer, "").await;
-    assert_eq!(ids(&one), [premium, scan_b]);
-    let next = one["next"].as_str().unwrap().to_owned();
-    let (_, two) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts?limit=2&after={next}"),
-        &c.viewer,
-        "",
-    )
-    .await;
-    assert_eq!(ids(&two), [scan_a, r_b]);
-    let next = two["next"].as_str().unwrap().to_owned();
-    let (_, three) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts?limit=2&after={next}"),
-        &c.viewer,
-        "",
-    )
-    .await;
-    assert_eq!(ids(&three), [r_a]);
-    assert!(three["next"].is_null());
-    let (_, by_rule) = call(
-        c.addr,
-        "GET",
-        "/api/alerts?rule=scanner&key=203.0.113.9",
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (mut pages, mut after) = (Vec::new(), String::new());
+    loop {
+        let path = format!("/api/alerts?limit=2{after}");
+        let (_, page) = c.as_viewer("GET", &path, "").await;
+        pages.push(ids(&page));
+        match page["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(pages, [vec![premium, scan_b], vec![scan_a, r_b], vec![r_a]]);
+    let (_, by_rule) = c
+        .as_viewer("GET", "/api/alerts?rule=scanner&key=203.0.113.9", "")
+        .await;
     assert_eq!(ids(&by_rule), [scan_a]);
-    let (_, resolved) = call(c.addr, "GET", "/api/alerts?state=resolved", &c.viewer, "").await;
+    let (_, resolved) = c.as_viewer("GET", "/api/alerts?state=resolved", "").await;
     assert_eq!(ids(&resolved), [r_b, r_a]);
 
-    let (status, bad) = call(c.addr, "GET", "/api/alerts?state=open", &c.viewer, "").await;
+    let (status, bad) = c.as_viewer("GET", "/api/alerts?state=open", "").await;
     assert_eq!(status, 400);
     assert!(bad["error"].as_str().unwrap().contains("state="), "{bad}");
 
-    let (status, one) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts/{premium}"),
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (status, one) = c
+        .as_viewer("GET", &format!("/api/alerts/{premium}"), "")
+        .await;
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["alert"]["calls"][0], "edge1|a84b4c76e66710@pbx|1");
     assert_eq!(one["alert"]["calls"].as_array().unwrap().len(), 3);
-    let (status, _) = call(c.addr, "GET", "/api/alerts/999999", &c.viewer, "").await;
+    let (status, _) = c.as_viewer("GET", "/api/alerts/999999", "").await;
     assert_eq!(status, 404);
     let (status, _) = call(c.addr, "GET", "/api/alerts", "", "").await;
     assert_eq!(status, 401, "signed out: no alerts");
@@ -348,25 +336,15 @@ async fn any_user_acknowledges_an_admin_silences_and_the_badge_counts_what_is_le
     assert_eq!(badge(&dash), ("3".into(), "alert-badge unacked".into()));
 
     // A viewer acknowledges; the first acknowledgement stays.
-    let (status, acked) = call(
-        c.addr,
-        "POST",
-        &format!("/api/alerts/{premium}/ack"),
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (status, acked) = c
+        .as_viewer("POST", &format!("/api/alerts/{premium}/ack"), "")
+        .await;
     assert_eq!(status, 200, "{acked}");
     assert_eq!(acked["alert"]["acked_by"], "vic");
     assert_eq!(acked["acked_now"], true);
-    let (_, again) = call(
-        c.addr,
-        "POST",
-        &format!("/api/alerts/{premium}/ack"),
-        &c.admin,
-        "",
-    )
-    .await;
+    let (_, again) = c
+        .as_admin("POST", &format!("/api/alerts/{premium}/ack"), "")
+        .await;
     assert_eq!(
         (
             again["acked_now"].as_bool(),
@@ -374,16 +352,11 @@ async fn any_user_acknowledges_an_admin_silences_and_the_badge_counts_what_is_le
         ),
         (Some(false), Some("vic"))
     );
-    let (status, _) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts/{premium}/ack"),
-        &c.admin,
-        "",
-    )
-    .await;
+    let (status, _) = c
+        .as_admin("GET", &format!("/api/alerts/{premium}/ack"), "")
+        .await;
     assert_eq!(status, 405, "no acknowledgement through GET");
-    let (_, list) = call(c.addr, "GET", "/api/alerts?state=firing", &c.viewer, "").await;
+    let (_, list) = c.as_viewer("GET", "/api/alerts?state=firing", "").await;
     assert_eq!(list["unacked"], 2);
 
     // The badge still counts three firing, two of them unacknowledged (the ack forgot the cache).
@@ -391,21 +364,15 @@ async fn any_user_acknowledges_an_admin_silences_and_the_badge_counts_what_is_le
     assert_eq!(badge(&calls).0, "3");
     assert!(calls.contains("data-unacked=\"2\""));
     for id in [seeded[2], seeded[3]] {
-        call(
-            c.addr,
-            "POST",
-            &format!("/api/alerts/{id}/ack"),
-            &c.viewer,
-            "",
-        )
-        .await;
+        c.as_viewer("POST", &format!("/api/alerts/{id}/ack"), "")
+            .await;
     }
     let alerts = page(c.addr, "/alerts", &c.viewer).await;
     assert_eq!(badge(&alerts), ("3".into(), "alert-badge acked".into()));
 
     // Silences: an admin's; a viewer is refused, and every error names its field.
     let silence = r#"{"rule":"scanner","key":"203.0.113.*","duration_s":3600,"comment":"pen test until noon"}"#;
-    let (status, refused) = call(c.addr, "POST", "/api/silences", &c.viewer, silence).await;
+    let (status, refused) = c.as_viewer("POST", "/api/silences", silence).await;
     assert_eq!(status, 403, "{refused}");
     for (body, field) in [
         (r#"{"rule":"a b","key":"*","duration_s":3600}"#, "rule"),
@@ -413,67 +380,42 @@ async fn any_user_acknowledges_an_admin_silences_and_the_badge_counts_what_is_le
         (r#"{"rule":"*","key":"*"}"#, "duration_s"),
         (r#"{"rule":"*","key":"*","ends":"soon"}"#, "ends"),
     ] {
-        let (status, e) = call(c.addr, "POST", "/api/silences", &c.admin, body).await;
+        let (status, e) = c.as_admin("POST", "/api/silences", body).await;
         assert_eq!(
             (status, e["field"].as_str()),
             (400, Some(field)),
             "{body}: {e}"
         );
     }
-    let (status, made) = call(c.addr, "POST", "/api/silences", &c.admin, silence).await;
+    let (status, made) = c.as_admin("POST", "/api/silences", silence).await;
     assert_eq!(status, 201, "{made}");
     assert_eq!(made["silence"]["created_by"], "ada");
     let sid = made["silence"]["id"].as_i64().unwrap();
-    let (_, running) = call(c.addr, "GET", "/api/silences", &c.viewer, "").await;
+    let (_, running) = c.as_viewer("GET", "/api/silences", "").await;
     assert_eq!(running["silences"][0]["key"], "203.0.113.*");
     assert_eq!(running["silences"][0]["comment"], "pen test until noon");
-    let (_, scan) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts/{scan_a}"),
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (_, scan) = c
+        .as_viewer("GET", &format!("/api/alerts/{scan_a}"), "")
+        .await;
     assert_eq!(scan["alert"]["silenced"]["id"], sid, "{scan}");
-    let (_, p) = call(
-        c.addr,
-        "GET",
-        &format!("/api/alerts/{premium}"),
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (_, p) = c
+        .as_viewer("GET", &format!("/api/alerts/{premium}"), "")
+        .await;
     assert!(p["alert"]["silenced"].is_null());
 
-    let (status, _) = call(
-        c.addr,
-        "POST",
-        &format!("/api/silences/{sid}/end"),
-        &c.viewer,
-        "",
-    )
-    .await;
+    let (status, _) = c
+        .as_viewer("POST", &format!("/api/silences/{sid}/end"), "")
+        .await;
     assert_eq!(status, 403);
-    let (status, _) = call(
-        c.addr,
-        "POST",
-        &format!("/api/silences/{sid}/end"),
-        &c.admin,
-        "",
-    )
-    .await;
+    let (status, _) = c
+        .as_admin("POST", &format!("/api/silences/{sid}/end"), "")
+        .await;
     assert_eq!(status, 200);
-    let (_, running) = call(c.addr, "GET", "/api/silences", &c.viewer, "").await;
+    let (_, running) = c.as_viewer("GET", "/api/silences", "").await;
     assert_eq!(running["silences"].as_array().unwrap().len(), 0);
-    let (status, _) = call(
-        c.addr,
-        "POST",
-        &format!("/api/silences/{sid}/end"),
-        &c.admin,
-        "",
-    )
-    .await;
+    let (status, _) = c
+        .as_admin("POST", &format!("/api/silences/{sid}/end"), "")
+        .await;
     assert_eq!(status, 404, "ended already");
 
     // The silence is in the store, with who made it, for whatever notifies.
@@ -488,27 +430,27 @@ async fn the_rules_are_an_admins_to_edit_and_a_refused_text_changes_nothing() {
     let rules = kept_rules();
     let c = start(true, Some(rules.clone())).await;
 
-    let (status, _) = call(c.addr, "GET", "/api/alerts/rules", &c.viewer, "").await;
+    let (status, _) = c.as_viewer("GET", "/api/alerts/rules", "").await;
     assert_eq!(status, 403);
     let good = "[[alerts.rule]]\nname = \"scanner\"\nkind = \"register.failed\"\ngroup_by = \"source_ip\"\nthreshold = 20\nwindow_s = 60\n";
-    let (status, _) = call(c.addr, "PUT", "/api/alerts/rules", &c.viewer, good).await;
+    let (status, _) = c.as_viewer("PUT", "/api/alerts/rules", good).await;
     assert_eq!(status, 403);
     assert_eq!(rules.console_text(), "");
 
-    let (status, shown) = call(c.addr, "GET", "/api/alerts/rules", &c.admin, "").await;
+    let (status, shown) = c.as_admin("GET", "/api/alerts/rules", "").await;
     assert_eq!(status, 200, "{shown}");
     assert_eq!(shown["enabled"], true);
     assert_eq!(shown["config_text"], CONFIG_RULES);
 
     let bad = "[[alerts.rule]]\nname = \"x\"\nkind = \"sip.response\"\ncolour = \"red\"\n";
-    let (status, refused) = call(c.addr, "PUT", "/api/alerts/rules", &c.admin, bad).await;
+    let (status, refused) = c.as_admin("PUT", "/api/alerts/rules", bad).await;
     assert_eq!(status, 422, "{refused}");
     assert!(
         refused["errors"][0].as_str().unwrap().contains("colour"),
         "{refused}"
     );
     let twice = format!("{good}{good}");
-    let (status, refused) = call(c.addr, "POST", "/api/alerts/rules/check", &c.admin, &twice).await;
+    let (status, refused) = c.as_admin("POST", "/api/alerts/rules/check", &twice).await;
     assert_eq!(status, 422);
     assert!(
         refused["errors"][0]
@@ -518,18 +460,18 @@ async fn the_rules_are_an_admins_to_edit_and_a_refused_text_changes_nothing() {
     );
     assert_eq!(rules.console_text(), "", "nothing applied");
 
-    let (status, checked) = call(c.addr, "POST", "/api/alerts/rules/check", &c.admin, good).await;
+    let (status, checked) = c.as_admin("POST", "/api/alerts/rules/check", good).await;
     assert_eq!((status, checked["saved"].as_bool()), (200, Some(false)));
     assert_eq!(rules.console_text(), "", "a check applies nothing");
-    let (status, saved) = call(c.addr, "PUT", "/api/alerts/rules", &c.admin, good).await;
+    let (status, saved) = c.as_admin("PUT", "/api/alerts/rules", good).await;
     assert_eq!(status, 200, "{saved}");
     assert_eq!(rules.console_text(), good);
-    let (_, shown) = call(c.addr, "GET", "/api/alerts/rules", &c.admin, "").await;
+    let (_, shown) = c.as_admin("GET", "/api/alerts/rules", "").await;
     assert_eq!(shown["console_text"], good);
 
     // A text over 256 KiB is refused before it reaches the rules.
     let huge = format!("{good}#{}\n", "x".repeat(256 << 10));
-    let (status, _) = call(c.addr, "PUT", "/api/alerts/rules", &c.admin, &huge).await;
+    let (status, _) = c.as_admin("PUT", "/api/alerts/rules", &huge).await;
     assert!(status == 413 || status == 422, "{status}");
     assert_eq!(rules.console_text(), good);
 
@@ -556,14 +498,14 @@ async fn without_a_cdr_database_there_is_no_badge_and_an_empty_one_reads_as_none
     let none = start(false, None).await;
     let dash = page(none.addr, "/dashboard", &none.viewer).await;
     assert!(dash.contains("id=\"nav-alerts\"") && !dash.contains("id=\"alert-badge\""));
-    let (status, v) = call(none.addr, "GET", "/api/alerts", &none.viewer, "").await;
+    let (status, v) = none.as_viewer("GET", "/api/alerts", "").await;
     assert_eq!(status, 503, "{v}");
-    let (_, rules) = call(none.addr, "GET", "/api/alerts/rules", &none.admin, "").await;
+    let (_, rules) = none.as_admin("GET", "/api/alerts/rules", "").await;
     assert_eq!(rules["enabled"], false);
 
     // Configured, not created yet: nothing firing, and how alerts come to be here.
     let empty = start(true, None).await;
-    let (status, v) = call(empty.addr, "GET", "/api/alerts", &empty.viewer, "").await;
+    let (status, v) = empty.as_viewer("GET", "/api/alerts", "").await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["alerts"].as_array().unwrap().len(), 0);
     assert!(v["hint"].as_str().unwrap().contains("[[alerts.rule]]"));
