@@ -52,12 +52,20 @@
 //! with set-based statements that keep every record once; [`pg_bench`] measures that ingest
 //! against a plain `COPY` of the same rows.
 //!
+//! Alerts ([`alerts`]): the alert episodes the rule engine decides (table `alert`, one row per
+//! rule, key and start, updated in place as it fires again and resolves; acknowledgements kept)
+//! and the silences that mute them (`alert_silence`), through [`AlertStore`] on both backends;
+//! SQLite files get the tables when a writer opens them, PostgreSQL by migration 5, and a reader
+//! of a database without them reads none. [`replay`] reads the stored calls and registrations
+//! of a time range back in start order, in bounded batches, for a dry run of the rules.
+//!
 //! Seeding: [`seed`] makes realistic synthetic calls and loads millions of them fast into
 //! either backend (for `tandem bench console` and for checking the plans).
 //!
 //! This crate knows nothing of packets or SIP parsing; the binary converts the monitor's
 //! records into rows.
 
+pub mod alerts;
 pub mod journal;
 pub mod lone;
 pub mod migrate;
@@ -71,12 +79,14 @@ mod plan_check;
 pub mod query;
 mod record;
 pub mod registration;
+pub mod replay;
 pub mod search;
 pub mod seed;
 pub mod writer;
 
 use std::path::Path;
 
+pub use alerts::{AlertQuery, AlertRow, AlertStore, SilenceRow};
 pub use journal::{Journal, JournalError};
 pub use pg::{PgLayout, PgOptions, PgStore};
 pub use pg_partition::{Day, PARTITION_DAYS_AHEAD, RETENTION_DAYS_PER_CALL_MAX};
@@ -128,6 +138,10 @@ pub enum CdrError {
     /// schema version from a newer release.
     #[error("CDR database {target}: {problem}")]
     Schema { target: String, problem: String },
+    /// A row refused before it was stored ([`alerts::AlertStore::add_silence`]): what is wrong
+    /// with it.
+    #[error("CDR database: {problem}")]
+    Invalid { problem: String },
     /// The database file's mode or group could not be set ([`SqliteStore::open_with`]).
     #[error("CDR database {path}: {source}")]
     Files {
@@ -434,6 +448,16 @@ pub trait CdrStore {
         let _ = uid;
         Ok(None)
     }
+    /// The database's alerts and silences ([`alerts`]); `None` for a store that is no database
+    /// (a collector's link).
+    fn alert_store(&mut self) -> Option<&mut dyn AlertStore> {
+        None
+    }
+    /// The database's stored records in time order ([`replay::records_between`]); `None` for a
+    /// store that is no database.
+    fn replay_source(&mut self) -> Option<&mut dyn replay::ReplaySource> {
+        None
+    }
 }
 
 /// The SQLite schema: the tables. Their indexes are [`SQLITE_INDEXES`], created once the
@@ -698,6 +722,7 @@ impl SqliteStore {
             .conn
             .execute_batch(&sqlite_index_sql())
             .map_err(|e| store.err(e))?;
+        alerts::create_sqlite(&store.conn).map_err(|e| store.err(e))?;
         // Statistics for the planner of the queries that do not name their index (list, show);
         // bounded work, and only where they are missing or stale. A read-only file cannot
         // take them, which is no reason to fail.
@@ -1175,6 +1200,14 @@ impl CdrStore for SqliteStore {
 
     fn lone_stream_by_uid(&mut self, uid: &str) -> Result<Option<lone::LoneStream>, CdrError> {
         lone::lone_stream_by_uid(self, uid)
+    }
+
+    fn alert_store(&mut self) -> Option<&mut dyn AlertStore> {
+        Some(self)
+    }
+
+    fn replay_source(&mut self) -> Option<&mut dyn replay::ReplaySource> {
+        Some(self)
     }
 }
 

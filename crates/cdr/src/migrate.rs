@@ -92,6 +92,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "streams without a call say where their packets are archived",
         apply: stream_archive_columns,
     },
+    Migration {
+        version: 5,
+        name: "alerts and their silences; registrations by first message",
+        apply: alert_tables,
+    },
 ];
 
 /// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
@@ -121,6 +126,15 @@ fn stream_archive_columns(
         .map(|(name, _, ty)| format!("ADD COLUMN IF NOT EXISTS {name} {ty}"))
         .collect();
     tx.batch_execute(&format!("ALTER TABLE cdr_rtp {}", adds.join(", ")))
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// Version 5: tables `alert` and `alert_silence` ([`crate::alerts`]), plain in either layout
+/// (alerts are few; retention deletes them row by row), and the index of registrations by
+/// their first message that [`crate::replay`] reads them in (on a partitioned parent, built on
+/// every day). Each `IF NOT EXISTS`, so this applies again to version 1's tables.
+fn alert_tables(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(crate::alerts::PG_ALERT_SCHEMA)
         .map_err(|e| pg_error(cx.target, e))
 }
 

@@ -481,9 +481,11 @@ impl PgStore {
 
     /// Retention: detaches and drops the partitions of every table for the days before `day`,
     /// oldest first, at most [`RETENTION_DAYS_PER_CALL_MAX`] days in this call (one
-    /// transaction; `more` says whether older days are left for the next call). Rows are never
-    /// deleted one by one. Waits at most [`pg_partition::RETENTION_LOCK_TIMEOUT_MS`] for the
-    /// tables' locks, and on failure drops nothing.
+    /// transaction; `more` says whether older days are left for the next call). Call rows are
+    /// never deleted one by one. In the same transaction, the alerts resolved and the silences
+    /// ended before `day` are deleted ([`crate::alerts`]: a few rows a day, a plain table).
+    /// Waits at most [`pg_partition::RETENTION_LOCK_TIMEOUT_MS`] for the tables' locks, and on
+    /// failure drops nothing.
     pub fn drop_days_before(&mut self, day: Day) -> Result<DroppedDays, CdrError> {
         self.partitioned_only("dropping days")?;
         let name = self.name.clone();
@@ -491,6 +493,14 @@ impl PgStore {
         let mut tx = self.client.transaction().map_err(wrap)?;
         let dropped =
             pg_partition::drop_days_in(&mut tx, day, RETENTION_DAYS_PER_CALL_MAX).map_err(wrap)?;
+        if let Some(cut_us) = day.start_us() {
+            for sql in [
+                crate::alerts::PG_ALERT_RETENTION,
+                crate::alerts::PG_SILENCE_RETENTION,
+            ] {
+                tx.execute(sql, &[&cut_us]).map_err(wrap)?;
+            }
+        }
         tx.commit().map_err(wrap)?;
         for d in &dropped.days {
             self.days.remove(d);
@@ -974,5 +984,13 @@ impl CdrStore for PgStore {
         uid: &str,
     ) -> Result<Option<crate::lone::LoneStream>, CdrError> {
         crate::lone::lone_stream_by_uid(self, uid)
+    }
+
+    fn alert_store(&mut self) -> Option<&mut dyn crate::AlertStore> {
+        Some(self)
+    }
+
+    fn replay_source(&mut self) -> Option<&mut dyn crate::replay::ReplaySource> {
+        Some(self)
     }
 }

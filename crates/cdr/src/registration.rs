@@ -265,6 +265,26 @@ fn reg_preds(q: &RegistrationQuery) -> Vec<Pred> {
     p
 }
 
+/// A registration from the columns of [`REG_COLUMNS`].
+pub(crate) fn registration_from(c: &mut Cols) -> Result<CdrRegistration, CdrError> {
+    Ok(CdrRegistration {
+        call_id: c.text()?,
+        user: c.text()?,
+        domain: c.text()?,
+        contact: c.text()?,
+        user_agent: c.text()?,
+        src: c.text()?,
+        dst: c.text()?,
+        first_us: c.i64()?,
+        last_us: c.i64()?,
+        requests: c.u32()?,
+        last_code: c.opt_u16()?,
+        result: c.text()?,
+        expires_s: c.opt_u32()?,
+        sensor: c.text()?,
+    })
+}
+
 /// [`CdrStore::registrations`](crate::CdrStore::registrations) on either backend.
 pub(crate) fn registrations(
     x: &mut dyn Exec,
@@ -292,22 +312,7 @@ pub(crate) fn registrations(
             let mut c = Cols::new(r);
             let id = c.i64()?;
             let uid = c.opt_text()?.unwrap_or_else(|| format!("#{id}"));
-            let reg = CdrRegistration {
-                call_id: c.text()?,
-                user: c.text()?,
-                domain: c.text()?,
-                contact: c.text()?,
-                user_agent: c.text()?,
-                src: c.text()?,
-                dst: c.text()?,
-                first_us: c.i64()?,
-                last_us: c.i64()?,
-                requests: c.u32()?,
-                last_code: c.opt_u16()?,
-                result: c.text()?,
-                expires_s: c.opt_u32()?,
-                sensor: c.text()?,
-            };
+            let reg = registration_from(&mut c)?;
             rows.push((
                 (reg.last_us, id),
                 RegistrationRow {

@@ -1225,26 +1225,28 @@ pub(crate) fn call_by_uid(
     let t38 = x
         .rows(&s)?
         .into_iter()
-        .map(|r| {
-            let mut c = Cols::new(r);
-            Ok(CdrT38 {
-                src: c.text()?,
-                dst: c.text()?,
-                start_us: c.i64()?,
-                end_us: c.i64()?,
-                packets: c.u64()?,
-                bytes: c.u64()?,
-                lost: c.u64()?,
-                duplicates: c.u64()?,
-                out_of_order: c.u64()?,
-                types: c.text()?,
-                redundant: c.u64()?,
-                fec: c.u64()?,
-                t30: c.text()?,
-            })
-        })
+        .map(|r| t38_from(&mut Cols::new(r)))
         .collect::<Result<Vec<_>, CdrError>>()?;
     Ok(Some((summary, streams, t38)))
+}
+
+/// A T.38 flow from the columns of [`crate::T38_COLUMNS`].
+pub(crate) fn t38_from(c: &mut Cols) -> Result<CdrT38, CdrError> {
+    Ok(CdrT38 {
+        src: c.text()?,
+        dst: c.text()?,
+        start_us: c.i64()?,
+        end_us: c.i64()?,
+        packets: c.u64()?,
+        bytes: c.u64()?,
+        lost: c.u64()?,
+        duplicates: c.u64()?,
+        out_of_order: c.u64()?,
+        types: c.text()?,
+        redundant: c.u64()?,
+        fec: c.u64()?,
+        t30: c.text()?,
+    })
 }
 
 /// Fills the search columns of rows stored before they existed, from each row and its

@@ -486,7 +486,11 @@ pub fn bulk_load_sqlite(
     let mut loaded = Loaded::default();
     let tx = conn.transaction().map_err(wrap)?;
     let r = (|| -> rusqlite::Result<()> {
-        for (n, _) in SQLITE_INDEXES.iter().chain([&("registration_uid", "")]) {
+        let later = [
+            &("registration_uid", ""),
+            &crate::alerts::REGISTRATION_FIRST,
+        ];
+        for (n, _) in SQLITE_INDEXES.iter().chain(later) {
             tx.execute_batch(&format!("DROP INDEX IF EXISTS {n}"))?;
         }
         let mut call = tx.prepare_cached(&crate::call_insert_sql(false, false))?;
@@ -543,6 +547,7 @@ pub fn bulk_load_sqlite(
         }
         drop((call, stream, t38, reg));
         tx.execute_batch(&crate::sqlite_index_sql())?;
+        tx.execute_batch(crate::alerts::SQLITE_ALERT_SCHEMA)?;
         Ok(())
     })();
     r.map_err(wrap)?;
@@ -846,7 +851,7 @@ pub fn bulk_load_postgres(
     let mut store = PgStore::connect(conninfo)?;
     let layout = store.layout();
     let target = store.name().to_string();
-    let indexes: Vec<(&str, &str)> = match layout {
+    let mut indexes: Vec<(&str, &str)> = match layout {
         PgLayout::Plain => PG_INDEXES.to_vec(),
         PgLayout::Partitioned => PG_PARTITIONED_INDEXES
             .iter()
@@ -854,6 +859,7 @@ pub fn bulk_load_postgres(
             .chain([PG_PARTITIONED_REG_UID])
             .collect(),
     };
+    indexes.push(crate::alerts::REGISTRATION_FIRST);
     let wrap = |source| CdrError::Postgres {
         target: target.clone(),
         source,

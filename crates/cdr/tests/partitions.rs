@@ -19,72 +19,14 @@ use std::sync::{Arc, Barrier};
 
 use cdr::migrate::{self, Migration};
 use cdr::pg_partition::{PARTITIONED_TABLES, RETENTION_DAYS_PER_CALL_MAX};
-use cdr::registration::CdrRegistration;
 use cdr::search::CallQuery;
 use cdr::{
     CdrCall, CdrError, CdrRecord, CdrStore, CdrStream, CdrT38, CdrWriter, CdrWriterConfig, Day,
     PgLayout, PgOptions, PgStore,
 };
-use common::PgServer;
+use common::{PgServer, call, registration};
 
 const DAY_US: i64 = 86_400_000_000;
-
-/// A call of `sensor` at `start_us` with `streams` streams, its uid its identity.
-fn call(sensor: &str, n: u64, start_us: i64, streams: usize) -> CdrRecord {
-    let call_id = format!("call-{n}@partitions.test");
-    let c = CdrCall {
-        call_id: call_id.clone(),
-        caller: format!("{}", 1000 + n % 7),
-        called: format!("+4930{n:06}"),
-        caller_addr: "10.1.0.5:5060".into(),
-        callee_addr: "192.168.10.5:5060".into(),
-        start_us,
-        answer_us: Some(start_us + 2_000_000),
-        end_us: Some(start_us + 62_000_000),
-        state: "ended".into(),
-        last_response: Some(200),
-        last_reason: "OK".into(),
-        sip_messages: 7,
-        mos_min: Some(4.1),
-        sensor: sensor.into(),
-        ..CdrCall::default()
-    };
-    let s = (0..streams)
-        .map(|i| CdrStream {
-            call_id: Some(call_id.clone()),
-            src: "10.1.0.5:4000".into(),
-            dst: "192.168.10.5:4000".into(),
-            ssrc: i as u32,
-            payload: "g711A".into(),
-            start_us: start_us + 2_000_000,
-            end_us: start_us + 62_000_000,
-            packets: 3000,
-            ..CdrStream::default()
-        })
-        .collect();
-    let mut r = CdrRecord::call(c, s);
-    r.uid = r.identity(sensor);
-    r
-}
-
-fn registration(n: u64, first_us: i64) -> CdrRecord {
-    let mut r = CdrRecord::registration(CdrRegistration {
-        call_id: format!("reg-{n}@partitions.test"),
-        user: "1001".into(),
-        domain: "pbx.example.com".into(),
-        contact: "sip:1001@10.1.0.5".into(),
-        src: "10.1.0.5:5060".into(),
-        dst: "192.168.10.5:5060".into(),
-        first_us,
-        last_us: first_us + 40_000,
-        requests: 2,
-        last_code: Some(200),
-        result: "registered".into(),
-        ..CdrRegistration::default()
-    });
-    r.uid = r.identity("site-a");
-    r
-}
 
 fn client(conninfo: &str) -> postgres::Client {
     postgres::Client::connect(conninfo, postgres::NoTls).unwrap()

@@ -16,7 +16,7 @@ use cdr::{
     CdrCall, CdrRecord, CdrStore, CdrStream, CdrWriter, CdrWriterConfig, CdrWriterStats, PgStore,
     SqliteStore,
 };
-use common::PgServer;
+use common::{PgServer, set_read_only};
 
 fn call(i: u64) -> CdrCall {
     CdrCall {
@@ -374,26 +374,6 @@ fn a_full_journal_counts_drops() {
     assert!(s.journal_bytes <= 4096, "{s:?}");
     let (kept, _) = Journal::inspect(&journal).unwrap();
     assert_eq!(kept.len() as u64, s.journaled_records);
-}
-
-/// Makes a file unwritable even for root (the immutable attribute) or, for other users,
-/// removes its write permission. False if neither works here.
-fn set_read_only(path: &Path, read_only: bool) -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if root {
-        Command::new("chattr")
-            .arg(if read_only { "+i" } else { "-i" })
-            .arg(path)
-            .status()
-            .is_ok_and(|s| s.success())
-    } else {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = if read_only { 0o444 } else { 0o644 };
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).is_ok()
-    }
 }
 
 #[test]
