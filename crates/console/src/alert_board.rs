@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// How long the header badge's count is reused.
 pub const BADGE_TTL: Duration = Duration::from_secs(5);
+/// How long a page waits for the count before it is drawn without a badge (a database that
+/// does not answer slows no page down for more than this, once per [`BADGE_TTL`]).
+pub const BADGE_READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest rule name a silence or a search names.
 pub const RULE_BYTES_MAX: usize = 128;
 /// Longest key (or key prefix) a silence or a search names.
@@ -38,7 +41,8 @@ pub struct BadgeCache {
 
 impl BadgeCache {
     /// The count, read through `read` when the last one is older than [`BADGE_TTL`]; `None`
-    /// (no badge) when there is nothing to count (no CDR database).
+    /// (no badge) when there is nothing to count (no CDR database) or the read takes longer
+    /// than [`BADGE_READ_TIMEOUT`].
     pub async fn get<F>(&self, read: impl FnOnce() -> F) -> Option<BadgeCounts>
     where
         F: std::future::Future<Output = Option<BadgeCounts>>,
@@ -49,7 +53,9 @@ impl BadgeCache {
         {
             return counts;
         }
-        let counts = read().await;
+        let counts = tokio::time::timeout(BADGE_READ_TIMEOUT, read())
+            .await
+            .unwrap_or(None);
         *last = Some((Instant::now(), counts));
         counts
     }

@@ -76,22 +76,14 @@ pub(super) async fn badge(state: &Shared) -> Option<BadgeCounts> {
     state
         .badge
         .get(|| async move {
-            let counted = calls
-                .read(|s: &mut dyn CdrStore| {
-                    let Some(a) = s.alert_store() else {
-                        return Ok(None);
-                    };
-                    Ok(Some(counts(a)?))
-                })
-                .await;
-            match counted {
-                Ok(c) => c,
-                Err(CallsError::NoDatabase(_)) => Some(BadgeCounts::default()),
-                Err(e) => {
-                    tracing::debug!("the alerts badge: {e}");
+            // A database not created yet has nothing firing.
+            let zero = Some(BadgeCounts::default());
+            with_alerts(&calls, zero, |a| counts(a).map(Some))
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!("the alerts badge: {}", e.message());
                     None
-                }
-            }
+                })
         })
         .await
 }
