@@ -96,7 +96,10 @@ fn alert(rule: &str, kind: &str, severity: &str, key: &str, since_us: i64) -> Al
 /// The seeded database: three firing (one critical premium-number alert with calls, two
 /// scanners), two resolved; ids in that order.
 fn seed(db: &Path) -> Vec<i64> {
-    let mut s = SqliteStore::open(db).unwrap();
+    seed_into(&mut SqliteStore::open(db).unwrap())
+}
+
+fn seed_into(s: &mut dyn AlertStore) -> Vec<i64> {
     let t = now_us() - 3_600_000_000;
     let mut premium = alert(
         "premium",
@@ -164,6 +167,12 @@ struct Running {
 }
 
 async fn start(with_db: bool, rules: Option<Arc<dyn AlertRules>>) -> Running {
+    start_on(with_db.then_some(None), rules).await
+}
+
+/// A console over `cdr`: `Some(None)` a SQLite file in its directory, `Some(source)` that
+/// database, `None` no CDR database.
+async fn start_on(cdr: Option<Option<CdrSource>>, rules: Option<Arc<dyn AlertRules>>) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
@@ -176,7 +185,7 @@ async fn start(with_db: bool, rules: Option<Arc<dyn AlertRules>>) -> Running {
     };
     let (admin, viewer) = (cookie("ada"), cookie("vic"));
     let db = dir.path().join("cdr.sqlite3");
-    let calls = with_db.then(|| CallsConfig::new(CdrSource::Sqlite(db.clone())));
+    let calls = cdr.map(|c| CallsConfig::new(c.unwrap_or_else(|| CdrSource::Sqlite(db.clone()))));
     let cfg = WebConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         ..WebConfig::default()
@@ -262,6 +271,48 @@ fn ids(v: &Value) -> Vec<i64> {
 async fn the_api_lists_alerts_newest_first_by_pages_and_shows_one_with_its_calls() {
     let c = start(true, None).await;
     let seeded = seed(&c.db);
+    lists_pages_and_shows(&c, &seeded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_the_same_api_lists_acknowledges_and_counts() {
+    let pg = match pg_scratch::PgServer::start(&pg_scratch::Options::default()) {
+        Ok(s) => s,
+        Err(pg_scratch::PgError::NotInstalled) => {
+            test_env::skip("PostgreSQL is not installed (CI installs Debian's postgresql)");
+            return;
+        }
+        Err(e) => panic!("PostgreSQL: {e}"),
+    };
+    let conninfo = pg.conninfo();
+    let seeded = {
+        let conninfo = conninfo.clone();
+        tokio::task::spawn_blocking(move || {
+            seed_into(&mut cdr::PgStore::connect(&conninfo).unwrap())
+        })
+        .await
+        .unwrap()
+    };
+    let c = start_on(Some(Some(CdrSource::Postgres(conninfo))), None).await;
+    lists_pages_and_shows(&c, &seeded).await;
+    let premium = seeded[4];
+    let (status, acked) = c
+        .as_viewer("POST", &format!("/api/alerts/{premium}/ack"), "")
+        .await;
+    assert_eq!(
+        (status, acked["alert"]["acked_by"].as_str()),
+        (200, Some("vic")),
+        "{acked}"
+    );
+    let dash = page(c.addr, "/dashboard", &c.viewer).await;
+    assert!(
+        dash.contains("data-firing=\"3\" data-unacked=\"2\""),
+        "the badge"
+    );
+}
+
+/// What both backends answer over the seeded alerts.
+async fn lists_pages_and_shows(c: &Running, seeded: &[i64]) {
     let (r_a, r_b, scan_a, scan_b, premium) =
         (seeded[0], seeded[1], seeded[2], seeded[3], seeded[4]);
 
@@ -436,6 +487,12 @@ async fn the_rules_are_an_admins_to_edit_and_a_refused_text_changes_nothing() {
     let (status, _) = c.as_viewer("PUT", "/api/alerts/rules", good).await;
     assert_eq!(status, 403);
     assert_eq!(rules.console_text(), "");
+
+    // A viewer's page has neither the rules nor the silence form; an admin's has both.
+    let viewer_page = page(c.addr, "/alerts", &c.viewer).await;
+    assert!(!viewer_page.contains("rules-panel") && !viewer_page.contains("silence-form"));
+    let admin_page = page(c.addr, "/alerts", &c.admin).await;
+    assert!(admin_page.contains("rules-panel") && admin_page.contains("silence-form"));
 
     let (status, shown) = c.as_admin("GET", "/api/alerts/rules", "").await;
     assert_eq!(status, 200, "{shown}");
