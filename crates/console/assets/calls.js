@@ -881,8 +881,17 @@
       add("Acknowledged", a.acked_by ? el("span", {}, `${a.acked_by}, `, timeEl(a.acked_us)) : "no");
       if (a.silenced) add("Silenced", el("span", {}, `until `, timeEl(a.silenced.ends_us), ` (by ${a.silenced.by})`));
       const uids = a.calls || [];
-      note.textContent = uids.length ? `${plural(uids.length, "call")} or registrations behind it, oldest first:` : "No call is kept with this alert.";
-      list.replaceChildren(...uids.map((uid) => el("li", {}, el("a", { href: `/calls/${encodeURIComponent(uid)}` }, uid))));
+      note.textContent = uids.length ? `${uids.length} ${uids.length === 1 ? "call or registration" : "calls or registrations"} behind it, oldest first:` : "No call is kept with this alert.";
+      // A stored call: a link with its start, parties and result; any other uid (a
+      // registration's, or a call removed since) as it is.
+      const rows = a.call_rows || [];
+      list.replaceChildren(...uids.map((uid, i) => {
+        const c = rows[i];
+        if (!c) return el("li", { class: "muted", title: "no stored call has this uid (a registration, or a call removed since)" }, uid);
+        const result = c.last_response ? `${c.state} (${c.last_response})` : c.state;
+        return el("li", {}, el("a", { href: `/calls/${encodeURIComponent(uid)}`, title: uid }, timeEl(c.start_us), ` ${c.caller} → ${c.called}`),
+          el("span", { class: "muted" }, ` · ${result}${c.duration_s ? `, ${duration(c.duration_s)}` : ""}`));
+      }));
       panel.scrollIntoView({ block: "nearest" });
     } catch (e) {
       note.textContent = `This alert cannot be shown: ${e.message}`;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bench::browser::{Browser, http};
-use cdr::{AlertRow, AlertStore, SilenceRow, SqliteStore};
+use cdr::{AlertRow, AlertStore, CdrCall, CdrRecord, CdrStore, SilenceRow, SqliteStore};
 use console::alert_rules::AlertRules;
 use console::calls::{CallsConfig, CdrSource};
 use console::{Accounts, Console, Role, WebConfig};
@@ -99,7 +99,39 @@ fn seed(db: &Path) -> Vec<i64> {
     seed_into(&mut SqliteStore::open(db).unwrap())
 }
 
-fn seed_into(s: &mut dyn AlertStore) -> Vec<i64> {
+/// The premium alert's three calls, stored as a capture stores them.
+fn premium_calls(t: i64) -> Vec<CdrRecord> {
+    (0..3)
+        .map(|i| {
+            let start_us = t + i * 150_000_000;
+            CdrRecord {
+                uid: PREMIUM_CALLS[i as usize].into(),
+                call: Some(CdrCall {
+                    call_id: format!("premium-{i}@pbx"),
+                    caller: "2001".into(),
+                    called: format!("0088213000{i}"),
+                    caller_addr: "192.0.2.10:5060".into(),
+                    callee_addr: "198.51.100.20:5060".into(),
+                    start_us,
+                    answer_us: Some(start_us + 4_000_000),
+                    end_us: Some(start_us + 64_000_000),
+                    state: "answered".into(),
+                    last_response: Some(200),
+                    ..CdrCall::default()
+                }),
+                ..CdrRecord::default()
+            }
+        })
+        .collect()
+}
+
+const PREMIUM_CALLS: [&str; 3] = [
+    "edge1|a84b4c76e66710@pbx|1",
+    "edge1|b2@pbx|2",
+    "edge1|c3@pbx|3",
+];
+
+fn seed_into<S: AlertStore + CdrStore>(s: &mut S) -> Vec<i64> {
     let t = now_us() - 3_600_000_000;
     let mut premium = alert(
         "premium",
@@ -112,11 +144,8 @@ fn seed_into(s: &mut dyn AlertStore) -> Vec<i64> {
     premium.figures_json =
         r#"{"value":3.0,"threshold":1.0,"unit":"calls","matched":3,"total":3,"window_s":600}"#
             .into();
-    premium.calls = vec![
-        "edge1|a84b4c76e66710@pbx|1".into(),
-        "edge1|b2@pbx|2".into(),
-        "edge1|c3@pbx|3".into(),
-    ];
+    premium.calls = PREMIUM_CALLS.map(String::from).to_vec();
+    s.insert_records(&premium_calls(t + 60_000_000)).unwrap();
     premium.summary = "2001 called +88213 premium numbers 3 times in 10 min".into();
     let mut resolved_a = alert("trunk-503", "sip.response", "warning", "198.51.100.20", t);
     resolved_a.state = "resolved".into();
@@ -359,6 +388,18 @@ async fn lists_pages_and_shows(c: &Running, seeded: &[i64]) {
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["alert"]["calls"][0], "edge1|a84b4c76e66710@pbx|1");
     assert_eq!(one["alert"]["calls"].as_array().unwrap().len(), 3);
+    let row = &one["alert"]["call_rows"][2];
+    assert_eq!(
+        (row["uid"].as_str(), row["called"].as_str()),
+        (Some("edge1|c3@pbx|3"), Some("00882130002"))
+    );
+    let (_, scan) = c
+        .as_viewer("GET", &format!("/api/alerts/{}", seeded[2]), "")
+        .await;
+    assert!(
+        scan["alert"]["call_rows"][0].is_null(),
+        "a registration's uid is no call"
+    );
     let (status, _) = c.as_viewer("GET", "/api/alerts/999999", "").await;
     assert_eq!(status, 404);
     let (status, _) = call(c.addr, "GET", "/api/alerts", "", "").await;
@@ -674,6 +715,9 @@ async fn the_alerts_page_in_a_browser_shows_firing_rows_the_badge_and_acknowledg
         link.attr("href").await.unwrap().as_deref(),
         Some("/calls/edge1%7Ca84b4c76e66710%40pbx%7C1")
     );
+    let text = link.text().await.unwrap();
+    assert!(text.ends_with("2001 → 00882130000"), "{text}");
+    look(&b, "console-alerts-detail.png").await;
 
     // A rule with a problem is refused beside the editor.
     let editor = b.client.find(Locator::Id("rules-text")).await.unwrap();

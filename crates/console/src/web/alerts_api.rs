@@ -5,8 +5,9 @@
 //!   `{"alerts": [...], "next", "firing", "unacked"}`, newest first by when each began,
 //!   keyset-paged (`next` is the `after` of the next page). A database without alerts (not
 //!   created yet, or of an older release) reads as empty, with `hint`.
-//! - `GET /api/alerts/{id}` → `{"alert": {...}}` with every call uid behind it (the page links
-//!   each to `/calls/{uid}`).
+//! - `GET /api/alerts/{id}` → `{"alert": {...}}` with every call uid behind it (`calls`) and,
+//!   for the first 100, the call each names (`call_rows`: start, parties, result; `null` for a
+//!   uid that is no stored call, a registration's); the page links each call to `/calls/{uid}`.
 //! - `POST /api/alerts/{id}/ack`: any signed-in user; the first acknowledgement stays, with its
 //!   user and time.
 //! - `GET /api/silences` (those running now); `POST /api/silences` (admins; JSON
@@ -35,6 +36,8 @@ use crate::calls::{Calls, CallsError};
 const PAGE_MAX: usize = cdr::alerts::ALERTS_PAGE_MAX;
 /// Alerts a page holds when the query says nothing.
 const PAGE_DEFAULT: usize = 100;
+/// Calls of one alert read back for its detail (the engine keeps 100 by default).
+const DETAIL_CALLS_MAX: usize = 100;
 
 fn now_us() -> i64 {
     crate::sensors::now_us()
@@ -263,8 +266,37 @@ pub(super) async fn api_alert(
     .await?;
     let (row, silences) =
         found.ok_or_else(|| api_error(StatusCode::NOT_FOUND, format!("no alert {id}")))?;
-    let alert = alert_json(row, &silences, now_us(), true);
+    let call_rows = call_rows(&calls, &row.calls).await;
+    let mut alert = alert_json(row, &silences, now_us(), true);
+    alert["call_rows"] = call_rows;
     Ok(axum::Json(serde_json::json!({ "alert": alert })).into_response())
+}
+
+/// The first [`DETAIL_CALLS_MAX`] uids' calls as the page lists them (start, parties,
+/// result), in the uids' order, `null` for a uid that is no stored call (a registration, or
+/// a call the retention removed). A failed read leaves the uids alone (`null`).
+async fn call_rows(calls: &Arc<Calls>, uids: &[String]) -> serde_json::Value {
+    let uids: Vec<String> = uids.iter().take(DETAIL_CALLS_MAX).cloned().collect();
+    let read = calls
+        .read(move |s: &mut dyn CdrStore| {
+            let mut rows = Vec::with_capacity(uids.len());
+            for uid in &uids {
+                rows.push(s.call_by_uid(uid)?.map(|(c, _, _)| {
+                    serde_json::json!({"uid": c.uid, "start_us": c.call.start_us,
+                        "caller": c.call.caller, "called": c.call.called, "state": c.call.state,
+                        "last_response": c.call.last_response, "duration_s": c.duration_s})
+                }));
+            }
+            Ok(rows)
+        })
+        .await;
+    match read {
+        Ok(rows) => rows.into(),
+        Err(e) => {
+            tracing::debug!("an alert's calls: {e}");
+            serde_json::Value::Null
+        }
+    }
 }
 
 pub(super) async fn api_ack(
