@@ -24,6 +24,82 @@ pub const COMMENT_BYTES_MAX: usize = 1_000;
 pub const SILENCE_S_MAX: i64 = 90 * 86_400;
 /// Shortest silence: a minute.
 pub const SILENCE_S_MIN: i64 = 60;
+/// Alerts one page of `/api/alerts` holds at most.
+pub const PAGE_MAX: usize = cdr::alerts::ALERTS_PAGE_MAX;
+/// Alerts a page holds when the query says nothing.
+pub const PAGE_DEFAULT: usize = 100;
+/// Characters of a refused value an error shows back.
+const SHOWN_CHARS_MAX: usize = 80;
+
+/// A value as an error shows it: quoted, at most [`SHOWN_CHARS_MAX`] characters.
+fn shown(v: &str) -> String {
+    match v.char_indices().nth(SHOWN_CHARS_MAX) {
+        Some((at, _)) => format!("{:?}...", &v[..at]),
+        None => format!("{v:?}"),
+    }
+}
+
+/// `/api/alerts`'s query (`state`, `rule`, `key`, `from`, `to`, `after`, `limit`), each
+/// parameter bounded; an unknown one is refused by name.
+pub fn alert_query(raw: &str) -> Result<cdr::AlertQuery, String> {
+    let mut q = cdr::AlertQuery {
+        limit: PAGE_DEFAULT,
+        ..cdr::AlertQuery::default()
+    };
+    for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
+        let v = v.trim();
+        if v.is_empty() {
+            continue;
+        }
+        let time = |what: &str| {
+            utc::parse_us(v).ok_or_else(|| {
+                format!(
+                    "{what}={}: RFC 3339 in UTC (2026-11-25T14:30:00Z) or seconds since the epoch",
+                    shown(v)
+                )
+            })
+        };
+        match &*k {
+            "state" => match v {
+                "firing" | "resolved" => q.state = Some(v.to_owned()),
+                _ => return Err(format!("state={}: firing or resolved", shown(v))),
+            },
+            "rule" => {
+                check_rule_name(v, "rule").map_err(|e| e.to_string())?;
+                q.rule = Some(v.to_owned());
+            }
+            "key" => {
+                check_key(v, "key").map_err(|e| e.to_string())?;
+                q.key = Some(v.to_owned());
+            }
+            "from" => q.from_us = Some(time("from")?),
+            "to" => q.to_us = Some(time("to")?),
+            "after" => {
+                let id = v.parse::<i64>().ok().filter(|id| *id > 0);
+                q.after_id = Some(id.ok_or_else(|| {
+                    format!(
+                        "after={}: the next of the page before (an alert id)",
+                        shown(v)
+                    )
+                })?);
+            }
+            "limit" => {
+                let n = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=PAGE_MAX).contains(n));
+                q.limit = n.ok_or_else(|| format!("limit={}: 1 to {PAGE_MAX}", shown(v)))?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown parameter {}: state, rule, key, from, to, after, limit",
+                    shown(other)
+                ));
+            }
+        }
+    }
+    Ok(q)
+}
 
 /// The firing alerts the header shows: how many, and how many nobody acknowledged yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -127,7 +203,10 @@ pub fn check_rule_name(name: &str, what: &'static str) -> Result<(), FieldError>
     if !ok {
         return Err(field(
             what,
-            format!("{name:?}: a rule's name has letters, digits, -, _ and . only (or is *)"),
+            format!(
+                "{}: a rule's name has letters, digits, -, _ and . only (or is *)",
+                shown(name)
+            ),
         ));
     }
     Ok(())
@@ -160,7 +239,10 @@ impl SilenceForm {
         if key[..key.len() - 1].contains('*') {
             return Err(field(
                 "key",
-                format!("{key:?}: * only at the end (a prefix) or alone (every key)"),
+                format!(
+                    "{}: * only at the end (a prefix) or alone (every key)",
+                    shown(key)
+                ),
             ));
         }
         let ends_us = match (self.duration_s, self.ends.as_deref().map(str::trim)) {
@@ -181,14 +263,21 @@ impl SilenceForm {
             }
             (None, Some(e)) if !e.is_empty() => {
                 let at = utc::parse_us(e).ok_or_else(|| {
-                    field("ends", format!("{e:?}: RFC 3339 in UTC (2026-11-25T14:30:00Z) or seconds since the epoch"))
+                    field(
+                        "ends",
+                        format!(
+                            "{}: RFC 3339 in UTC (2026-11-25T14:30:00Z) or seconds since the epoch",
+                            shown(e)
+                        ),
+                    )
                 })?;
                 let s = (at - now_us) / 1_000_000;
                 if !(SILENCE_S_MIN..=SILENCE_S_MAX).contains(&s) {
                     return Err(field(
                         "ends",
                         format!(
-                            "{e:?}: from a minute to {} days from now",
+                            "{}: from a minute to {} days from now",
+                            shown(e),
                             SILENCE_S_MAX / 86_400
                         ),
                     ));
@@ -302,6 +391,39 @@ mod tests {
             "scan",
             "203.0.113.90"
         ));
+    }
+
+    #[test]
+    fn the_alerts_query_is_bounded_and_names_what_is_wrong() {
+        let q = alert_query(
+            "state=firing&rule=premium&key=2001&from=2026-11-01T00:00Z&after=42&limit=10",
+        )
+        .unwrap();
+        assert_eq!(q.state.as_deref(), Some("firing"));
+        assert_eq!(
+            (q.rule.as_deref(), q.key.as_deref()),
+            (Some("premium"), Some("2001"))
+        );
+        assert_eq!((q.after_id, q.limit), (Some(42), 10));
+        assert_eq!(q.from_us, utc::parse_us("2026-11-01T00:00Z"));
+        assert_eq!(alert_query("").unwrap().limit, PAGE_DEFAULT);
+        for (raw, says) in [
+            ("state=open", "state=\"open\": firing or resolved"),
+            ("rule=a%20b", "rule: \"a b\""),
+            ("limit=0", "limit=\"0\": 1 to 500"),
+            ("limit=100000", "limit="),
+            ("after=x", "after="),
+            ("from=yesterday", "from=\"yesterday\""),
+            ("colour=red", "unknown parameter \"colour\""),
+        ] {
+            let e = alert_query(raw).unwrap_err();
+            assert!(e.starts_with(says), "{raw}: {e}");
+        }
+        let long = format!("state={}", "x".repeat(10_000));
+        assert!(
+            alert_query(&long).unwrap_err().len() < 200,
+            "a refused value is cut"
+        );
     }
 
     #[tokio::test]

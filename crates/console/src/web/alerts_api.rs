@@ -28,14 +28,11 @@ use super::Shared;
 use super::api::{ApiError, api_error};
 use super::calls_api::admit;
 use crate::accounts::User;
-use crate::alert_board::{BadgeCounts, FieldError, SilenceForm, check_key, check_rule_name};
+use crate::alert_board::{BadgeCounts, FieldError, SilenceForm};
 use crate::alert_rules::{AlertRules, capped, check_text};
 use crate::calls::{Calls, CallsError};
 
-/// Alerts one page holds at most.
-const PAGE_MAX: usize = cdr::alerts::ALERTS_PAGE_MAX;
-/// Alerts a page holds when the query says nothing.
-const PAGE_DEFAULT: usize = 100;
+use crate::alert_board::PAGE_MAX;
 /// Calls of one alert read back for its detail (the engine keeps 100 by default).
 const DETAIL_CALLS_MAX: usize = 100;
 
@@ -107,65 +104,8 @@ fn counts(a: &mut dyn AlertStore) -> Result<BadgeCounts, CdrError> {
     Ok(BadgeCounts { firing, unacked })
 }
 
-/// `/api/alerts`'s query, each parameter bounded; an unknown one is refused by name.
 fn alert_query(raw: &str) -> Result<AlertQuery, ApiError> {
-    let bad = |what: String| api_error(StatusCode::BAD_REQUEST, what);
-    let field = |e: FieldError| bad(e.to_string());
-    let mut q = AlertQuery {
-        limit: PAGE_DEFAULT,
-        ..AlertQuery::default()
-    };
-    for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
-        let v = v.trim();
-        if v.is_empty() {
-            continue;
-        }
-        let time = |what: &str| {
-            utc::parse_us(v).ok_or_else(|| {
-                bad(format!(
-                    "{what}={v:?}: RFC 3339 in UTC (2026-11-25T14:30:00Z) or seconds since the epoch"
-                ))
-            })
-        };
-        match &*k {
-            "state" => match v {
-                "firing" | "resolved" => q.state = Some(v.to_owned()),
-                _ => return Err(bad(format!("state={v:?}: firing or resolved"))),
-            },
-            "rule" => {
-                check_rule_name(v, "rule").map_err(field)?;
-                q.rule = Some(v.to_owned());
-            }
-            "key" => {
-                check_key(v, "key").map_err(field)?;
-                q.key = Some(v.to_owned());
-            }
-            "from" => q.from_us = Some(time("from")?),
-            "to" => q.to_us = Some(time("to")?),
-            "after" => {
-                let id = v.parse::<i64>().ok().filter(|id| *id > 0);
-                q.after_id = Some(id.ok_or_else(|| {
-                    bad(format!(
-                        "after={v:?}: the next of the page before (an alert id)"
-                    ))
-                })?);
-            }
-            "limit" => {
-                let n = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=PAGE_MAX).contains(n));
-                q.limit = n.ok_or_else(|| bad(format!("limit={v:?}: 1 to {PAGE_MAX}")))?;
-            }
-            other => {
-                let other: String = other.chars().take(40).collect();
-                return Err(bad(format!(
-                    "unknown parameter {other:?}: state, rule, key, from, to, after, limit"
-                )));
-            }
-        }
-    }
-    Ok(q)
+    crate::alert_board::alert_query(raw).map_err(|e| api_error(StatusCode::BAD_REQUEST, e))
 }
 
 /// An alert as the API shows it: the row, its figures as JSON, and the silence that covers it
@@ -496,35 +436,4 @@ pub(super) async fn api_check_rules(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     rules_change(state, user, body, false).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_alerts_query_is_bounded_and_names_what_is_wrong() {
-        let q = alert_query(
-            "state=firing&rule=premium&key=2001&from=2026-11-01T00:00Z&after=42&limit=10",
-        )
-        .ok()
-        .unwrap();
-        assert_eq!(q.state.as_deref(), Some("firing"));
-        assert_eq!(q.after_id, Some(42));
-        assert_eq!(q.limit, 10);
-        assert_eq!(q.from_us, utc::parse_us("2026-11-01T00:00Z"));
-        assert_eq!(alert_query("").ok().unwrap().limit, PAGE_DEFAULT);
-        for raw in [
-            "state=open",
-            "rule=a%20b",
-            "limit=0",
-            "limit=100000",
-            "after=x",
-            "from=yesterday",
-            "colour=red",
-        ] {
-            let e = alert_query(raw).err().unwrap().into_response();
-            assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{raw}");
-        }
-    }
 }
