@@ -28,11 +28,14 @@ use super::Shared;
 use super::api::{ApiError, api_error};
 use super::calls_api::admit;
 use crate::accounts::User;
-use crate::alert_board::{BadgeCounts, FieldError, SilenceForm};
+use crate::alert_board::{BadgeCounts, FieldError, PAGE_MAX, SilenceForm};
 use crate::alert_rules::{AlertRules, capped, check_text};
 use crate::calls::{Calls, CallsError};
 
-use crate::alert_board::PAGE_MAX;
+/// What an empty first page says: how alerts come to be here.
+const HOW_ALERTS_COME: &str = "Alerts appear here once a rule fires: [[alerts.rule]] tables in \
+    tandem.toml (or the rules managed on this page) run in serve's capture and its collector, and \
+    each alert is kept in the CDR database.";
 /// Calls of one alert read back for its detail (the engine keeps 100 by default).
 const DETAIL_CALLS_MAX: usize = 100;
 
@@ -172,23 +175,24 @@ pub(super) async fn api_alerts(
         "unacked": counts.unacked,
     });
     if first && nothing && counts.firing == 0 {
-        out["hint"] =
-            "Alerts appear here once a rule fires: [[alerts.rule]] tables in tandem.toml \
-                       (or the rules managed on this page) run in serve's capture and its \
-                       collector, and each alert is kept in the CDR database."
-                .into();
+        out["hint"] = HOW_ALERTS_COME.into();
     }
     Ok(axum::Json(out).into_response())
 }
 
-/// An alert's id from the path, or 404 naming it.
-fn alert_id(raw: &str) -> Result<i64, ApiError> {
+/// An alert's or a silence's id from the path, or 404 naming it.
+fn id_of(raw: &str, what: &str) -> Result<i64, ApiError> {
     raw.parse::<i64>().ok().filter(|id| *id > 0).ok_or_else(|| {
+        let raw: String = raw.chars().take(40).collect();
         api_error(
             StatusCode::NOT_FOUND,
-            format!("no alert {raw:?}: ids are numbers"),
+            format!("no {what} {raw:?}: ids are numbers"),
         )
     })
+}
+
+fn alert_id(raw: &str) -> Result<i64, ApiError> {
+    id_of(raw, "alert")
 }
 
 pub(super) async fn api_alert(
@@ -328,11 +332,7 @@ pub(super) async fn api_end_silence(
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
     admit(&user, "ending a silence")?;
-    let id = raw
-        .parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| api_error(StatusCode::NOT_FOUND, format!("no silence {raw:?}")))?;
+    let id = id_of(&raw, "silence")?;
     let calls = calls_of(&state)?;
     let ended = with_alerts(&calls, false, move |a| a.end_silence(id, now_us())).await?;
     if !ended {
