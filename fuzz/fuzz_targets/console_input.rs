@@ -1,8 +1,9 @@
 //! What the web console reads from a request or from its files: a time in a query (`utc`: epoch
 //! or ISO 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
-//! the history's histograms are read from, and a SIP message's credentials redacted for a viewer
-//! (a second pass changes nothing). None may panic; a time that reads must be a time that
-//! the calendar functions give back.
+//! the history's histograms are read from, a SIP message's credentials redacted for a viewer
+//! (a second pass changes nothing), and the Alerts page's input: its search query, a silence as
+//! JSON, a rules text. None may panic; a time that reads must be a time that the calendar
+//! functions give back; a silence that is accepted is one the store takes.
 #![no_main]
 
 use console::dashboard::split_name;
@@ -37,6 +38,17 @@ fuzz_target!(|data: &[u8]| {
     if let Some(sketch) = history::LatencySketch::from_bytes(data) {
         let _ = sketch.quantile(0.99);
     }
+    if let Ok(q) = console::alert_board::alert_query(&text) {
+        assert!((1..=console::alert_board::PAGE_MAX).contains(&q.limit));
+    }
+    if let Ok(form) = serde_json::from_slice::<console::alert_board::SilenceForm>(data)
+        && let Ok(s) = form.check(1_800_000_000_000_000)
+    {
+        assert!(s.ends_us > s.starts_us && !s.rule.is_empty() && !s.key.is_empty());
+        assert!(s.comment.len() <= cdr::alerts::ALERT_TEXT_BYTES_MAX);
+        let _ = console::alert_board::silence_covers(&s.rule, &s.key, &text, &text);
+    }
+    let _ = console::alert_rules::check_text(data);
     let _ = metrics_http::histograms(&text);
     let mut deltas = metrics_http::HistogramDeltas::default();
     let _ = deltas.observe(metrics_http::histograms(&text));

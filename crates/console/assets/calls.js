@@ -1,6 +1,6 @@
-// Tandem console: the calls, call, live and registrations pages. Each page is a shell that
-// reads the same JSON API scripts use (/api/calls, /api/calls/{uid}, /api/live,
-// /api/registrations). Times travel in UTC (µs since the epoch, or RFC 3339) and are shown in
+// Tandem console: the calls, call, live, registrations, streams and alerts pages. Each page is
+// a shell that reads the same JSON API scripts use (/api/calls, /api/calls/{uid}, /api/live,
+// /api/registrations, /api/streams, /api/alerts). Times travel in UTC (µs since the epoch, or RFC 3339) and are shown in
 // the browser's time zone, which every page names.
 //
 // Everything a capture put in a packet (numbers, user agents, whole SIP messages) is text that
@@ -730,6 +730,294 @@
     pager("/api/registrations", q, document.querySelector("#registrations tbody"), registrationRow, document.getElementById("status"), "registrations", range, "registrations");
   }
 
+  // ---- Alerts page: firing, one alert, history, silences, rules --------------------------
+
+  // A request that changes something (POST or PUT), same-origin; the answer's body and status.
+  async function send(method, path, body, type) {
+    const headers = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = type || "application/json";
+    const r = await fetch(path, { method, credentials: "same-origin", headers, body });
+    if (r.status === 401) {
+      location.href = `/login?next=${encodeURIComponent(location.pathname)}`;
+      throw new Error("signed out");
+    }
+    const answer = await r.json().catch(() => ({ error: `${r.status} ${r.statusText}` }));
+    return { ok: r.ok, status: r.status, body: answer };
+  }
+
+  const windowText = (s) => {
+    if (!s) return "";
+    if (s % 86400 === 0) return plural(s / 86400, "day");
+    if (s % 3600 === 0) return `${s / 3600} h`;
+    if (s % 60 === 0) return `${s / 60} min`;
+    return `${s} s`;
+  };
+
+  // "12 calls vs 10 over 5 min", "37.5 % vs 30 % over 10 min (15 of 40)".
+  function figuresText(f) {
+    if (!f || typeof f !== "object") return "";
+    const unit = f.unit || "";
+    const pct = unit === "%";
+    const value = pct ? `${num(f.value, 1)} %` : `${num(f.value, 2)}${unit ? ` ${unit}` : ""}`;
+    const threshold = pct ? `${num(f.threshold, 1)} %` : num(f.threshold, 2);
+    let t = `${value} vs ${threshold}`;
+    if (f.window_s) t += ` over ${windowText(f.window_s)}`;
+    if (pct && f.total) t += ` (${f.matched} of ${f.total})`;
+    return t;
+  }
+
+  const severityEl = (s) => el("span", { class: `sev ${["critical", "warning", "info"].includes(s) ? s : "other"}` }, s || "");
+  const keyText = (a) => (a.group_by === "none" || a.key === "" ? "(one key)" : a.key);
+
+  function ackCell(a, onAck) {
+    const td = el("td", { class: "ack" });
+    if (a.acked_by) {
+      td.append(el("span", { class: "acked" }, `${a.acked_by}, `), timeEl(a.acked_us));
+    } else if (a.state === "firing" && onAck) {
+      const b = el("button", { type: "button", class: "ack-button", id: `ack-${a.id}` }, "Acknowledge");
+      b.addEventListener("click", () => onAck(a, b));
+      td.append(b);
+    } else {
+      td.append(el("span", { class: "muted" }, "no"));
+    }
+    if (a.silenced) td.append(el("span", { class: "silenced", title: `silence #${a.silenced.id} by ${a.silenced.by}` }, " · silenced until ", timeEl(a.silenced.ends_us)));
+    return td;
+  }
+
+  function ruleCell(a) {
+    return el("td", { class: "rule" }, el("a", { href: `#alert-${a.id}`, title: `${a.rule_kind}: ${a.summary || ""}` }, a.rule));
+  }
+
+  function firingRow(a, onAck) {
+    return el("tr", { "data-id": String(a.id), "data-rule": a.rule, "data-key": a.key, class: a.acked_by ? "acked" : "unacked" },
+      ruleCell(a), el("td", {}, severityEl(a.severity)), el("td", { class: "key" }, keyText(a)),
+      el("td", {}, timeEl(a.since_us)), el("td", { class: "figures" }, figuresText(a.figures)),
+      el("td", { class: "n calls" }, el("a", { href: `#alert-${a.id}` }, String(a.calls_count))), ackCell(a, onAck));
+  }
+
+  function historyRow(a) {
+    return el("tr", { "data-id": String(a.id), class: a.state },
+      el("td", {}, timeEl(a.since_us)), ruleCell(a), el("td", {}, severityEl(a.severity)),
+      el("td", { class: "key" }, keyText(a)), el("td", { class: `state-${a.state}` }, a.state),
+      el("td", {}, timeEl(a.resolved_us ?? a.at_us)), el("td", { class: "figures" }, figuresText(a.figures)),
+      el("td", { class: "n" }, String(a.calls_count)), ackCell(a, null));
+  }
+
+  // The header's count, as the API last said it.
+  function setBadge(firing, unacked) {
+    const badge = document.getElementById("alert-badge");
+    if (!badge) return;
+    badge.textContent = String(firing);
+    badge.dataset.firing = String(firing);
+    badge.dataset.unacked = String(unacked);
+    badge.title = `${firing} firing, ${unacked} not acknowledged`;
+    badge.classList.toggle("unacked", unacked > 0);
+    badge.classList.toggle("acked", unacked === 0 && firing > 0);
+  }
+
+  async function loadFiring() {
+    const tbody = document.querySelector("#firing tbody");
+    const status = document.getElementById("firing-status");
+    const onAck = async (a, button) => {
+      button.disabled = true;
+      try {
+        const r = await send("POST", `/api/alerts/${a.id}/ack`);
+        if (!r.ok) throw new Error(r.body.error);
+        await loadFiring();
+      } catch (e) {
+        button.disabled = false;
+        status.textContent = `Acknowledging failed: ${e.message}`;
+        status.classList.add("error");
+      }
+    };
+    try {
+      const body = await api("/api/alerts?state=firing&limit=500");
+      const rows = body.alerts || [];
+      tbody.replaceChildren(...rows.map((a) => firingRow(a, onAck)));
+      status.classList.remove("error");
+      status.textContent = rows.length ? "" : (body.hint || "Nothing is firing.");
+      status.classList.toggle("empty", rows.length === 0);
+      const tally = document.getElementById("firing-tally");
+      tally.replaceChildren();
+      if (body.firing) {
+        tally.append(el("span", { class: "tally-down" }, `${body.firing} firing`));
+        if (body.unacked) tally.append(" ", el("span", { class: "tally-down" }, `${body.unacked} not acknowledged`));
+      }
+      setBadge(body.firing || 0, body.unacked || 0);
+      document.getElementById("alerts-page").dataset.firingReady = "1";
+    } catch (e) {
+      status.textContent = `Alerts cannot be read: ${e.message}`;
+      status.classList.add("error");
+    }
+  }
+
+  async function showAlert() {
+    const m = /^#alert-(\d+)$/.exec(location.hash);
+    const panel = document.getElementById("alert-detail");
+    if (!m) {
+      panel.hidden = true;
+      return;
+    }
+    const dl = document.getElementById("detail-fields");
+    const list = document.getElementById("detail-calls");
+    const note = document.getElementById("detail-calls-note");
+    dl.replaceChildren();
+    list.replaceChildren();
+    panel.hidden = false;
+    try {
+      const { alert: a } = await api(`/api/alerts/${m[1]}`);
+      document.getElementById("detail-title").textContent = `Alert #${a.id}: ${a.rule} · ${keyText(a)}`;
+      const add = (k, v) => dl.append(el("dt", {}, k), el("dd", {}, v));
+      add("Rule", `${a.rule} (${a.rule_kind})`);
+      add("Severity", severityEl(a.severity));
+      add("Key", `${keyText(a)} (group by ${a.group_by})`);
+      add("State", a.state);
+      add("Firing since", timeEl(a.since_us));
+      add("Last change", timeEl(a.at_us));
+      if (a.resolved_us) add("Resolved", timeEl(a.resolved_us));
+      add("Figures", figuresText(a.figures));
+      if (a.summary) add("Summary", a.summary);
+      if (a.node) add("Decided by", a.node);
+      add("Acknowledged", a.acked_by ? el("span", {}, `${a.acked_by}, `, timeEl(a.acked_us)) : "no");
+      if (a.silenced) add("Silenced", el("span", {}, `until `, timeEl(a.silenced.ends_us), ` (by ${a.silenced.by})`));
+      const uids = a.calls || [];
+      note.textContent = uids.length ? `${uids.length} ${uids.length === 1 ? "call or registration" : "calls or registrations"} behind it, oldest first:` : "No call is kept with this alert.";
+      // A stored call: a link with its start, parties and result; any other uid (a
+      // registration's, or a call removed since) as it is.
+      const rows = a.call_rows || [];
+      list.replaceChildren(...uids.map((uid, i) => {
+        const c = rows[i];
+        if (!c) return el("li", { class: "muted", title: "no stored call has this uid (a registration, or a call removed since)" }, uid);
+        const result = c.last_response ? `${c.state} (${c.last_response})` : c.state;
+        return el("li", {}, el("a", { href: `/calls/${encodeURIComponent(uid)}`, title: uid }, timeEl(c.start_us), ` ${c.caller} → ${c.called}`),
+          el("span", { class: "muted" }, ` · ${result}${c.duration_s ? `, ${duration(c.duration_s)}` : ""}`));
+      }));
+      panel.scrollIntoView({ block: "nearest" });
+    } catch (e) {
+      note.textContent = `This alert cannot be shown: ${e.message}`;
+    }
+  }
+
+  async function loadSilences(admin) {
+    const tbody = document.querySelector("#silences tbody");
+    const status = document.getElementById("silences-status");
+    try {
+      const body = await api("/api/silences");
+      const rows = body.silences || [];
+      tbody.replaceChildren(...rows.map((s) => {
+        const end = el("td", {});
+        if (admin) {
+          const b = el("button", { type: "button", id: `end-silence-${s.id}` }, "End");
+          b.addEventListener("click", async () => {
+            b.disabled = true;
+            const r = await send("POST", `/api/silences/${s.id}/end`).catch((e) => ({ ok: false, body: { error: e.message } }));
+            if (!r.ok) status.textContent = `Ending the silence failed: ${r.body.error}`;
+            loadSilences(admin);
+            loadFiring();
+          });
+          end.append(b);
+        }
+        return el("tr", { "data-id": String(s.id) }, el("td", {}, s.rule), el("td", { class: "key" }, s.key),
+          el("td", {}, timeEl(s.starts_us)), el("td", {}, timeEl(s.ends_us)), el("td", {}, s.created_by),
+          el("td", { class: "comment" }, s.comment), end);
+      }));
+      status.textContent = rows.length ? "" : "No silence is running.";
+    } catch (e) {
+      status.textContent = `Silences cannot be read: ${e.message}`;
+    }
+  }
+
+  function silenceForm() {
+    const form = document.getElementById("silence-form");
+    if (!form) return;
+    const span = document.getElementById("silence-for");
+    const untilLabel = document.getElementById("silence-until-label");
+    const until = document.getElementById("silence-until");
+    const error = document.getElementById("silence-error");
+    span.addEventListener("change", () => {
+      untilLabel.hidden = span.value !== "until";
+      if (!until.value) until.value = inputValue(new Date(Date.now() + 86400 * 1000)).slice(0, 16);
+    });
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      error.hidden = true;
+      form.querySelectorAll("[aria-invalid]").forEach((i) => i.removeAttribute("aria-invalid"));
+      const body = {
+        rule: document.getElementById("silence-rule").value,
+        key: document.getElementById("silence-key").value,
+        comment: document.getElementById("silence-comment").value,
+      };
+      if (span.value === "until") {
+        const t = new Date(until.value).getTime();
+        body.ends = Number.isFinite(t) ? new Date(t).toISOString() : until.value;
+      } else {
+        body.duration_s = Number(span.value);
+      }
+      const r = await send("POST", "/api/silences", JSON.stringify(body)).catch((e) => ({ ok: false, body: { error: e.message } }));
+      if (!r.ok) {
+        error.textContent = r.body.error;
+        error.hidden = false;
+        const input = { rule: "silence-rule", key: "silence-key", comment: "silence-comment", ends: "silence-until", duration_s: "silence-for" }[r.body.field];
+        if (input) document.getElementById(input).setAttribute("aria-invalid", "true");
+        return;
+      }
+      loadSilences(true);
+      loadFiring();
+    });
+  }
+
+  async function rulesEditor() {
+    const status = document.getElementById("rules-status");
+    if (!status) return;
+    const text = document.getElementById("rules-text");
+    const result = document.getElementById("rules-result");
+    const errors = document.getElementById("rules-errors");
+    try {
+      const body = await api("/api/alerts/rules");
+      if (!body.enabled) {
+        status.textContent = body.note;
+        return;
+      }
+      document.getElementById("rules-config").textContent = body.config_text || "(no rules in tandem.toml)";
+      text.value = body.console_text || "";
+      document.getElementById("rules-body").hidden = false;
+    } catch (e) {
+      status.textContent = `The rules cannot be read: ${e.message}`;
+      return;
+    }
+    const run = async (method, path, done) => {
+      result.textContent = "…";
+      result.className = "";
+      errors.hidden = true;
+      const r = await send(method, path, text.value, "text/plain; charset=utf-8").catch((e) => ({ ok: false, body: { error: e.message } }));
+      if (r.ok) {
+        result.textContent = done;
+        result.className = "ok";
+        return;
+      }
+      result.textContent = r.body.errors ? plural(r.body.errors.length, "problem") + "; nothing changed." : r.body.error;
+      result.className = "bad";
+      errors.replaceChildren(...(r.body.errors || []).map((m) => el("li", {}, m)));
+      errors.hidden = !(r.body.errors || []).length;
+    };
+    document.getElementById("rules-check").addEventListener("click", () => run("POST", "/api/alerts/rules/check", "No problem found."));
+    document.getElementById("rules-save").addEventListener("click", () => run("PUT", "/api/alerts/rules", "Saved: in effect now."));
+  }
+
+  function alertsPage() {
+    const page = document.getElementById("alerts-page");
+    const admin = page.dataset.admin === "true";
+    loadFiring();
+    setInterval(loadFiring, 15000);
+    showAlert();
+    window.addEventListener("hashchange", showAlert);
+    const { q, range } = searchForm(7 * 86400);
+    pager("/api/alerts", q, document.querySelector("#history tbody"), historyRow, document.getElementById("status"), "alerts", range, "alerts");
+    loadSilences(admin);
+    silenceForm();
+    rulesEditor();
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     nameZones();
     if (document.getElementById("calls-filter")) callsPage();
@@ -738,5 +1026,6 @@
     else if (document.getElementById("registrations-page")) registrationsPage();
     else if (document.getElementById("streams-page")) streamsPage();
     else if (document.getElementById("stream-page")) streamPage();
+    else if (document.getElementById("alerts-page")) alertsPage();
   });
 })();

@@ -12,6 +12,10 @@
 //! - [`dashboard`]: which series each panel draws; [`chart`]: SVG charts drawn on the server.
 //! - [`calls`]: the CDR database readers, call pcaps and the live feed behind the calls,
 //!   call, live and registrations pages (`web/calls_api.rs`, `assets/calls.js`).
+//! - The Alerts page (`web/alerts_api.rs`): the alerts stored in the CDR database, their
+//!   acknowledgements and silences ([`alert_board`]: the header badge's count, what a silence
+//!   may say), and the rules an admin edits through [`alert_rules::AlertRules`], which `serve`
+//!   implements ([`Console::manage_alert_rules`]).
 //! - [`redact`]: the credentials in a call's SIP messages, replaced for a viewer.
 //! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
 //!   and `/api/sensors` ([`Console::show_sensors`]).
@@ -23,6 +27,8 @@
 //! through GET, or keeps a password, a session id or a token in clear.
 
 pub mod accounts;
+pub mod alert_board;
+pub mod alert_rules;
 pub mod calls;
 pub mod chart;
 pub mod dashboard;
@@ -97,7 +103,10 @@ impl Default for WebConfig {
             header_timeout_ms: http_listen::Limits::CONSOLE.header_timeout_ms,
             body_timeout_ms: http_listen::Limits::CONSOLE.body_timeout_ms,
             header_bytes_max: http_listen::Limits::CONSOLE.header_bytes_max,
-            body_bytes_max: http_listen::Limits::CONSOLE.body_bytes_max,
+            // The alert rules' text (256 KiB at most) is the largest body the console takes.
+            body_bytes_max: http_listen::Limits::CONSOLE
+                .body_bytes_max
+                .max(alert_rules::RULES_TEXT_BYTES_MAX),
             hosts: Vec::new(),
             cdr_readers_max: calls::CallsConfig::READERS_MAX,
             pcap_cache_mib: calls::CallsConfig::PCAP_CACHE_BYTES_MAX >> 20,
@@ -228,6 +237,8 @@ impl Console {
             first_admin_hint: hint,
             calls: calls.map(|c| Arc::new(calls::Calls::new(c))),
             sensors: None,
+            alert_rules: None,
+            badge: alert_board::BadgeCache::default(),
             stopping: stopping_rx,
         };
         Ok(Console {
@@ -244,6 +255,12 @@ impl Console {
     /// `/api/sensors` answers; without, neither exists.
     pub fn show_sensors(&mut self, sensors: Option<sensors::SensorsConfig>) {
         self.state.sensors = sensors;
+    }
+
+    /// With `rules`, an admin reads and edits the alert rules on the Alerts page (the
+    /// implementer checks and applies them); without, the page says rules are not enabled.
+    pub fn manage_alert_rules(&mut self, rules: Option<Arc<dyn alert_rules::AlertRules>>) {
+        self.state.alert_rules = rules;
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

@@ -25,6 +25,13 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl ApiError {
+    /// What the answer says.
+    pub(super) fn message(&self) -> &str {
+        &self.1
+    }
+}
+
 pub(super) fn api_error(status: StatusCode, msg: impl Into<String>) -> ApiError {
     ApiError(status, msg.into())
 }

@@ -249,9 +249,9 @@ fn merge_streams(
     out
 }
 
-/// Listening and downloading are an admin's right: anyone else is refused before anything
-/// is read.
-fn admit(user: &User, action: &str) -> Result<(), ApiError> {
+/// Listening and downloading (and, on the Alerts page, silences and rules) are an admin's
+/// right: anyone else is refused before anything is read.
+pub(super) fn admit(user: &User, action: &str) -> Result<(), ApiError> {
     if user.role != Role::Admin {
         return Err(api_error(
             StatusCode::FORBIDDEN,

@@ -1,10 +1,11 @@
 //! The calls, call, live, registrations and streams pages: shells that name the user and read
 //! the calls API (`calls_api.rs`) from `assets/calls.js`.
 
-use super::html;
+use super::{Shared, html};
 use crate::accounts::{Role, User};
+use crate::alert_board::BadgeCounts;
 use askama::Template;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 
@@ -14,6 +15,7 @@ struct CallsPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
 }
 
 #[derive(Template)]
@@ -22,6 +24,7 @@ struct CallPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
     uid: String,
 }
 
@@ -31,6 +34,7 @@ struct LivePage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
 }
 
 #[derive(Template)]
@@ -39,23 +43,29 @@ struct RegistrationsPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
 }
 
 fn admin(u: &User) -> bool {
     u.role == Role::Admin
 }
 
-pub(super) async fn calls_page(axum::Extension(u): axum::Extension<User>) -> Response {
+pub(super) async fn calls_page(
+    State(state): State<Shared>,
+    axum::Extension(u): axum::Extension<User>,
+) -> Response {
     let admin = admin(&u);
     let page = CallsPage {
         page: "calls",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
     };
     html(StatusCode::OK, page)
 }
 
 pub(super) async fn call_page(
+    State(state): State<Shared>,
     axum::Extension(u): axum::Extension<User>,
     Path(uid): Path<String>,
 ) -> Response {
@@ -65,27 +75,36 @@ pub(super) async fn call_page(
         page: "calls",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
         uid,
     };
     html(StatusCode::OK, page)
 }
 
-pub(super) async fn live_page(axum::Extension(u): axum::Extension<User>) -> Response {
+pub(super) async fn live_page(
+    State(state): State<Shared>,
+    axum::Extension(u): axum::Extension<User>,
+) -> Response {
     let admin = admin(&u);
     let page = LivePage {
         page: "live",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
     };
     html(StatusCode::OK, page)
 }
 
-pub(super) async fn registrations_page(axum::Extension(u): axum::Extension<User>) -> Response {
+pub(super) async fn registrations_page(
+    State(state): State<Shared>,
+    axum::Extension(u): axum::Extension<User>,
+) -> Response {
     let admin = admin(&u);
     let page = RegistrationsPage {
         page: "registrations",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
     };
     html(StatusCode::OK, page)
 }
@@ -96,6 +115,7 @@ struct StreamsPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
 }
 
 #[derive(Template)]
@@ -104,20 +124,26 @@ struct StreamPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<BadgeCounts>,
     uid: String,
 }
 
-pub(super) async fn streams_page(axum::Extension(u): axum::Extension<User>) -> Response {
+pub(super) async fn streams_page(
+    State(state): State<Shared>,
+    axum::Extension(u): axum::Extension<User>,
+) -> Response {
     let admin = admin(&u);
     let page = StreamsPage {
         page: "streams",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
     };
     html(StatusCode::OK, page)
 }
 
 pub(super) async fn stream_page(
+    State(state): State<Shared>,
     axum::Extension(u): axum::Extension<User>,
     Path(uid): Path<String>,
 ) -> Response {
@@ -127,6 +153,7 @@ pub(super) async fn stream_page(
         page: "streams",
         user: u.name,
         admin,
+        badge: super::alerts_api::badge(&state).await,
         uid,
     };
     html(StatusCode::OK, page)

@@ -3,6 +3,8 @@
 //! cookie) or, for `/api/*`, an API token; without one a page redirects to the login and an
 //! API call gets 401, never data. Nothing changes state through GET.
 
+mod alerts_api;
+mod alerts_page;
 mod api;
 mod calls_api;
 mod calls_page;
@@ -43,6 +45,10 @@ pub struct ConsoleState {
     pub calls: Option<Arc<crate::calls::Calls>>,
     /// The collector's sensors (`None`: `serve` runs no collector; no panel, no data).
     pub sensors: Option<crate::sensors::SensorsConfig>,
+    /// The alert rules an admin edits (`None`: alerts are not enabled; the page says so).
+    pub alert_rules: Option<Arc<dyn crate::alert_rules::AlertRules>>,
+    /// The header badge's count of firing alerts, read at most every few seconds.
+    pub badge: crate::alert_board::BadgeCache,
     /// Turns true when the console stops: long-lived answers (the live feed) end then.
     pub stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -76,6 +82,20 @@ pub fn router(state: Shared) -> Router {
             get(calls_api::api_stream_audio),
         )
         .route("/api/live", get(calls_api::api_live))
+        .route("/api/alerts", get(alerts_api::api_alerts))
+        .route(
+            "/api/alerts/rules",
+            get(alerts_api::api_rules).put(alerts_api::api_put_rules),
+        )
+        .route("/api/alerts/rules/check", post(alerts_api::api_check_rules))
+        .route("/api/alerts/{id}", get(alerts_api::api_alert))
+        .route("/api/alerts/{id}/ack", post(alerts_api::api_ack))
+        .route(
+            "/api/silences",
+            get(alerts_api::api_silences).post(alerts_api::api_add_silence),
+        )
+        .route("/api/silences/{id}/end", post(alerts_api::api_end_silence))
+        .route("/alerts", get(alerts_page::alerts_page))
         .route("/calls", get(calls_page::calls_page))
         .route("/calls/{uid}", get(calls_page::call_page))
         .route("/live", get(calls_page::live_page))
@@ -96,8 +116,10 @@ pub fn router(state: Shared) -> Router {
 }
 
 async fn security_headers(req: axum::extract::Request, next: Next) -> Response {
-    // A POST from another site is refused whatever its cookies (login CSRF included).
-    if req.method() == Method::POST && !same_origin(req.headers()) {
+    // A POST (or PUT, DELETE...) from another site is refused whatever its cookies (login CSRF
+    // included).
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !reads && !same_origin(req.headers()) {
         return (StatusCode::FORBIDDEN, "cross-site request refused\n").into_response();
     }
     let mut resp = next.run(req).await;
@@ -360,6 +382,8 @@ mod tests {
             first_admin_hint: String::new(),
             calls: None,
             sensors,
+            alert_rules: None,
+            badge: Default::default(),
             stopping: tokio::sync::watch::channel(false).1,
         });
         (dir, state, format!("{SESSION_COOKIE}={sid}"))

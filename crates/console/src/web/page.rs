@@ -154,6 +154,7 @@ struct DashboardPage {
     page: &'static str,
     user: String,
     admin: bool,
+    badge: Option<crate::alert_board::BadgeCounts>,
     ranges: Vec<LinkView>,
     refreshes: Vec<LinkView>,
     refresh_s: u32,
@@ -190,6 +191,7 @@ pub(super) async fn dashboard_page(
         _ => 0,
     };
     let sensors = state.sensors.as_ref().map(sensors_panel);
+    let badge = super::alerts_api::badge(&state).await;
     let built = tokio::task::spawn_blocking(move || -> Result<(Vec<PanelView>, String), String> {
         let Some(h) = &state.history else {
             return Err("The metrics history is disabled ([history] enabled = false): there is nothing to chart.".into());
@@ -285,6 +287,7 @@ pub(super) async fn dashboard_page(
             page: "dashboard",
             user: user.name,
             admin: user.role == Role::Admin,
+            badge,
             ranges,
             refreshes,
             refresh_s,
