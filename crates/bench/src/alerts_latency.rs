@@ -28,8 +28,11 @@ pub(crate) struct Latency {
     pub missing: usize,
 }
 
+/// A firing alert's rule and key as a webhook received it, and when.
+type Receipt = (String, String, Instant);
+
 /// A webhook receiver: (rule, key) of each POST with its receipt time.
-fn receiver() -> anyhow::Result<(u16, mpsc::Receiver<(String, String, Instant)>)> {
+fn receiver() -> anyhow::Result<(u16, mpsc::Receiver<Receipt>)> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let (tx, rx) = mpsc::channel();
