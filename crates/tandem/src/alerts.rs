@@ -318,3 +318,142 @@ impl Dispatch {
         }
     }
 }
+
+/// Where the console keeps the rules an admin edits, in the data directory.
+pub const CONSOLE_RULES_FILE: &str = "alert-rules.toml";
+
+/// The console's side of the rules: `tandem.toml`'s (shown read-only) and the admin's, kept in
+/// [`CONSOLE_RULES_FILE`] and put in effect without a restart. The admin's text holds
+/// `[[alerts.rule]]` tables only: actions, address groups and tables stay in `tandem.toml`.
+pub struct ConsoleRules {
+    config: alerts::AlertsConfig,
+    path: std::path::PathBuf,
+    text: std::sync::Mutex<String>,
+    engine: Arc<std::sync::Mutex<alerts::Engine>>,
+    queue: AlertQueue,
+}
+
+impl ConsoleRules {
+    /// The rule set of `tandem.toml` and the console's file together, and the console's text;
+    /// a console file that no longer fits (a rule renamed in `tandem.toml` since) is left out
+    /// with an error in the log, so that `serve` still starts.
+    pub fn load(
+        config: &alerts::AlertsConfig,
+        data_dir: &std::path::Path,
+    ) -> anyhow::Result<(alerts::RuleSet, String)> {
+        let path = data_dir.join(CONSOLE_RULES_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        match combined(config, &path, &text) {
+            Ok((_, set)) => Ok((set, text)),
+            Err(errors) => {
+                tracing::error!(
+                    file = %path.display(),
+                    "the console's alert rules are left out: {}",
+                    errors.join("; ")
+                );
+                Ok((rule_set(config)?, text))
+            }
+        }
+    }
+
+    pub fn new(
+        config: &alerts::AlertsConfig,
+        data_dir: &std::path::Path,
+        text: String,
+        alerts: &ServeAlerts,
+    ) -> ConsoleRules {
+        ConsoleRules {
+            config: config.clone(),
+            path: data_dir.join(CONSOLE_RULES_FILE),
+            text: std::sync::Mutex::new(text),
+            engine: alerts.engine.clone(),
+            queue: alerts.queue(),
+        }
+    }
+}
+
+/// `config`'s rules and `text`'s (from `path`) as one rule set.
+fn combined(
+    config: &alerts::AlertsConfig,
+    path: &std::path::Path,
+    text: &str,
+) -> Result<(alerts::AlertsConfig, alerts::RuleSet), Vec<String>> {
+    let console = alerts::RulesFile::parse(path, text).map_err(|e| vec![e.to_string()])?;
+    let only_rules = alerts::AlertsConfig {
+        rule: console.rule.clone(),
+        ..alerts::AlertsConfig::default()
+    };
+    if console != only_rules {
+        return Err(vec![
+            "the console keeps [[alerts.rule]] tables only: set actions, ip_groups and the \
+             other [alerts] keys in tandem.toml"
+                .into(),
+        ]);
+    }
+    let mut all = config.clone();
+    all.rule.extend(console.rule);
+    check(&all).map(|set| (all, set))
+}
+
+impl console::alert_rules::AlertRules for ConsoleRules {
+    fn config_text(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Only<'a> {
+            alerts: Rules<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Rules<'a> {
+            rule: &'a [alerts::RuleConfig],
+        }
+        if self.config.rule.is_empty() {
+            return String::new();
+        }
+        toml::to_string(&Only {
+            alerts: Rules {
+                rule: &self.config.rule,
+            },
+        })
+        .unwrap_or_default()
+    }
+
+    fn console_text(&self) -> String {
+        self.text.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn validate(&self, text: &str) -> Result<(), Vec<String>> {
+        combined(&self.config, &self.path, text).map(|_| ())
+    }
+
+    fn apply(&self, text: &str) -> Result<(), Vec<String>> {
+        let (_, set) = combined(&self.config, &self.path, text)?;
+        // Kept first (0600, then renamed over the old file), so that what is in effect is what
+        // the next start reads.
+        let tmp = self.path.with_extension("toml.tmp");
+        let write = || -> std::io::Result<()> {
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = filemode::create_new(&tmp, &filemode::Access::Private)?;
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| {
+            vec![format!(
+                "cannot keep the rules in {}: {e}",
+                self.path.display()
+            )]
+        })?;
+        let mut out = Vec::new();
+        self.engine
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace_rules(set, &mut out);
+        self.queue.push(&out);
+        *self.text.lock().unwrap_or_else(|p| p.into_inner()) = text.to_string();
+        tracing::info!(file = %self.path.display(), "alert rules changed in the console are in effect");
+        Ok(())
+    }
+}

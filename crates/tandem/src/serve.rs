@@ -217,12 +217,16 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         None
     };
     let collector_handle = collector.as_ref().map(collector::Collector::handle);
-    // Alert rules over the capture's calls, the collector's and the metrics.
-    let alerts = if config.alerts.rule.is_empty() {
+    // Alert rules over the capture's calls, the collector's and the metrics: tandem.toml's,
+    // and the console's (so that an admin can add the first rule there).
+    let alerts = if config.alerts.rule.is_empty() && !config.web.enabled {
         None
     } else {
-        let set = crate::alerts::rule_set(&config.alerts)?;
-        info!(rules = set.rules.len(), "alert rules loaded");
+        let (set, console_text) =
+            crate::alerts::ConsoleRules::load(&config.alerts, &config.kv.data_dir)?;
+        if !set.rules.is_empty() {
+            info!(rules = set.rules.len(), "alert rules loaded");
+        }
         let (db, postgres) = cdr_database(&config, collector_handle.is_some());
         let dispatch = crate::alerts::Dispatch {
             db,
@@ -239,11 +243,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 deliver
             }),
         };
-        Some(crate::alerts::ServeAlerts::start(
-            &config.alerts,
-            set,
-            dispatch,
-        )?)
+        Some((
+            crate::alerts::ServeAlerts::start(&config.alerts, set, dispatch)?,
+            console_text,
+        ))
+    };
+    let (alerts, console_rules) = match alerts {
+        Some((a, text)) => {
+            let rules =
+                crate::alerts::ConsoleRules::new(&config.alerts, &config.kv.data_dir, text, &a);
+            (Some(a), Some(Arc::new(rules)))
+        }
+        None => (None, None),
     };
     if let (Some(a), Some(h)) = (&alerts, &collector_handle) {
         a.watch_collector(h);
@@ -354,6 +365,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         )
         .await?;
         console.show_sensors(collector_handle.clone().map(|h| sensors_config(&config, h)));
+        console.manage_alert_rules(console_rules.map(|r| {
+            let r: Arc<dyn console::alert_rules::AlertRules> = r;
+            r
+        }));
         info!(console = %console.url(), "web console on {}", console.url());
         Some(tokio::spawn(console.serve(stopped(stop_rx.clone()))))
     } else {

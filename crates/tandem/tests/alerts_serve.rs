@@ -144,3 +144,125 @@ fn a_call_fires_a_rule_at_its_invite_and_the_webhook_gets_it_signed() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// One HTTP request on a fresh connection; (status, body).
+fn http(port: u16, method: &str, path: &str, token: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn a_rule_an_admin_saves_in_the_console_takes_effect_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |args: &[&str], stdin: &str| {
+        let mut c = Command::new(EXE)
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .env_remove("TANDEM_DATA_DIR")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(
+        &["user", "add", "ops", "--role", "admin", "--password-stdin"],
+        "a long enough password\n",
+    );
+    let token = run(&["user", "token", "ops"], "").trim().to_string();
+    let (hook, received) = webhook();
+    let (agi, http_port, web, hep) = (free_port(), free_port(), free_port(), free_udp_port());
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[fastagi]\nlisten = \"127.0.0.1:{agi}\"\n[metrics]\nlisten = \"127.0.0.1:{http_port}\"\n\
+             [web]\nlisten = \"127.0.0.1:{web}\"\n[history]\nenabled = false\n[kv]\ndata_dir = {data:?}\n\
+             [capture]\nhep_listen = \"127.0.0.1:{hep}\"\ncdr_db = {:?}\n\n\
+             [alerts.action.hook]\ntype = \"webhook\"\nurl = \"http://127.0.0.1:{hook}/tandem\"\n",
+            dir.path().join("cdr.sqlite3")
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("serve.log");
+    let _serve = Killed(
+        Command::new(EXE)
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env_remove("TANDEM_DATA_DIR")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", web)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not start:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A rule naming an action tandem.toml does not have is refused, and changes nothing.
+    let bad =
+        "[[alerts.rule]]\nname = \"any-call\"\nkind = \"fraud.calls\"\nactions = [\"nowhere\"]\n";
+    let (status, body) = http(web, "PUT", "/api/alerts/rules", &token, bad);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("nowhere"), "{body}");
+    assert!(!data.join("alert-rules.toml").exists());
+
+    let good = "[[alerts.rule]]\nname = \"any-call\"\nkind = \"fraud.calls\"\ngroup_by = \"caller\"\nactions = [\"hook\"]\n";
+    let (status, body) = http(web, "PUT", "/api/alerts/rules", &token, good);
+    assert!(status == 200 || status == 204, "{status} {body}");
+    let kept = data.join("alert-rules.toml");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), good);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    send_udp(hep, &one_call_as_hep("console-rule@test"));
+    let (_, body) = received
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| {
+            panic!(
+                "no webhook:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["rule"], "any-call");
+    let (status, rules) = http(web, "GET", "/api/alerts/rules", &token, "");
+    assert_eq!(status, 200);
+    assert!(rules.contains("any-call"), "{rules}");
+}
