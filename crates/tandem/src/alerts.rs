@@ -98,7 +98,7 @@ const DISPATCH_QUEUE_MAX: usize = 10_000;
 pub struct ServeAlerts {
     pub engine: Arc<std::sync::Mutex<alerts::Engine>>,
     tx: std::sync::mpsc::SyncSender<alerts::Alert>,
-    dropped: Arc<std::sync::atomic::AtomicU64>,
+    pub dropped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A handle that queues alerts for the dispatcher (the sensor's output, the collector's tap).

@@ -6,6 +6,7 @@
 
 mod alerts;
 mod alerts_cmd;
+mod alerts_metrics;
 mod capture;
 mod cdr;
 mod config;

@@ -228,6 +228,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             info!(rules = set.rules.len(), "alert rules loaded");
         }
         let (db, postgres) = cdr_database(&config, collector_handle.is_some());
+        let notifier =
+            crate::alerts::notifier(&config.alerts)?.map(|n| Arc::new(std::sync::Mutex::new(n)));
         let dispatch = crate::alerts::Dispatch {
             db,
             postgres,
@@ -236,17 +238,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             } else {
                 cdr::writer::DEFAULT_SENSOR.into()
             },
-            deliver: crate::alerts::notifier(&config.alerts)?.map(|n| {
+            deliver: notifier.clone().map(|n| {
                 let deliver: crate::alerts::Deliver = Box::new(move |a| {
-                    n.submit(a.clone());
+                    n.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .submit(a.clone());
                 });
                 deliver
             }),
         };
-        Some((
-            crate::alerts::ServeAlerts::start(&config.alerts, set, dispatch)?,
-            console_text,
-        ))
+        let started = crate::alerts::ServeAlerts::start(&config.alerts, set, dispatch)?;
+        registry.register_collector(Box::new(crate::alerts_metrics::AlertMetrics {
+            engine: started.engine.clone(),
+            dropped: started.dropped.clone(),
+            notifier,
+        }));
+        Some((started, console_text))
     };
     let (alerts, console_rules) = match alerts {
         Some((a, text)) => {
