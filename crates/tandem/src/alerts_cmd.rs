@@ -10,18 +10,8 @@ use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// SQLite file with the CDRs (and the alerts kept beside them).
-    #[arg(
-        long,
-        visible_alias = "db",
-        global = true,
-        default_value = "tandem-data/cdr.sqlite3",
-        env = "TANDEM_CDR_DB"
-    )]
-    pub cdr_db: PathBuf,
-    /// Read from PostgreSQL instead (libpq-style `host=... dbname=...`).
-    #[arg(long, global = true, env = "TANDEM_CDR_POSTGRES")]
-    pub cdr_postgres: Option<String>,
+    #[command(flatten)]
+    pub db: crate::cdr::CdrDatabase,
     #[command(subcommand)]
     pub command: AlertsCommand,
 }
@@ -67,14 +57,14 @@ pub struct ListArgs {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
+    if args.db.cdr_postgres.is_none() && !args.db.cdr_db.exists() {
         anyhow::bail!(
             "no CDR database at {}: give --cdr-db (or --cdr-postgres) where `tandem capture` or \
              `tandem serve` stores calls",
-            args.cdr_db.display()
+            args.db.cdr_db.display()
         );
     }
-    let mut store = sensor::records::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
+    let mut store = sensor::records::open_store(&args.db.cdr_db, args.db.cdr_postgres.as_deref())?;
     match args.command {
         AlertsCommand::Test(t) => test(&mut *store, t),
         AlertsCommand::List(l) => list(&mut *store, l),

@@ -10,9 +10,10 @@ use ::cdr::search::{CallQuery, CallSummary, ResponseMatch};
 use anyhow::Context;
 use utc::{format_us, parse_us};
 
+/// The CDR database a command reads (`tandem cdr`, `tandem alerts`).
 #[derive(clap::Args, Debug)]
-pub struct Args {
-    /// SQLite file with the CDRs.
+pub struct CdrDatabase {
+    /// SQLite file with the CDRs (and the alerts kept beside them).
     #[arg(
         long,
         visible_alias = "db",
@@ -24,6 +25,12 @@ pub struct Args {
     /// Read CDRs from PostgreSQL instead (libpq-style `host=... port=... user=... dbname=...`).
     #[arg(long, global = true, env = "TANDEM_CDR_POSTGRES")]
     pub cdr_postgres: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub db: CdrDatabase,
     /// `pcap` of a call a remote sensor archived: the running collector's local socket
     /// (`collector.sock` in `tandem serve`'s data directory), through which the pcap is fetched
     /// from that sensor. Without a collector here, the archive files are read on this machine.
@@ -182,13 +189,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let CdrCommand::Pcap { .. } = &args.command {
         refuse_terminal()?;
     }
-    if args.cdr_postgres.is_none() && !args.cdr_db.exists() {
+    if args.db.cdr_postgres.is_none() && !args.db.cdr_db.exists() {
         anyhow::bail!(
             "no CDR database at {} (run `tandem capture --read FILE` first, or pass --cdr-db)",
-            args.cdr_db.display()
+            args.db.cdr_db.display()
         );
     }
-    let mut store = sensor::records::open_store(&args.cdr_db, args.cdr_postgres.as_deref())?;
+    let mut store = sensor::records::open_store(&args.db.cdr_db, args.db.cdr_postgres.as_deref())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.command {
@@ -302,7 +309,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     ),
                     None => anyhow::bail!(
                         "no call with Call-ID {call_id:?}, nor a stream without a call with that uid, in {}",
-                        args.cdr_db.display()
+                        args.db.cdr_db.display()
                     ),
                 },
             };
@@ -379,7 +386,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let Some((c, streams)) = store.show(&call_id)? else {
                 anyhow::bail!(
                     "no call with Call-ID {call_id:?} in {}",
-                    args.cdr_db.display()
+                    args.db.cdr_db.display()
                 );
             };
             let t38 = store.t38(&call_id)?;

@@ -3,12 +3,11 @@
 //! keeps it in PostgreSQL.
 
 mod common;
-use common::free_port;
+use common::{ServeChild, free_port};
 
 use std::collections::BTreeMap;
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use monitor::synth::scenario::{self, Scenario, ScenarioOptions};
@@ -25,15 +24,6 @@ fn run(args: &[&str]) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn example_rules() -> String {
@@ -93,25 +83,7 @@ fn two_sensors_seeing_the_same_calls_fire_each_alert_once() {
     )
     .unwrap();
     let log = dir.path().join("serve.log");
-    let _serve = Killed(
-        Command::new(EXE)
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env_remove("TANDEM_DATA_DIR")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not start:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _serve = ServeChild::start(&config, &log, http);
 
     // What one sensor alone fires.
     let rules_file = dir.path().join("rules.toml");

@@ -2,24 +2,15 @@
 //! webhook named by the rule receives it signed, and the alert is kept in the CDR database.
 
 mod common;
-use common::{free_port, free_udp_port, one_call_as_hep, send_udp};
+use common::{ServeChild, free_port, free_udp_port, one_call_as_hep, send_udp};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_tandem");
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A webhook receiver: each POST's signature header and body, answered 200.
 fn webhook() -> (u16, mpsc::Receiver<(String, Vec<u8>)>) {
@@ -76,25 +67,7 @@ fn a_call_fires_a_rule_at_its_invite_and_the_webhook_gets_it_signed() {
     )
     .unwrap();
     let log = dir.path().join("serve.log");
-    let _serve = Killed(
-        Command::new(EXE)
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env_remove("TANDEM_DATA_DIR")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", http)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not start:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _serve = ServeChild::start(&config, &log, http);
     send_udp(hep, &one_call_as_hep("alert-1@test"));
     let (signature, body) = received
         .recv_timeout(Duration::from_secs(20))
@@ -213,25 +186,7 @@ fn a_rule_an_admin_saves_in_the_console_takes_effect_without_a_restart() {
     )
     .unwrap();
     let log = dir.path().join("serve.log");
-    let _serve = Killed(
-        Command::new(EXE)
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env_remove("TANDEM_DATA_DIR")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", web)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not start:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _serve = ServeChild::start(&config, &log, web);
     // A rule naming an action tandem.toml does not have is refused, and changes nothing.
     let bad =
         "[[alerts.rule]]\nname = \"any-call\"\nkind = \"fraud.calls\"\nactions = [\"nowhere\"]\n";

@@ -295,3 +295,48 @@ pub fn connect_from(
     sock.connect_timeout(&server.into(), deadline)?;
     Ok(sock.into())
 }
+
+/// A `tandem serve` child, killed (SIGKILL) when dropped.
+pub struct ServeChild {
+    pub child: std::process::Child,
+    pub log: std::path::PathBuf,
+}
+
+impl ServeChild {
+    /// `tandem serve --config CONFIG`, its stderr in LOG, once `port` (on loopback) accepts.
+    pub fn start(config: &Path, log: &Path, port: u16) -> ServeChild {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env_remove("TANDEM_DATA_DIR")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let s = ServeChild {
+            child,
+            log: log.to_path_buf(),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve did not start:\n{}",
+                s.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
