@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use cdr::{CdrCall, CdrRecord, CdrRegistration};
 
-use crate::event::{CallStart, Event, Sample};
+use crate::event::{Event, Sample};
 use crate::keys::KeyTable;
 use crate::lookup::Lookup;
 use crate::rule::{GroupBy, Kind, Moment, Rule, RuleSet, Threshold};
@@ -103,11 +103,31 @@ struct RuleState {
     firing: HashSet<u32>,
 }
 
+/// The engine's call hashes are already keyed SipHash values: the sets use them as they are.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type CallSet = HashSet<u64, std::hash::BuildHasherDefault<Prehashed>>;
+
 /// Call-IDs (with their start) seen lately, in two generations.
 #[derive(Default)]
 struct RecentCalls {
-    current: HashSet<u64>,
-    previous: HashSet<u64>,
+    current: CallSet,
+    previous: CallSet,
     since_us: i64,
 }
 
@@ -146,7 +166,7 @@ pub struct Engine {
 /// was not seen.
 struct StartFacts<'a> {
     uid: &'a str,
-    call: CdrCall,
+    call: std::borrow::Cow<'a, CdrCall>,
     user_agent: Option<&'a str>,
 }
 
@@ -245,13 +265,13 @@ impl Engine {
         self.now_us = self.now_us.max(at);
         match ev {
             Event::CallStart(s) => {
-                let h = self.call_hash(&s.call_id, s.start_us);
+                let h = self.call_hash(&s.call.call_id, s.call.start_us);
                 if self.starts.check_insert(h, self.now_us) {
                     self.stats.duplicates += 1;
                 } else {
                     let facts = StartFacts {
                         uid: &s.uid,
-                        call: call_of_start(s),
+                        call: std::borrow::Cow::Borrowed(&s.call),
                         user_agent: s.user_agent.as_deref(),
                     };
                     self.on_start(&facts, h, out);
@@ -266,7 +286,7 @@ impl Engine {
                         if !self.starts.check_insert(h, self.now_us) {
                             let facts = StartFacts {
                                 uid: &r.uid,
-                                call: c.clone(),
+                                call: std::borrow::Cow::Borrowed(c),
                                 user_agent: None,
                             };
                             self.on_start(&facts, h, out);
@@ -861,21 +881,24 @@ fn end_matches(kind: &Kind, r: &CdrRecord, c: &CdrCall) -> bool {
 /// before the call's end. Directions are told apart by address: a stream from A to B is
 /// answered by one from B to A.
 fn one_way(r: &CdrRecord, c: &CdrCall, gap_us: Option<i64>) -> bool {
-    let streams: Vec<_> = r.streams.iter().filter(|s| s.packets > 0).collect();
+    // Each stream's addresses read once, not once per pair.
+    let streams: Vec<_> = r
+        .streams
+        .iter()
+        .filter(|s| s.packets > 0)
+        .map(|s| (ip_of(&s.src), ip_of(&s.dst), s.end_us))
+        .collect();
     if streams.is_empty() {
         return false; // no RTP at all: quality.no_rtp's
     }
-    let ip = |a: &str| ip_of(a);
-    let reverse_missing = streams.iter().any(|s| {
-        !streams
-            .iter()
-            .any(|t| ip(&t.src) == ip(&s.dst) && ip(&t.dst) == ip(&s.src))
-    });
+    let reverse_missing = streams
+        .iter()
+        .any(|(src, dst, _)| !streams.iter().any(|(s2, d2, _)| s2 == dst && d2 == src));
     if reverse_missing {
         return true;
     }
     match (gap_us, c.end_us) {
-        (Some(gap), Some(end)) => streams.iter().any(|s| end - s.end_us >= gap),
+        (Some(gap), Some(end)) => streams.iter().any(|(_, _, e)| end - e >= gap),
         _ => false,
     }
 }
@@ -968,20 +991,6 @@ fn ip_of(addr: &str) -> Option<IpAddr> {
         .map(|a| a.ip())
         .or_else(|_| addr.parse::<IpAddr>())
         .ok()
-}
-
-fn call_of_start(s: &CallStart) -> CdrCall {
-    CdrCall {
-        call_id: s.call_id.clone(),
-        caller: s.caller.clone(),
-        called: s.called.clone(),
-        caller_addr: s.caller_addr.to_string(),
-        callee_addr: s.callee_addr.to_string(),
-        start_us: s.start_us,
-        sensor: s.sensor.clone(),
-        state: "calling".into(),
-        ..CdrCall::default()
-    }
 }
 
 /// `192.0.2.0/24` for an address under its prefix length.

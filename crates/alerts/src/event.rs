@@ -5,23 +5,36 @@
 //! engine the same thing. A call's start comes earlier, as a [`CallStart`] made from the
 //! INVITE, so that fraud rules can fire while the calls are still up.
 
-use std::net::SocketAddr;
-
-/// A call seen starting: its first INVITE.
+/// A call seen starting: its first INVITE, as the start of the CDR row it will be (`call`:
+/// Call-ID, numbers, signalling addresses, `start_us`, sensor; the rest empty).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallStart {
     /// The uid its CDR will carry (`cdr::CdrRecord::identity`: `sensor|Call-ID|start_us`).
     pub uid: String,
-    pub call_id: String,
-    pub caller: String,
-    pub called: String,
-    pub caller_addr: SocketAddr,
-    pub callee_addr: SocketAddr,
-    /// The INVITE's time, µs since the epoch.
-    pub start_us: i64,
-    pub sensor: String,
+    pub call: cdr::CdrCall,
     /// The INVITE's User-Agent, when it had one.
     pub user_agent: Option<String>,
+}
+
+impl CallStart {
+    /// The start of `call` (a row whose start was not seen: a dry run's).
+    pub fn of(uid: &str, call: &cdr::CdrCall) -> CallStart {
+        CallStart {
+            uid: uid.to_string(),
+            call: cdr::CdrCall {
+                call_id: call.call_id.clone(),
+                caller: call.caller.clone(),
+                called: call.called.clone(),
+                caller_addr: call.caller_addr.clone(),
+                callee_addr: call.callee_addr.clone(),
+                start_us: call.start_us,
+                sensor: call.sensor.clone(),
+                state: "calling".into(),
+                ..cdr::CdrCall::default()
+            },
+            user_agent: None,
+        }
+    }
 }
 
 /// One sample of a metric (a `/metrics` series), or of a figure a sensor or collector reports.
@@ -52,7 +65,7 @@ impl Event<'_> {
     /// The event's own time, µs since the epoch.
     pub fn at_us(&self) -> i64 {
         match self {
-            Event::CallStart(s) => s.start_us,
+            Event::CallStart(s) => s.call.start_us,
             Event::CallEnd(r) => r
                 .call
                 .as_ref()

@@ -21,13 +21,16 @@ fn engine(rules: &str) -> Engine {
 fn start(id: &str, caller: &str, called: &str, from: &str, at: i64) -> CallStart {
     CallStart {
         uid: format!("s|{id}|{at}"),
-        call_id: id.into(),
-        caller: caller.into(),
-        called: called.into(),
-        caller_addr: format!("{from}:5060").parse().unwrap(),
-        callee_addr: "10.0.0.2:5060".parse().unwrap(),
-        start_us: at,
-        sensor: "s".into(),
+        call: CdrCall {
+            call_id: id.into(),
+            caller: caller.into(),
+            called: called.into(),
+            caller_addr: format!("{from}:5060"),
+            callee_addr: "10.0.0.2:5060".into(),
+            start_us: at,
+            sensor: "s".into(),
+            ..CdrCall::default()
+        },
         user_agent: None,
     }
 }

@@ -244,13 +244,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.keys {
         let s = alerts::CallStart {
             uid: String::new(),
-            call_id: format!("c{i}"),
-            caller: format!("{}", 100_000_000 + i),
-            called: "1000".into(),
-            caller_addr: ([192, 0, 2, 1], 5060).into(),
-            callee_addr: ([192, 0, 2, 2], 5060).into(),
-            start_us: t0 + i as i64,
-            sensor: String::new(),
+            call: cdr::CdrCall {
+                call_id: format!("c{i}"),
+                caller: format!("{}", 100_000_000 + i),
+                called: "1000".into(),
+                caller_addr: "192.0.2.1:5060".into(),
+                callee_addr: "192.0.2.2:5060".into(),
+                start_us: t0 + i as i64,
+                ..cdr::CdrCall::default()
+            },
             user_agent: None,
         };
         engine.observe(alerts::Event::CallStart(&s), &mut out);

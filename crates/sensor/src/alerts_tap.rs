@@ -110,13 +110,17 @@ impl SensorAlerts {
                         let start_us = us(s.invite_ns);
                         let start = CallStart {
                             uid: format!("{}|{}|{start_us}", self.sensor, s.call_id),
-                            call_id: s.call_id.to_string(),
-                            caller: s.caller.to_string(),
-                            called: s.called.to_string(),
-                            caller_addr: s.caller_addr,
-                            callee_addr: s.callee_addr,
-                            start_us,
-                            sensor: self.sensor.clone(),
+                            call: cdr::CdrCall {
+                                call_id: s.call_id.to_string(),
+                                caller: s.caller.to_string(),
+                                called: s.called.to_string(),
+                                caller_addr: s.caller_addr.to_string(),
+                                callee_addr: s.callee_addr.to_string(),
+                                start_us,
+                                sensor: self.sensor.clone(),
+                                state: "calling".into(),
+                                ..cdr::CdrCall::default()
+                            },
                             user_agent: s.user_agent.as_deref().map(str::to_string),
                         };
                         engine.observe(Event::CallStart(&start), &mut out);

@@ -169,17 +169,7 @@ fn test(store: &mut dyn cdr::CdrStore, t: TestArgs) -> anyhow::Result<()> {
         }
         if let Some(c) = &r.call {
             calls += 1;
-            let start = alerts::CallStart {
-                uid: r.uid.clone(),
-                call_id: c.call_id.clone(),
-                caller: c.caller.clone(),
-                called: c.called.clone(),
-                caller_addr: c.caller_addr.parse().unwrap_or(([0, 0, 0, 0], 0).into()),
-                callee_addr: c.callee_addr.parse().unwrap_or(([0, 0, 0, 0], 0).into()),
-                start_us: c.start_us,
-                sensor: c.sensor.clone(),
-                user_agent: None,
-            };
+            let start = alerts::CallStart::of(&r.uid, c);
             engine.observe(alerts::Event::CallStart(&start), &mut out);
             seq += 1;
             pending.push(Reverse(Pending(c.end_us.unwrap_or(c.start_us), seq, r)));

@@ -616,7 +616,7 @@ fn a_legitimate_client_is_served_through_every_flood_within_the_memory_bound() {
     );
     let idle_kib = s.status_kib("VmRSS");
     let metrics_idle = metrics_bytes(s.metrics);
-    let hold = Duration::from_secs(8);
+    let hold = Duration::from_secs(5);
 
     let floods: Vec<(&str, Attack)> = vec![
         ("logins", Box::new(login_flood(s.web))),
