@@ -99,6 +99,7 @@ pub struct ServeAlerts {
     pub engine: Arc<std::sync::Mutex<alerts::Engine>>,
     tx: std::sync::mpsc::SyncSender<alerts::Alert>,
     pub dropped: Arc<std::sync::atomic::AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// A handle that queues alerts for the dispatcher (the sensor's output, the collector's tap).
@@ -173,14 +174,25 @@ impl ServeAlerts {
     ) -> anyhow::Result<ServeAlerts> {
         let engine = engine(cfg, set)?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<alerts::Alert>(DISPATCH_QUEUE_MAX);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("alerts".into())
             .spawn(move || db.run(rx))?;
         Ok(ServeAlerts {
             engine,
             tx,
             dropped: Default::default(),
+            thread: Some(thread),
         })
+    }
+
+    /// Waits until every queued alert is kept and handed on, once whatever fed the queue (the
+    /// sensor) has ended.
+    pub fn finish(mut self) {
+        let (closed, _) = std::sync::mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self.tx, closed));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 
     pub fn queue(&self) -> AlertQueue {
@@ -246,6 +258,8 @@ pub struct Dispatch {
     pub node: String,
     /// Delivery to the configured actions; `None` logs only.
     pub deliver: Option<Deliver>,
+    /// Each alert in the log at `info` (serve's record); `false` for a capture that prints them.
+    pub log: bool,
 }
 
 impl Dispatch {
@@ -255,14 +269,16 @@ impl Dispatch {
         let mut silences: (Option<std::time::Instant>, Vec<cdr::alerts::SilenceRow>) =
             (None, Vec::new());
         for a in rx {
-            tracing::info!(
-                rule = %a.rule,
-                key = %a.key,
-                state = a.state.as_str(),
-                severity = a.severity.as_str(),
-                "alert: {}",
-                a.summary
-            );
+            if self.log {
+                tracing::info!(
+                    rule = %a.rule,
+                    key = %a.key,
+                    state = a.state.as_str(),
+                    severity = a.severity.as_str(),
+                    "alert: {}",
+                    a.summary
+                );
+            }
             if store.is_none() && failed_at.is_none_or(|t| t.elapsed() >= REOPEN_WAIT) {
                 match sensor::records::open_store(&self.db, self.postgres.as_deref()) {
                     Ok(s) => store = Some(s),

@@ -313,22 +313,46 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (Some(table), Box::new(observer))
     };
     let mut notifier = None;
+    let mut dispatcher = None;
     let alerts = match &args.rules {
         Some(path) => {
             let (cfg, set) = crate::alerts::load_rules(path)?;
             // Actions in the rules file are run too (a live capture that mails its alerts).
             notifier = crate::alerts::notifier(&cfg)?.map(|n| Arc::new(std::sync::Mutex::new(n)));
-            Some(sensor::SensorAlerts {
-                engine: crate::alerts::engine(&cfg, set)?,
-                sensor: args
-                    .collector
-                    .sensor_id
-                    .clone()
-                    .unwrap_or_else(|| cdr::writer::DEFAULT_SENSOR.to_string()),
-                output: notifier
-                    .clone()
-                    .map(|n| Box::new(crate::alerts::Notify(n)) as Box<dyn sensor::AlertOutput>),
-            })
+            let sensor = args
+                .collector
+                .sensor_id
+                .clone()
+                .unwrap_or_else(|| cdr::writer::DEFAULT_SENSOR.to_string());
+            if !args.no_store && args.collector.collector.is_none() {
+                // Kept beside the CDRs, where the console and `tandem alerts list` read them.
+                let d = crate::alerts::Dispatch {
+                    db: args.cdr_db.clone(),
+                    postgres: args.cdr_postgres.clone(),
+                    node: sensor.clone(),
+                    deliver: notifier.clone().map(|n| {
+                        let deliver: crate::alerts::Deliver = Box::new(move |a| {
+                            n.lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .submit(a.clone());
+                        });
+                        deliver
+                    }),
+                    log: false,
+                };
+                let started = crate::alerts::ServeAlerts::start(&cfg, set, d)?;
+                let tap = started.sensor(&sensor);
+                dispatcher = Some(started);
+                Some(tap)
+            } else {
+                Some(sensor::SensorAlerts {
+                    engine: crate::alerts::engine(&cfg, set)?,
+                    sensor,
+                    output: notifier.clone().map(|n| {
+                        Box::new(crate::alerts::Notify(n)) as Box<dyn sensor::AlertOutput>
+                    }),
+                })
+            }
         }
         None => None,
     };
@@ -351,7 +375,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = signals {
         s.close();
     }
-    // What the actions have in hand goes out before the process ends (at most 10 s).
+    // The alerts are kept, and what the actions have in hand goes out, before the process
+    // ends (the actions at most 10 s).
+    if let Some(d) = dispatcher {
+        d.finish();
+    }
     if let Some(n) = notifier.and_then(|n| Arc::try_unwrap(n).ok()) {
         let n = n.into_inner().unwrap_or_else(|p| p.into_inner());
         n.close(std::time::Instant::now() + Duration::from_secs(10));

@@ -246,6 +246,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 });
                 deliver
             }),
+            log: true,
         };
         let started = crate::alerts::ServeAlerts::start(&config.alerts, set, dispatch)?;
         registry.register_collector(Box::new(crate::alerts_metrics::AlertMetrics {

@@ -176,6 +176,46 @@ fn a_dry_run_over_stored_cdrs_fires_what_the_capture_fired() {
         .find(|v| v["rule"] == "premium-destinations")
         .unwrap();
     assert!(premium["calls"][0].as_str().unwrap().starts_with("local|"));
+
+    // A capture with rules keeps its alerts beside its CDRs, where `tandem alerts list` (and
+    // the console) read them.
+    let kept = dir.path().join("kept.sqlite3");
+    let out = Command::new(tandem)
+        .args(["capture", "--cdr-db"])
+        .arg(&kept)
+        .arg("--rules")
+        .arg(example_rules())
+        .arg("--read")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("alert firing critical: premium-destinations (caller 2001)")
+    );
+    let listed = Command::new(tandem)
+        .args(["alerts", "--cdr-db"])
+        .arg(&kept)
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        rows.iter().any(|r| r["rule"] == "premium-destinations"
+            && r["key"] == "2001"
+            && r["node"] == "local"),
+        "{rows:?}"
+    );
+
     let wrong = Command::new(tandem)
         .args(["alerts", "--cdr-db"])
         .arg(&db)
