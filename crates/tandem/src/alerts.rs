@@ -242,7 +242,7 @@ impl ServeAlerts {
 }
 
 /// How long the silences read from the database are trusted.
-const SILENCES_FRESH: std::time::Duration = std::time::Duration::from_secs(5);
+const SILENCES_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 /// The least wait before a failed database is opened again.
 const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
