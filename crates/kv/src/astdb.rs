@@ -178,6 +178,24 @@ pub(crate) fn backup_from(conn: &Connection, src: &Path, dest: &Path) -> Result<
     finish(&tmp, dest)
 }
 
+/// Online backup of any of Tandem's SQLite files at `src` (the console's accounts, the metrics
+/// history) to `dest`, which must not exist: read-only, in one read transaction, private to its
+/// owner, synced and renamed into place as the store's own backup is.
+pub fn backup_sqlite_file(src: &Path, dest: &Path) -> Result<()> {
+    if !src.is_file() {
+        return Err(KvError::Open {
+            path: src.to_path_buf(),
+            reason: "no such file".into(),
+            hint: "nothing to back up: see --data-dir",
+        });
+    }
+    // Never `immutable`: these files have no lock file telling whether a writer (a running
+    // `serve`) has them open, and a plain read transaction is consistent either way.
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(src, flags).map_err(|e| open_error(src, &e))?;
+    backup_from(&conn, src, dest)
+}
+
 /// Writes the astdb namespace as an Asterisk astdb.sqlite3 (rollback journal, Asterisk's exact
 /// table definition, rows in key order), readable as `access` says.
 pub(crate) fn export_from(

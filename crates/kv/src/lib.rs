@@ -73,7 +73,7 @@ mod value;
 mod wal_file;
 mod writer;
 
-pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore};
+pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore, backup_sqlite_file};
 pub use error::{KvError, Result};
 pub use path::{DEFAULT_NAMESPACE, covers, key_path, tree_prefix};
 pub use queue::{Commit, Durability};

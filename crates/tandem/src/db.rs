@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    data_dir: crate::DataDir,
+    pub(crate) data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: DbCommand,
 }
@@ -53,8 +53,15 @@ enum DbCommand {
         #[arg(long, value_name = "GROUP")]
         group: Option<String>,
     },
-    /// Copy the whole store to FILE (must not exist) with SQLite's online backup.
-    Backup { file: PathBuf },
+    /// Copy the whole store to FILE (must not exist) with SQLite's online backup. With --all,
+    /// FILE is a directory (must not exist) that receives the store, the console's accounts,
+    /// the metrics history and the console's alert rules: what a package upgrade saves first.
+    Backup {
+        file: PathBuf,
+        /// Back up every database but the CDRs into the directory FILE.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 fn store_file(dir: &Path) -> PathBuf {
@@ -173,7 +180,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("exporting to {}", file.display()))?;
             writeln!(out, "Exported {n} entries to {}.", file.display())?;
         }
-        DbCommand::Backup { file } => {
+        DbCommand::Backup { file, all: true } => {
+            let copied = backup_all(dir, &file)?;
+            writeln!(
+                out,
+                "Backed up {} from {} to {}.",
+                copied.join(", "),
+                dir.display(),
+                file.display()
+            )?;
+        }
+        DbCommand::Backup { file, all: false } => {
             open_ro(dir)?
                 .backup(&file)
                 .with_context(|| format!("backing up to {}", file.display()))?;
@@ -187,4 +204,67 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// The files of the data directory `backup --all` saves: the store, the console's accounts, the
+/// metrics history (SQLite, copied online) and the rules edited in the console (copied). Not
+/// the CDR database: it can hold millions of calls, and has its own retention.
+const BACKED_UP: [(&str, bool); 4] = [
+    (kv::FILE_NAME, true),
+    ("console.sqlite3", true),
+    ("history.sqlite3", true),
+    (crate::alerts::CONSOLE_RULES_FILE, false),
+];
+
+/// `tandem db backup --all`: every file of [`BACKED_UP`] present in `dir` into the new directory
+/// `dest` (its owner's alone), with `backup.txt` saying what and from which Tandem. The names of
+/// the files copied.
+fn backup_all(dir: &Path, dest: &Path) -> anyhow::Result<Vec<&'static str>> {
+    if dest.exists() {
+        anyhow::bail!("{} exists: name a new directory", dest.display());
+    }
+    filemode::create_dir_all(dest, &filemode::Access::Private)
+        .with_context(|| format!("creating {}", dest.display()))?;
+    let mut copied = Vec::new();
+    for (name, sqlite) in BACKED_UP {
+        let src = dir.join(name);
+        if !src.is_file() {
+            continue;
+        }
+        let to = dest.join(name);
+        let context = || format!("backing up {} to {}", src.display(), to.display());
+        if sqlite {
+            kv::backup_sqlite_file(&src, &to).with_context(context)?;
+        } else {
+            let mut from = std::fs::File::open(&src).with_context(context)?;
+            let mut into =
+                filemode::create_new(&to, &filemode::Access::Private).with_context(context)?;
+            std::io::copy(&mut from, &mut into).with_context(context)?;
+            into.sync_all().with_context(context)?;
+        }
+        copied.push(name);
+    }
+    if copied.is_empty() {
+        anyhow::bail!(
+            "nothing to back up in {} (see --data-dir): none of {}",
+            dir.display(),
+            BACKED_UP.map(|(n, _)| n).join(", ")
+        );
+    }
+    let note = format!(
+        "Backed up by tandem {} at {} from {}: {}\n\
+         To roll back: README, \"Rolling back\".\n",
+        env!("CARGO_PKG_VERSION"),
+        utc::format_s(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64)
+        ),
+        dir.display(),
+        copied.join(", ")
+    );
+    let mut f = filemode::create_new(&dest.join("backup.txt"), &filemode::Access::Private)?;
+    f.write_all(note.as_bytes())?;
+    f.sync_all()?;
+    Ok(copied)
 }

@@ -10,6 +10,7 @@ mod alerts_metrics;
 mod capture;
 mod cdr;
 mod config;
+mod data_dir;
 mod db;
 mod replay;
 mod sensor_cmd;
@@ -33,11 +34,14 @@ Logging:
 #[derive(clap::Args, Debug)]
 pub struct DataDir {
     /// Directory of Tandem's data: the store (kv.sqlite3), the console's accounts
-    /// (console.sqlite3), the metrics history (history.sqlite3).
+    /// (console.sqlite3), the metrics history (history.sqlite3). The default is [kv] data_dir
+    /// of /etc/tandem/tandem.toml when that file exists (a packaged install), else tandem-data.
+    /// Run as root on a directory of another user's (the service's), the command runs as that
+    /// user, so the files stay the service's.
     #[arg(
         long = "data-dir",
         value_name = "DIR",
-        default_value = "tandem-data",
+        default_value_os_t = data_dir::default_path(),
         env = "TANDEM_DATA_DIR",
         global = true
     )]
@@ -86,6 +90,19 @@ enum Command {
     Alerts(alerts_cmd::Args),
 }
 
+impl Command {
+    /// The data directory of a command that opens Tandem's files in it.
+    fn data_dir(&self) -> Option<&std::path::Path> {
+        match self {
+            Command::Db(a) => Some(&a.data_dir.path),
+            Command::User(a) => Some(&a.data_dir.path),
+            Command::Sip(a) => Some(&a.data_dir.path),
+            Command::Sensor(a) => Some(&a.data_dir.path),
+            _ => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Before any thread or file: whatever Tandem, a library or SQLite creates without an
     // explicit mode (a directory, a temporary file) is its owner's alone. The files that hold
@@ -93,6 +110,12 @@ fn main() -> ExitCode {
     // protects them.
     filemode::set_umask();
     let cli = Cli::parse();
+    if let Some(dir) = cli.command.data_dir()
+        && let Err(e) = data_dir::act_as_owner(dir)
+    {
+        let _ = writeln!(std::io::stderr(), "{e:#}");
+        return ExitCode::FAILURE;
+    }
     // A benchmark's in-process servers (the collector, sensors) would log every session and
     // connection between its progress bars: warnings only, unless asked.
     init_logging(if matches!(cli.command, Command::Bench(_)) {

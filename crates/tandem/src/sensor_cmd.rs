@@ -10,7 +10,7 @@ use collector::{SensorList, sensors_file};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    data_dir: crate::DataDir,
+    pub(crate) data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: SensorCommand,
 }

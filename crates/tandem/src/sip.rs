@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    data_dir: crate::DataDir,
+    pub(crate) data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: SipCommand,
 }

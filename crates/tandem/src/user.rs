@@ -9,7 +9,7 @@ use std::io::{BufRead, IsTerminal, Write};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    data_dir: crate::DataDir,
+    pub(crate) data_dir: crate::DataDir,
     #[command(subcommand)]
     cmd: UserCommand,
 }

@@ -191,3 +191,113 @@ fn a_user_who_cannot_write_the_directory_reads_the_store_and_leaves_nothing_besi
     assert!(tandem(&data, &["get", "sip", "1001"]).status.success());
     assert_eq!(listing(), before);
 }
+
+#[test]
+fn backup_all_saves_the_store_and_the_consoles_accounts_into_a_new_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    assert!(tandem(&data, &["put", "sip", "1001", "x"]).status.success());
+    // The console's accounts as `tandem user add` leaves them.
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["user", "add", "admin", "--role", "admin", "--data-dir"])
+        .arg(&data)
+        .env("TANDEM_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"a-long-password-1\na-long-password-1\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let bk = dir.path().join("bk");
+    let o = tandem(&data, &["backup", "--all", bk.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout(&o).contains("kv.sqlite3, console.sqlite3"),
+        "{}",
+        stdout(&o)
+    );
+    // Each copy is a whole database in its own right, its owner's alone.
+    let users = Command::new("sqlite3")
+        .arg(bk.join("console.sqlite3"))
+        .arg("SELECT name FROM user;")
+        .output()
+        .expect("the sqlite3 CLI (Debian package sqlite3)");
+    assert_eq!(
+        String::from_utf8_lossy(&users.stdout),
+        "admin\n",
+        "{users:?}"
+    );
+    assert_eq!(stdout(&tandem(&bk, &["get", "sip", "1001"])), "x\n");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&bk), 0o700);
+    assert_eq!(mode(&bk.join("console.sqlite3")), 0o600);
+    let note = std::fs::read_to_string(bk.join("backup.txt")).unwrap();
+    assert!(note.contains(env!("CARGO_PKG_VERSION")), "{note}");
+
+    // Never into an existing directory, and never an empty backup.
+    let o = tandem(&data, &["backup", "--all", bk.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("exists"));
+    let o = tandem(
+        &dir.path().join("empty"),
+        &["backup", "--all", dir.path().join("bk2").to_str().unwrap()],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to back up"));
+}
+
+#[test]
+fn root_acts_as_the_owner_of_the_data_directory() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        test_env::skip("needs root, to give the data directory to another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // As a packaged install's /var/lib/tandem: the service's user owns it (nobody, here).
+    std::os::unix::fs::chown(&data, Some(65534), Some(65534)).unwrap();
+    let o = tandem(&data, &["put", "sip", "1001", "x"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bk = data.join("backup");
+    assert!(
+        tandem(&data, &["backup", "--all", bk.to_str().unwrap()])
+            .status
+            .success()
+    );
+    for entry in walk(&data) {
+        let meta = std::fs::metadata(&entry).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (65534, 65534),
+            "{} was left to root: the service could not open it",
+            entry.display()
+        );
+    }
+}
+
+/// Every file and directory under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
