@@ -185,11 +185,33 @@ fn rss_bytes() -> u64 {
 /// Bytes the allocator has handed out and not had back (glibc's `mallinfo2`: in-use chunks in
 /// every arena plus mmapped blocks). Unlike RSS it does not depend on what earlier phases
 /// freed, so the growth over a phase is that phase's memory.
+///
+/// `mallinfo2` arrived in glibc 2.33, and the packaged binary must start on glibc 2.17 (SNG7):
+/// it is looked up when called, and `mallinfo` (whose `int` fields wrap past 2 GiB) stands in
+/// where it is missing.
 #[cfg(target_env = "gnu")]
 pub(crate) fn heap_bytes() -> u64 {
-    // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
-    let m = unsafe { libc::mallinfo2() };
-    (m.uordblks + m.hblkhd) as u64
+    type Mallinfo2 = unsafe extern "C" fn() -> libc::mallinfo2;
+    static MALLINFO2: std::sync::OnceLock<Option<Mallinfo2>> = std::sync::OnceLock::new();
+    let mallinfo2 = MALLINFO2.get_or_init(|| {
+        // SAFETY: a NUL-terminated name looked up in the objects already loaded.
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mallinfo2".as_ptr()) };
+        // SAFETY: when glibc has the symbol, it is mallinfo2 with this signature.
+        (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, Mallinfo2>(f) })
+    });
+    match mallinfo2 {
+        Some(f) => {
+            // SAFETY: mallinfo2 takes no arguments and returns a plain struct.
+            let m = unsafe { f() };
+            (m.uordblks + m.hblkhd) as u64
+        }
+        None => {
+            // SAFETY: as above; the fields are `int`, read as the unsigned counts they are.
+            #[allow(deprecated)]
+            let m = unsafe { libc::mallinfo() };
+            (m.uordblks as u32 as u64) + (m.hblkhd as u32 as u64)
+        }
+    }
 }
 
 #[cfg(not(target_env = "gnu"))]
