@@ -1,6 +1,6 @@
-//! deploy/tandem.service as an operator installs it: what `Documentation=` names, the install
-//! steps in its comments create; systemd reads the unit, and the unit with the drop-in its
-//! comments give for scripts run as Asterisk's user, without a complaint.
+//! deploy/tandem.service as the packages install it: they install what it runs and what its
+//! `Documentation=` names (packaging/files); systemd reads the unit, and the unit with the
+//! drop-in its comments give for scripts run as Asterisk's user, without a complaint.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,47 +13,43 @@ fn unit() -> String {
     std::fs::read_to_string(repo().join("deploy/tandem.service")).unwrap()
 }
 
-/// The files the `install` lines of the unit's comments put in place: destination → source.
-fn installed(unit: &str) -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    for line in unit.lines().filter_map(|l| l.strip_prefix("#   install ")) {
-        let words: Vec<&str> = line.split('#').next().unwrap().split_whitespace().collect();
-        // Options with a value, then the operands.
-        let mut operands = Vec::new();
-        let mut target_dir = None;
-        let mut i = 0;
-        while i < words.len() {
-            match words[i] {
-                "-m" | "-o" | "-g" => i += 1,
-                "-t" => {
-                    target_dir = words.get(i + 1).map(PathBuf::from);
-                    i += 1;
-                }
-                w if w.starts_with('-') => {}
-                w => operands.push(w),
-            }
-            i += 1;
-        }
-        match (target_dir, operands.as_slice()) {
-            (Some(dir), sources) => {
-                for s in sources {
-                    out.push((
-                        dir.join(Path::new(s).file_name().unwrap()),
-                        PathBuf::from(s),
-                    ));
-                }
-            }
-            (None, [source, dest]) => out.push((PathBuf::from(dest), PathBuf::from(source))),
-            _ => {}
-        }
-    }
-    out
+/// The files the packages install (packaging/files): destination → source in the repository
+/// (or `@binary`, `@config`).
+fn installed() -> Vec<(PathBuf, String)> {
+    let manifest = std::fs::read_to_string(repo().join("packaging/files")).unwrap();
+    manifest
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(words.len(), 4, "packaging/files: {l}");
+            (PathBuf::from(words[1]), words[0].to_string())
+        })
+        .collect()
 }
 
 #[test]
-fn the_documentation_the_unit_names_is_installed_by_its_steps() {
+fn the_packages_install_the_unit_what_it_runs_and_the_documentation_it_names() {
     let unit = unit();
-    let installed = installed(&unit);
+    let installed = installed();
+    let has = |dest: &str| installed.iter().find(|(d, _)| d == Path::new(dest));
+    assert_eq!(
+        has("/usr/lib/systemd/system/tandem.service").map(|(_, s)| s.as_str()),
+        Some("deploy/tandem.service")
+    );
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    assert!(
+        has(exec.split_whitespace().next().unwrap()).is_some(),
+        "{exec}"
+    );
+    let config = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=TANDEM_CONFIG="))
+        .unwrap();
+    assert!(has(config).is_some(), "{config}");
     let docs: Vec<&str> = unit
         .lines()
         .filter_map(|l| l.strip_prefix("Documentation="))
@@ -64,15 +60,18 @@ fn the_documentation_the_unit_names_is_installed_by_its_steps() {
         let path = doc
             .strip_prefix("file://")
             .expect("a file:// documentation link");
-        let Some((_, source)) = installed.iter().find(|(dest, _)| dest == Path::new(path)) else {
-            panic!(
-                "{path} is named by Documentation= but no install step creates it: {installed:?}"
-            );
+        let Some((_, source)) = has(path) else {
+            panic!("{path} is named by Documentation= but no package installs it: {installed:?}");
         };
         assert!(
             repo().join(source).is_file(),
-            "{} is installed from the repository but is not in it",
-            source.display()
+            "{source} is installed from the repository but is not in it"
+        );
+    }
+    for (_, source) in &installed {
+        assert!(
+            source.starts_with('@') || repo().join(source).is_file(),
+            "packaging/files names {source}, which is not in the repository"
         );
     }
 }
@@ -80,7 +79,7 @@ fn the_documentation_the_unit_names_is_installed_by_its_steps() {
 /// `systemd-analyze verify` of the unit (its ExecStart on the built binary) in `dir`; what it
 /// said.
 fn verify(dir: &Path) -> String {
-    let text = unit().replace("/usr/local/bin/tandem", env!("CARGO_BIN_EXE_tandem"));
+    let text = unit().replace("/usr/bin/tandem", env!("CARGO_BIN_EXE_tandem"));
     std::fs::write(dir.join("tandem.service"), text).unwrap();
     let out = Command::new("systemd-analyze")
         .arg("verify")
