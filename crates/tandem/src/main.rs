@@ -11,6 +11,7 @@ mod capture;
 mod cdr;
 mod config;
 mod db;
+mod doctor;
 mod replay;
 mod sensor_cmd;
 mod serve;
@@ -84,6 +85,10 @@ enum Command {
     Sensor(sensor_cmd::Args),
     /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
     Alerts(alerts_cmd::Args),
+    /// Check what an installation gets wrong (configuration, ports, files, capture rights,
+    /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check
+    /// failed) or 2 (could not run).
+    Doctor(self::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -129,6 +134,7 @@ fn main() -> ExitCode {
         Command::Sip(args) => sip::run(args),
         Command::Sensor(args) => sensor_cmd::run(args),
         Command::Alerts(args) => alerts_cmd::run(args),
+        Command::Doctor(args) => return self::doctor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
