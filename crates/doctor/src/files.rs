@@ -19,12 +19,24 @@ pub const WALK_DEPTH_MAX: usize = 16;
 /// Files named in one finding at most.
 const NAMED_MAX: usize = 5;
 
-/// The data directory and what is in it, for the service's `user`.
-pub fn check_data_dir(dir: &Path, user: &Account) -> Vec<Finding> {
+/// The data directory and what is in it, for the service's `user`. `unit`: the installed
+/// unit, whose `StateDirectory=` systemd makes at the service's start.
+pub fn check_data_dir(dir: &Path, user: &Account, unit: Option<&UnitGrants>) -> Vec<Finding> {
     let check = format!("data directory {}", dir.display());
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(u) = unit.filter(|u| u.state_directories.iter().any(|s| s == dir)) {
+                return vec![Finding::ok(
+                    GROUP,
+                    check,
+                    format!(
+                        "does not exist yet; systemd makes it, owned by {}, when the service \
+                         starts (StateDirectory= of {})",
+                        user.name, u.source
+                    ),
+                )];
+            }
             return vec![missing_dir(dir, user, check)];
         }
         Err(e) => {

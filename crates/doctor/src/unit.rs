@@ -67,6 +67,9 @@ pub struct UnitGrants {
     pub ambient: NameSet,
     pub bounding: NameSet,
     pub address_families: NameSet,
+    /// `StateDirectory=`, as absolute paths (`/var/lib/NAME`): systemd makes them, owned by
+    /// the service's user, when the service starts.
+    pub state_directories: Vec<PathBuf>,
 }
 
 impl UnitGrants {
@@ -77,6 +80,20 @@ impl UnitGrants {
             ambient: NameSet::Only(BTreeSet::new()),
             bounding: NameSet::All,
             address_families: NameSet::All,
+            state_directories: Vec::new(),
+        }
+    }
+
+    /// `StateDirectory=`'s value added to the list (an empty one clears it).
+    fn state_directory(&mut self, value: &str) {
+        if value.trim().is_empty() {
+            self.state_directories.clear();
+        }
+        for name in value.split_whitespace() {
+            // `NAME:MODE`-less; `ID:SYMLINK` pairs keep the first part.
+            let name = name.split(':').next().unwrap_or(name);
+            self.state_directories
+                .push(Path::new("/var/lib").join(name));
         }
     }
 
@@ -119,7 +136,7 @@ pub fn from_systemctl(unit: &str, timeout: Duration) -> Option<UnitGrants> {
         Command::new("systemctl").args([
             "show",
             unit,
-            "--property=LoadState,User,AmbientCapabilities,CapabilityBoundingSet,RestrictAddressFamilies",
+            "--property=LoadState,User,AmbientCapabilities,CapabilityBoundingSet,RestrictAddressFamilies,StateDirectory",
         ]),
         timeout,
     )?;
@@ -137,6 +154,7 @@ pub fn parse_show(unit: &str, text: &str) -> Option<UnitGrants> {
         match key {
             "LoadState" => loaded = value == "loaded",
             "User" if !value.is_empty() => g.user = Some(value.to_string()),
+            "StateDirectory" => g.state_directory(value),
             "AmbientCapabilities" => g.ambient.apply(value, true),
             // systemctl lists every capability of the set, or none.
             "CapabilityBoundingSet" => g.bounding.apply(value, false),
@@ -204,6 +222,10 @@ fn apply_service_section(g: &mut UnitGrants, text: &str, assigned: &mut [bool; 3
                 g.user = (!v.is_empty()).then(|| v.to_string());
                 continue;
             }
+            "StateDirectory" => {
+                g.state_directory(value);
+                continue;
+            }
             "AmbientCapabilities" => (&mut g.ambient, 0),
             "CapabilityBoundingSet" => (&mut g.bounding, 1),
             "RestrictAddressFamilies" => (&mut g.address_families, 2),
@@ -265,6 +287,7 @@ mod tests {
         std::fs::write(dir.path().join("tandem.service"), SHIPPED).unwrap();
         let g = from_files("tandem.service", &[dir.path()]).unwrap();
         assert_eq!(g.user.as_deref(), Some("tandem"));
+        assert_eq!(g.state_directories, [Path::new("/var/lib/tandem")]);
         assert!(!g.has_capability("CAP_NET_RAW"));
         assert!(!g.address_families.contains("AF_PACKET"));
         assert!(g.address_families.contains("AF_INET6"));

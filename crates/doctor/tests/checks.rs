@@ -144,12 +144,12 @@ fn a_root_owned_file_in_the_data_directory_fails_until_its_fix_is_run() {
     let kv = dir.join("kv.sqlite3");
     std::fs::write(&kv, "").unwrap();
     chown(&kv, nobody.uid);
-    let found = doctor::files::check_data_dir(&dir, &nobody);
+    let found = doctor::files::check_data_dir(&dir, &nobody, None);
     assert!(found.iter().all(|f| f.status == Status::Ok), "{found:#?}");
 
     // `tandem user add` run as root: a console.sqlite3 the service cannot open.
     std::fs::write(dir.join("console.sqlite3"), "").unwrap();
-    let found = doctor::files::check_data_dir(&dir, &nobody);
+    let found = doctor::files::check_data_dir(&dir, &nobody, None);
     let bad = found
         .iter()
         .find(|f| f.status == Status::Fail)
@@ -163,12 +163,12 @@ fn a_root_owned_file_in_the_data_directory_fails_until_its_fix_is_run() {
         .status()
         .unwrap();
     assert!(status.success());
-    let found = doctor::files::check_data_dir(&dir, &nobody);
+    let found = doctor::files::check_data_dir(&dir, &nobody, None);
     assert!(found.iter().all(|f| f.status == Status::Ok), "{found:#?}");
 
     // Open to every user: a warning (reading) or a failure (writing).
     mode(&dir, 0o755);
-    let found = doctor::files::check_data_dir(&dir, &nobody);
+    let found = doctor::files::check_data_dir(&dir, &nobody, None);
     assert_eq!(found[0].status, Status::Warn, "{found:#?}");
     assert_eq!(
         found[0].fix.as_deref(),
@@ -176,14 +176,14 @@ fn a_root_owned_file_in_the_data_directory_fails_until_its_fix_is_run() {
     );
     mode(&dir, 0o777);
     assert_eq!(
-        doctor::files::check_data_dir(&dir, &nobody)[0].status,
+        doctor::files::check_data_dir(&dir, &nobody, None)[0].status,
         Status::Fail
     );
 
     // Owned by root.
     mode(&dir, 0o750);
     chown(&dir, 0);
-    let found = doctor::files::check_data_dir(&dir, &nobody);
+    let found = doctor::files::check_data_dir(&dir, &nobody, None);
     assert_eq!(found[0].status, Status::Fail, "{found:#?}");
     assert_eq!(
         found[0].fix.as_deref(),
@@ -199,10 +199,10 @@ fn a_missing_data_directory_is_fine_where_the_user_may_create_it() {
     let theirs = top.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     chown(&theirs, nobody.uid);
-    let found = doctor::files::check_data_dir(&theirs.join("data"), &nobody);
+    let found = doctor::files::check_data_dir(&theirs.join("data"), &nobody, None);
     assert_eq!(found[0].status, Status::Ok, "{found:#?}");
     assert!(found[0].found.contains("does not exist yet"));
-    let found = doctor::files::check_data_dir(&top.path().join("data"), &nobody);
+    let found = doctor::files::check_data_dir(&top.path().join("data"), &nobody, None);
     assert_eq!(found[0].status, Status::Fail, "{found:#?}");
     assert!(
         found[0]
@@ -211,6 +211,16 @@ fn a_missing_data_directory_is_fine_where_the_user_may_create_it() {
             .unwrap()
             .starts_with("mkdir -p -m 0750 ")
     );
+    // Unless the unit's StateDirectory= is that directory: systemd makes it at the start.
+    let name = format!("tandem-doctor-test-{}", std::process::id());
+    let units = tempfile::tempdir().unwrap();
+    let unit_text = format!("[Service]\nUser=nobody\nStateDirectory={name}\n");
+    std::fs::write(units.path().join("tandem.service"), unit_text).unwrap();
+    let unit = doctor::unit::from_files("tandem.service", &[units.path()]);
+    let state = Path::new("/var/lib").join(&name);
+    let found = doctor::files::check_data_dir(&state, &nobody, unit.as_ref());
+    assert_eq!(found[0].status, Status::Ok, "{found:#?}");
+    assert!(found[0].found.contains("systemd makes it"), "{found:#?}");
 }
 
 #[test]

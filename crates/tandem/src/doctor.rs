@@ -159,7 +159,11 @@ fn check(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         BindRights::with_kernel(low_ports),
         timeout,
     ));
-    report.extend(::doctor::files::check_data_dir(&data_dir, &user));
+    report.extend(::doctor::files::check_data_dir(
+        &data_dir,
+        &user,
+        unit.as_ref(),
+    ));
     if let Some(dir) = &config.scripts.dir {
         match config.scripts.user.as_deref().map(Account::lookup) {
             None => report.extend(::doctor::files::check_scripts(dir, &user)),
