@@ -193,3 +193,104 @@ fn a_configuration_serve_refuses_fails_and_one_that_cannot_be_read_cannot_run() 
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(json["exit_code"], 2);
 }
+
+/// A system as the package leaves it, made in private mount and network namespaces (nothing
+/// of this machine changes): the `tandem` user (added to an overlay of /etc), /var/lib/tandem
+/// (an overlay of /var/lib), /etc/tandem/tandem.toml with the documented defaults, the unit
+/// installed, no systemd and no /proc (a chroot's). Doctor passes there with no argument; then
+/// the classic mistakes, each failing until the fix it prints is run.
+#[test]
+fn a_fresh_install_passes_and_each_mistake_fails_until_its_fix_is_run() {
+    if !is_root() {
+        return test_env::skip("mount and network namespaces need root");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let script = format!(
+        r#"set -e
+ip link set lo up
+mkdir -p {d}/etc-up {d}/etc-work {d}/lib-up {d}/lib-work
+mount -t overlay overlay -o lowerdir=/etc,upperdir={d}/etc-up,workdir={d}/etc-work /etc
+mount -t overlay overlay -o lowerdir=/var/lib,upperdir={d}/lib-up,workdir={d}/lib-work /var/lib
+id tandem >/dev/null 2>&1 || useradd --system --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
+rm -rf /var/lib/tandem /etc/tandem /etc/systemd/system/tandem.service.d
+install -d -m 0750 -o tandem -g tandem /var/lib/tandem
+install -d /etc/tandem
+sed 's|^data_dir = "tandem-data"|data_dir = "/var/lib/tandem"|' {example} > /etc/tandem/tandem.toml
+sed 's|/usr/local/bin/tandem|/usr/bin/tandem|' {unit} > /etc/systemd/system/tandem.service
+mount -t tmpfs none /proc
+mount -t tmpfs none /run
+doctor() {{ NO_COLOR=1 {bin} doctor > {d}/out$1 2>&1 && echo 0 > {d}/rc$1 || echo $? > {d}/rc$1; }}
+fix() {{ sed -n 's/^ *fix: //p' {d}/out$1 | grep "$2" | head -1; }}
+doctor 1
+echo 'a long enough password' | {bin} user add admin --role admin --password-stdin --data-dir /var/lib/tandem
+doctor 2
+sh -c "$(fix 2 chown)"
+doctor 3
+sed -i 's|^interface = ""|interface = "lo"|' /etc/tandem/tandem.toml
+doctor 4
+sed -n '/fix: mkdir -p \/etc\/systemd/,/capture.conf/p' {d}/out4 | sed 's/^ *\(fix: \)\{{0,1\}}//' > {d}/dropin.sh
+sh {d}/dropin.sh
+doctor 5
+"#,
+        bin = env!("CARGO_BIN_EXE_tandem"),
+        example = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tandem.example.toml")
+            .display(),
+        unit = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deploy/tandem.service")
+            .display(),
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "-n", "--propagation", "private", "sh", "-c", &script])
+        .env_remove("TANDEM_CONFIG")
+        .env_remove("TANDEM_DATA_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let run = |n: u32| {
+        let out = std::fs::read_to_string(dir.path().join(format!("out{n}"))).unwrap();
+        let rc = std::fs::read_to_string(dir.path().join(format!("rc{n}"))).unwrap();
+        (rc.trim().parse::<i32>().unwrap(), out)
+    };
+    let (rc, out) = run(1);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("/etc/tandem/tandem.toml (the packaged service's"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tandem (User= of /etc/systemd/system/tandem.service)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("fix: runuser -u tandem -- tandem user add admin"),
+        "{out}"
+    );
+
+    // `tandem user add` as root: a root-owned accounts file the service cannot open.
+    let (rc, out) = run(2);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("console.sqlite3 (root 0600)"), "{out}");
+    assert!(
+        out.contains("fix: chown -R tandem /var/lib/tandem"),
+        "{out}"
+    );
+    let (rc, out) = run(3);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("ok    first user") && out.contains("1 user in"),
+        "{out}"
+    );
+
+    // Live capture configured: the unit must grant raw sockets.
+    let (rc, out) = run(4);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("does not grant CAP_NET_RAW or AF_PACKET"),
+        "{out}"
+    );
+    let (rc, out) = run(5);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("grants CAP_NET_RAW and AF_PACKET"), "{out}");
+}
