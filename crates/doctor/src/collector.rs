@@ -169,10 +169,12 @@ pub fn check_token_file(path: &Path, user: &Account, sensor: &str) -> Finding {
             ),
         );
     }
-    let first = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.lines().next().map(|l| l.trim().to_string()))
-        .unwrap_or_default();
+    // The token is one line: the first 64 KiB hold it.
+    let mut raw = Vec::new();
+    let _ = std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 10), &mut raw));
+    let text = String::from_utf8_lossy(&raw);
+    let first = text.lines().next().unwrap_or("").trim();
     if first.is_empty() {
         return Finding::fail(GROUP, check, "is empty", fix_add);
     }

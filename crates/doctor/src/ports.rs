@@ -192,8 +192,16 @@ fn check_bind(l: &Listener, rights: BindRights) -> Finding {
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Finding::fail(
             GROUP,
             l.name(),
-            "in use, by a socket /proc does not list (another network namespace's view?)",
-            format!("find it with `ss -lnp 'sport = :{}'`", l.addr.port()),
+            if std::path::Path::new("/proc/net/tcp").exists() {
+                "in use, by a socket /proc/net does not list"
+            } else {
+                "in use; /proc is not mounted here, so what holds it cannot be named"
+            },
+            format!(
+                "find it with `ss -lnp 'sport = :{}'` and stop it, or set {} to a free address",
+                l.addr.port(),
+                l.setting
+            ),
         ),
         Err(e) => Finding::fail(
             GROUP,

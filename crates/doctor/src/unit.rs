@@ -114,6 +114,19 @@ pub const UNIT_DIRS: [&str; 5] = [
     "/lib/systemd/system",
 ];
 
+/// Bytes read of one unit file or drop-in, and of `systemctl show`'s answer, at most: units
+/// are a few KiB, and a file beyond this is read up to it.
+pub const UNIT_TEXT_BYTES_MAX: u64 = 1 << 20;
+
+/// The first [`UNIT_TEXT_BYTES_MAX`] bytes of a file, as text.
+fn read_bounded(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let file = std::fs::File::open(path).ok()?;
+    file.take(UNIT_TEXT_BYTES_MAX).read_to_end(&mut raw).ok()?;
+    Some(String::from_utf8_lossy(&raw).into_owned())
+}
+
 /// Whether systemd is the running init (sd_booted(3)).
 pub fn systemd_running() -> bool {
     Path::new("/run/systemd/system").is_dir()
@@ -188,17 +201,22 @@ pub fn from_files(unit: &str, dirs: &[&Path]) -> Option<UnitGrants> {
     }
     drop_ins.sort();
     let mut sources = vec![file.display().to_string()];
-    let mut texts = vec![std::fs::read_to_string(&file).ok()?];
+    let mut texts = vec![read_bounded(&file)?];
     for (_, path) in &drop_ins {
         sources.push(path.display().to_string());
-        texts.push(std::fs::read_to_string(path).unwrap_or_default());
+        texts.push(read_bounded(path).unwrap_or_default());
     }
-    let mut g = UnitGrants::new(sources.join(" + "));
+    Some(parse_unit(sources.join(" + "), &texts))
+}
+
+/// A unit file's text and its drop-ins', in the order systemd applies them.
+pub fn parse_unit(source: String, texts: &[String]) -> UnitGrants {
+    let mut g = UnitGrants::new(source);
     let mut assigned = [false; 3];
-    for text in &texts {
+    for text in texts {
         apply_service_section(&mut g, text, &mut assigned);
     }
-    Some(g)
+    g
 }
 
 /// The `[Service]` lines of one file, over what earlier files gave.
@@ -254,9 +272,12 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> Option<String> 
         .ok()?;
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-        text
+        let mut raw = Vec::new();
+        let _ = std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut stdout, UNIT_TEXT_BYTES_MAX),
+            &mut raw,
+        );
+        String::from_utf8_lossy(&raw).into_owned()
     });
     let deadline = Instant::now() + timeout;
     loop {

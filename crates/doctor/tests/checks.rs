@@ -501,3 +501,68 @@ fn the_collector_is_reached_over_tls_with_its_name_checked() {
         "{f:?}"
     );
 }
+
+#[test]
+fn the_sensor_token_file_must_hold_a_token_the_service_reads() {
+    let Some((top, nobody)) = as_root() else {
+        return;
+    };
+    let token = top.path().join("sensor.token");
+    let f = doctor::collector::check_token_file(&token, &nobody, "pbx1");
+    assert_eq!(f.status, Status::Fail);
+    assert!(f.fix.unwrap().contains("tandem sensor add pbx1"));
+    std::fs::write(&token, "\n").unwrap();
+    chown(&token, nobody.uid);
+    mode(&token, 0o600);
+    assert!(doctor::collector::check_token_file(&token, &nobody, "pbx1").found == "is empty");
+    std::fs::write(&token, "tok-secret-value\n").unwrap();
+    let f = doctor::collector::check_token_file(&token, &nobody, "pbx1");
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    assert!(
+        !format!("{f:?}").contains("tok-secret"),
+        "the token is never shown"
+    );
+    chown(&token, 0);
+    let f = doctor::collector::check_token_file(&token, &nobody, "pbx1");
+    assert_eq!(f.status, Status::Fail, "{f:?}");
+    assert!(f.fix.unwrap().starts_with("chown nobody "));
+}
+
+#[test]
+fn scripts_as_another_user_need_the_units_setuid_grants() {
+    let nobody = Account::lookup("nobody").unwrap();
+    let service = Account {
+        name: "tandem".into(),
+        uid: 4242,
+        gid: 4242,
+        groups: vec![4242],
+    };
+    let units = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tandem.service"),
+        units.path().join("tandem.service"),
+    )
+    .unwrap();
+    let read = || doctor::unit::from_files("tandem.service", &[units.path()]);
+    let f = doctor::files::check_script_user_switch(&nobody, &service, read().as_ref()).unwrap();
+    assert_eq!(f.status, Status::Fail, "{f:?}");
+    assert!(
+        f.found.contains("without CAP_SETUID and CAP_SETGID"),
+        "{f:?}"
+    );
+    // The lines the fix gives, as the drop-in `systemctl edit` writes.
+    let fix = f.fix.unwrap();
+    let drop_in: String = fix
+        .lines()
+        .filter(|l| l.starts_with('[') || l.contains('='))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let d = units.path().join("tandem.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("override.conf"), drop_in).unwrap();
+    let f = doctor::files::check_script_user_switch(&nobody, &service, read().as_ref()).unwrap();
+    assert_eq!(f.status, Status::Ok, "{f:?}");
+    // The same user, or no unit: nothing to say.
+    assert!(doctor::files::check_script_user_switch(&service, &service, read().as_ref()).is_none());
+    assert!(doctor::files::check_script_user_switch(&nobody, &service, None).is_none());
+}
