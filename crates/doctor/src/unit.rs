@@ -90,10 +90,16 @@ impl UnitGrants {
             self.state_directories.clear();
         }
         for name in value.split_whitespace() {
-            // `NAME:MODE`-less; `ID:SYMLINK` pairs keep the first part.
-            let name = name.split(':').next().unwrap_or(name);
-            self.state_directories
-                .push(Path::new("/var/lib").join(name));
+            // `NAME:SYMLINK` pairs keep the first part; systemd refuses a name that is
+            // absolute or climbs out, and so does this.
+            let name = Path::new(name.split(':').next().unwrap_or(name));
+            if name
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                self.state_directories
+                    .push(Path::new("/var/lib").join(name));
+            }
         }
     }
 
@@ -309,6 +315,11 @@ mod tests {
         let g = from_files("tandem.service", &[dir.path()]).unwrap();
         assert_eq!(g.user.as_deref(), Some("tandem"));
         assert_eq!(g.state_directories, [Path::new("/var/lib/tandem")]);
+        let odd = parse_unit(
+            "odd".into(),
+            &["[Service]\nStateDirectory=/etc ../x a/b:link\n".into()],
+        );
+        assert_eq!(odd.state_directories, [Path::new("/var/lib/a/b")]);
         assert!(!g.has_capability("CAP_NET_RAW"));
         assert!(!g.address_families.contains("AF_PACKET"));
         assert!(g.address_families.contains("AF_INET6"));
