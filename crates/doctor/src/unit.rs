@@ -70,6 +70,10 @@ pub struct UnitGrants {
     /// `StateDirectory=`, as absolute paths (`/var/lib/NAME`): systemd makes them, owned by
     /// the service's user, when the service starts.
     pub state_directories: Vec<PathBuf>,
+    /// `Environment=` assignments, a later one of a name replacing the earlier.
+    pub environment: Vec<(String, String)>,
+    /// The command line of `ExecStart=` (the last one).
+    pub exec_start: Vec<String>,
 }
 
 impl UnitGrants {
@@ -81,6 +85,42 @@ impl UnitGrants {
             bounding: NameSet::All,
             address_families: NameSet::All,
             state_directories: Vec::new(),
+            environment: Vec::new(),
+            exec_start: Vec::new(),
+        }
+    }
+
+    /// What the service's command line gives one of `options` (`--config FILE`,
+    /// `--config=FILE`), else its environment's `env`: how `serve` would read the setting.
+    pub fn setting(&self, options: &[&str], env: &str) -> Option<String> {
+        let args = &self.exec_start;
+        for (i, arg) in args.iter().enumerate() {
+            for option in options {
+                if arg == option {
+                    return args.get(i + 1).cloned();
+                }
+                if let Some(value) = arg.strip_prefix(option).and_then(|v| v.strip_prefix('=')) {
+                    return Some(value.to_string());
+                }
+            }
+        }
+        self.environment
+            .iter()
+            .rev()
+            .find(|(name, _)| name == env)
+            .map(|(_, value)| value.clone())
+    }
+
+    /// `Environment=`'s value (`A=1 "B=two words"`) added (an empty one clears them).
+    fn add_environment(&mut self, value: &str) {
+        if value.trim().is_empty() {
+            self.environment.clear();
+        }
+        for word in words(value) {
+            if let Some((name, v)) = word.split_once('=') {
+                self.environment.retain(|(n, _)| n != name);
+                self.environment.push((name.to_string(), v.to_string()));
+            }
         }
     }
 
@@ -109,6 +149,49 @@ impl UnitGrants {
         let root = self.user.as_deref().is_none_or(|u| u == "root" || u == "0");
         self.bounding.contains(cap) && (root || self.ambient.contains(cap))
     }
+}
+
+/// Words as systemd splits a line: on white space, double or single quotes keeping theirs.
+fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quote = None;
+    let mut started = false;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                started = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if started {
+                    out.push(std::mem::take(&mut word));
+                    started = false;
+                }
+            }
+            (None, c) => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    if started {
+        out.push(word);
+    }
+    out
+}
+
+/// `ExecStart=`'s command line: its words after the prefixes (`-`, `@`, `+`, `!`, `:`).
+fn exec_words(value: &str) -> Vec<String> {
+    let mut w = words(value);
+    if let Some(first) = w.first_mut() {
+        *first = first
+            .trim_start_matches(['-', '@', '+', '!', ':'])
+            .to_string();
+    }
+    w
 }
 
 /// Directories of unit files, highest precedence first (systemd.unit(5)).
@@ -155,7 +238,7 @@ pub fn from_systemctl(unit: &str, timeout: Duration) -> Option<UnitGrants> {
         Command::new("systemctl").args([
             "show",
             unit,
-            "--property=LoadState,User,AmbientCapabilities,CapabilityBoundingSet,RestrictAddressFamilies,StateDirectory",
+            "--property=LoadState,User,AmbientCapabilities,CapabilityBoundingSet,RestrictAddressFamilies,StateDirectory,Environment,ExecStart",
         ]),
         timeout,
     )?;
@@ -174,6 +257,14 @@ pub fn parse_show(unit: &str, text: &str) -> Option<UnitGrants> {
             "LoadState" => loaded = value == "loaded",
             "User" if !value.is_empty() => g.user = Some(value.to_string()),
             "StateDirectory" => g.state_directory(value),
+            "Environment" => g.add_environment(value),
+            // `{ path=/usr/bin/tandem ; argv[]=/usr/bin/tandem serve ; ... }`
+            "ExecStart" => {
+                let argv = value
+                    .split(" ; ")
+                    .find_map(|f| f.trim_start_matches("{ ").strip_prefix("argv[]="));
+                g.exec_start = argv.map(words).unwrap_or_default();
+            }
             "AmbientCapabilities" => g.ambient.apply(value, true),
             // systemctl lists every capability of the set, or none.
             "CapabilityBoundingSet" => g.bounding.apply(value, false),
@@ -250,6 +341,14 @@ fn apply_service_section(g: &mut UnitGrants, text: &str, assigned: &mut [bool; 3
                 g.state_directory(value);
                 continue;
             }
+            "Environment" => {
+                g.add_environment(value);
+                continue;
+            }
+            "ExecStart" => {
+                g.exec_start = exec_words(value);
+                continue;
+            }
             "AmbientCapabilities" => (&mut g.ambient, 0),
             "CapabilityBoundingSet" => (&mut g.bounding, 1),
             "RestrictAddressFamilies" => (&mut g.address_families, 2),
@@ -320,6 +419,34 @@ mod tests {
             &["[Service]\nStateDirectory=/etc ../x a/b:link\n".into()],
         );
         assert_eq!(odd.state_directories, [Path::new("/var/lib/a/b")]);
+        assert_eq!(
+            g.setting(&["--data-dir"], "TANDEM_DATA_DIR").as_deref(),
+            Some("/var/lib/tandem")
+        );
+        assert_eq!(g.setting(&["--config", "-c"], "TANDEM_CONFIG"), None);
+        let started = parse_unit(
+            "x".into(),
+            &[
+                "[Service]\nExecStart=-/usr/bin/tandem serve --config=/etc/a.toml\n\
+                 Environment=\"TANDEM_CONFIG=/etc/b c.toml\" X=1\n"
+                    .into(),
+            ],
+        );
+        assert_eq!(started.exec_start[0], "/usr/bin/tandem");
+        assert_eq!(
+            started
+                .setting(&["--config", "-c"], "TANDEM_CONFIG")
+                .as_deref(),
+            Some("/etc/a.toml")
+        );
+        let env_only = UnitGrants {
+            exec_start: vec![],
+            ..started
+        };
+        assert_eq!(
+            env_only.setting(&["--config"], "TANDEM_CONFIG").as_deref(),
+            Some("/etc/b c.toml")
+        );
         assert!(!g.has_capability("CAP_NET_RAW"));
         assert!(!g.address_families.contains("AF_PACKET"));
         assert!(g.address_families.contains("AF_INET6"));
@@ -354,6 +481,18 @@ mod tests {
                     RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_PACKET\n";
         let g = parse_show("tandem.service", text).unwrap();
         assert!(g.has_capability("CAP_NET_RAW"));
+        let exec = "LoadState=loaded\nExecStart={ path=/usr/bin/tandem ; argv[]=/usr/bin/tandem \
+                    serve --config /etc/tandem/tandem.toml ; ignore_errors=no ; start_time=[n/a] }\n\
+                    Environment=TANDEM_DATA_DIR=/srv/tandem\n";
+        let e = parse_show("tandem.service", exec).unwrap();
+        assert_eq!(
+            e.setting(&["--config"], "TANDEM_CONFIG").as_deref(),
+            Some("/etc/tandem/tandem.toml")
+        );
+        assert_eq!(
+            e.setting(&["--data-dir"], "TANDEM_DATA_DIR").as_deref(),
+            Some("/srv/tandem")
+        );
         assert!(g.address_families.contains("AF_PACKET"));
         let deny = "LoadState=loaded\nUser=\nAmbientCapabilities=\n\
                     CapabilityBoundingSet=cap_chown cap_net_raw\nRestrictAddressFamilies=~AF_PACKET\n";

@@ -63,15 +63,25 @@ pub fn run(args: Args) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Which configuration, and why that one. Err: a named file that cannot be read.
-fn configuration(args: &Args) -> anyhow::Result<(Option<PathBuf>, String)> {
-    let (path, why) = match &args.config {
-        Some(p) => (p.clone(), "--config or TANDEM_CONFIG".to_string()),
-        None if Path::new(PACKAGED_CONFIG).exists() => (
+/// Which configuration, and why that one: `--config` (or `TANDEM_CONFIG`), else the one the
+/// installed unit starts `serve` with, else the packaged one, else none. Err: a named file
+/// that cannot be read.
+fn configuration(
+    args: &Args,
+    unit: Option<&UnitGrants>,
+) -> anyhow::Result<(Option<PathBuf>, String)> {
+    let from_unit = unit.and_then(|u| {
+        let path = u.setting(&["--config", "-c"], "TANDEM_CONFIG")?;
+        Some((PathBuf::from(path), format!("the service's: {}", u.source)))
+    });
+    let (path, why) = match (&args.config, from_unit) {
+        (Some(p), _) => (p.clone(), "--config or TANDEM_CONFIG".to_string()),
+        (None, Some(found)) => found,
+        (None, None) if Path::new(PACKAGED_CONFIG).exists() => (
             PathBuf::from(PACKAGED_CONFIG),
             "the packaged service's: no --config or TANDEM_CONFIG given".to_string(),
         ),
-        None => {
+        (None, None) => {
             return Ok((
                 None,
                 format!("no --config or TANDEM_CONFIG given, and no {PACKAGED_CONFIG}"),
@@ -87,9 +97,34 @@ fn configuration(args: &Args) -> anyhow::Result<(Option<PathBuf>, String)> {
     Ok((Some(path), why))
 }
 
+/// An installed unit that starts `serve` without a configuration while the packaged one
+/// exists: the service runs on the embedded defaults, whatever that file says.
+fn unit_ignores_packaged_config(unit: &UnitGrants) -> Option<Finding> {
+    let serves = unit.exec_start.iter().any(|a| a == "serve");
+    let configured = unit.setting(&["--config", "-c"], "TANDEM_CONFIG").is_some();
+    if !serves || configured || !Path::new(PACKAGED_CONFIG).exists() {
+        return None;
+    }
+    Some(Finding::warn(
+        "configuration",
+        "service unit",
+        format!(
+            "starts `{}` without --config: the service runs on the embedded defaults, not {PACKAGED_CONFIG} ({})",
+            unit.exec_start.join(" "),
+            unit.source
+        ),
+        format!(
+            "systemctl edit tandem, and add:\n[Service]\nExecStart=\nExecStart={} --config {PACKAGED_CONFIG}",
+            unit.exec_start.join(" ")
+        ),
+    ))
+}
+
 fn check(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
-    let (path, why) = configuration(args)?;
+    let dirs: Vec<&Path> = ::doctor::unit::UNIT_DIRS.iter().map(Path::new).collect();
+    let unit = ::doctor::unit::read("tandem.service", &dirs, timeout);
+    let (path, why) = configuration(args, unit.as_ref())?;
     let shown = path
         .as_ref()
         .map_or("embedded defaults".into(), |p| p.display().to_string());
@@ -117,8 +152,7 @@ fn check(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     ));
     report.extend(serve_checks(&config));
 
-    let dirs: Vec<&Path> = ::doctor::unit::UNIT_DIRS.iter().map(Path::new).collect();
-    let unit = ::doctor::unit::read("tandem.service", &dirs, timeout);
+    report.extend(unit.as_ref().and_then(unit_ignores_packaged_config));
     report.fact(
         "unit",
         "systemd unit",
@@ -131,9 +165,13 @@ fn check(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         "service user",
         format!("{} ({why})", user.name),
     );
-    let (data_dir, why) = match &args.data_dir {
-        Some(d) => (d.clone(), "--data-dir or TANDEM_DATA_DIR"),
-        None => (config.kv.data_dir.clone(), "[kv] data_dir"),
+    let unit_data_dir = unit
+        .as_ref()
+        .and_then(|u| u.setting(&["--data-dir"], "TANDEM_DATA_DIR"));
+    let (data_dir, why) = match (&args.data_dir, unit_data_dir) {
+        (Some(d), _) => (d.clone(), "--data-dir or TANDEM_DATA_DIR".to_string()),
+        (None, Some(d)) => (PathBuf::from(d), "the service unit's".to_string()),
+        (None, None) => (config.kv.data_dir.clone(), "[kv] data_dir".to_string()),
     };
     let shown = match std::path::absolute(&data_dir) {
         Ok(abs) if data_dir.is_relative() => {

@@ -255,10 +255,26 @@ doctor 5
     };
     let (rc, out) = run(1);
     assert_eq!(rc, 0, "{out}");
-    assert!(
-        out.contains("/etc/tandem/tandem.toml (the packaged service's"),
-        "{out}"
-    );
+    // The unit names the configuration, or doctor takes the packaged one and warns that
+    // the service does not.
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tandem.service"),
+    )
+    .unwrap();
+    if unit.contains("serve --config /etc/tandem/tandem.toml") {
+        assert!(
+            out.contains("/etc/tandem/tandem.toml (the service's"),
+            "{out}"
+        );
+    } else {
+        assert!(
+            out.contains("/etc/tandem/tandem.toml (the packaged service's"),
+            "{out}"
+        );
+        assert!(out.contains("warn  service unit"), "{out}");
+        let fix = "ExecStart=/usr/bin/tandem serve --config /etc/tandem/tandem.toml";
+        assert!(out.contains(fix), "{out}");
+    }
     assert!(
         out.contains("tandem (User= of /etc/systemd/system/tandem.service)"),
         "{out}"
