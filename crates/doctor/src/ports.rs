@@ -95,12 +95,18 @@ pub fn check_listener(l: &Listener, rights: BindRights, timeout: Duration) -> Fi
         match procstat::socket_holder(e.inode) {
             Some(h) if is_tandem(h.pid) => tandem.push(h),
             Some(h) => others.push(format!("{} by pid {}: {}", e.local, h.pid, h.command)),
-            None => unseen.push(format!("{} (uid {})", e.local, e.uid)),
+            None => unseen.push(format!(
+                "{} by user {}",
+                e.local,
+                crate::account::owner_text(e.uid)
+            )),
         }
     }
     // One line per process, not per worker socket.
-    others.sort();
-    others.dedup();
+    for list in [&mut others, &mut unseen] {
+        list.sort();
+        list.dedup();
+    }
     if !others.is_empty() {
         let pids: Vec<String> = others
             .iter()
