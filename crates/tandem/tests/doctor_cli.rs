@@ -212,7 +212,7 @@ ip link set lo up
 mkdir -p {d}/etc-up {d}/etc-work {d}/lib-up {d}/lib-work
 mount -t overlay overlay -o lowerdir=/etc,upperdir={d}/etc-up,workdir={d}/etc-work /etc
 mount -t overlay overlay -o lowerdir=/var/lib,upperdir={d}/lib-up,workdir={d}/lib-work /var/lib
-id tandem >/dev/null 2>&1 || useradd --system --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
+id tandem >/dev/null 2>&1 || useradd --system --no-log-init --home-dir /var/lib/tandem --shell /usr/sbin/nologin tandem
 rm -rf /var/lib/tandem /etc/tandem /etc/systemd/system/tandem.service.d
 install -d -m 0750 -o tandem -g tandem /var/lib/tandem
 install -d /etc/tandem
