@@ -180,7 +180,17 @@ fn check_owners(dir: &Path, user: &Account) -> Finding {
     } else {
         String::new()
     };
-    if user.is_root() || foreign_count == 0 {
+    if user.is_root() && foreign_count > 0 {
+        return Finding::ok(
+            GROUP,
+            check,
+            format!(
+                "{} entries; the service runs as root, which opens them all{cut}",
+                walk.entries
+            ),
+        );
+    }
+    if foreign_count == 0 {
         return Finding::ok(
             GROUP,
             check,
