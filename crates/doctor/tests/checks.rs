@@ -132,15 +132,21 @@ fn mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// A directory `name` under `top`, `user`'s, with mode 0750.
+fn dir_of(top: &Path, name: &str, user: &Account) -> PathBuf {
+    let dir = top.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    chown(&dir, user.uid);
+    mode(&dir, 0o750);
+    dir
+}
+
 #[test]
 fn a_root_owned_file_in_the_data_directory_fails_until_its_fix_is_run() {
     let Some((top, nobody)) = as_root() else {
         return;
     };
-    let dir = top.path().join("data");
-    std::fs::create_dir(&dir).unwrap();
-    chown(&dir, nobody.uid);
-    mode(&dir, 0o750);
+    let dir = dir_of(top.path(), "data", &nobody);
     let kv = dir.join("kv.sqlite3");
     std::fs::write(&kv, "").unwrap();
     chown(&kv, nobody.uid);
@@ -196,9 +202,7 @@ fn a_missing_data_directory_is_fine_where_the_user_may_create_it() {
     let Some((top, nobody)) = as_root() else {
         return;
     };
-    let theirs = top.path().join("theirs");
-    std::fs::create_dir(&theirs).unwrap();
-    chown(&theirs, nobody.uid);
+    let theirs = dir_of(top.path(), "theirs", &nobody);
     let found = doctor::files::check_data_dir(&theirs.join("data"), &nobody, None);
     assert_eq!(found[0].status, Status::Ok, "{found:#?}");
     assert!(found[0].found.contains("does not exist yet"));
