@@ -12,6 +12,7 @@ mod cdr;
 mod config;
 mod data_dir;
 mod db;
+mod doctor;
 mod replay;
 mod sensor_cmd;
 mod serve;
@@ -88,6 +89,10 @@ enum Command {
     Sensor(sensor_cmd::Args),
     /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
     Alerts(alerts_cmd::Args),
+    /// Check what an installation gets wrong (configuration, ports, files, capture rights,
+    /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check
+    /// failed) or 2 (could not run).
+    Doctor(self::doctor::Args),
 }
 
 impl Command {
@@ -152,6 +157,7 @@ fn main() -> ExitCode {
         Command::Sip(args) => sip::run(args),
         Command::Sensor(args) => sensor_cmd::run(args),
         Command::Alerts(args) => alerts_cmd::run(args),
+        Command::Doctor(args) => return self::doctor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

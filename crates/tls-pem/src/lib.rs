@@ -1,7 +1,8 @@
 //! The TLS server setup every Tandem listener uses (the web console, SIP over TLS, the
 //! collector): rustls with the ring provider, its safe default protocol versions (TLS 1.2 and
 //! 1.3), one certificate chain with its key read from PEM files, and no client certificates
-//! unless a client CA is given ([`server_config_with_clients`], the collector's mutual TLS).
+//! unless a client CA is given ([`server_config_with_clients`], the collector's mutual TLS);
+//! and the client side of the same ([`client_config`]: trust a CA file, offer a certificate).
 //!
 //! Never: reads a key from anywhere but the named file, or accepts a key that does not match the
 //! certificate (the error names the file and says so).
@@ -27,14 +28,7 @@ pub fn server_config_with_clients(
     client_ca: Option<&Path>,
 ) -> Result<rustls::ServerConfig, String> {
     let at = |p: &Path, e: String| format!("{}: {e}", p.display());
-    let certs = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| at(cert, e.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| at(cert, e.to_string()))?;
-    if certs.is_empty() {
-        return Err(at(cert, "no certificate in the file".into()));
-    }
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| at(key, e.to_string()))?;
+    let (certs, key_der) = chain(cert, key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -42,21 +36,13 @@ pub fn server_config_with_clients(
     let builder = match client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(ca).map_err(|e| at(ca, e.to_string()))? {
-                let c = c.map_err(|e| at(ca, e.to_string()))?;
-                roots
-                    .add(c)
-                    .map_err(|e| at(ca, format!("not a usable CA certificate: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(at(ca, "no certificate in the file".into()));
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| at(ca, e.to_string()))?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                roots(ca)?.into(),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| at(ca, e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
@@ -66,6 +52,61 @@ pub fn server_config_with_clients(
             format!("does not match the certificate or is unusable: {e}"),
         )
     })
+}
+
+/// A client configuration (the same provider and versions) that trusts the CA certificates of
+/// `ca` and, with `client` (a chain and its key), offers that certificate: how a sensor reaches
+/// its collector.
+pub fn client_config(
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots(ca)?);
+    match client {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let (certs, key_der) = chain(cert, key)?;
+            builder
+                .with_client_auth_cert(certs, key_der)
+                .map_err(|e| format!("{}: does not match the certificate: {e}", key.display()))
+        }
+    }
+}
+
+/// The certificates of `ca` as trust anchors; the error names the file.
+pub fn roots(ca: &Path) -> Result<rustls::RootCertStore, String> {
+    let at = |e: String| format!("{}: {e}", ca.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| at(e.to_string()))? {
+        let c = c.map_err(|e| at(e.to_string()))?;
+        roots
+            .add(c)
+            .map_err(|e| at(format!("not a usable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(at("no certificate in the file".into()));
+    }
+    Ok(roots)
+}
+
+/// A certificate chain (leaf first) and its private key.
+type Chain = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+fn chain(cert: &Path, key: &Path) -> Result<Chain, String> {
+    let at = |p: &Path, e: String| format!("{}: {e}", p.display());
+    let certs = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| at(cert, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| at(cert, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(at(cert, "no certificate in the file".into()));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| at(key, e.to_string()))?;
+    Ok((certs, key_der))
 }
 
 #[cfg(test)]
