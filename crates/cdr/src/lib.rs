@@ -712,6 +712,29 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Refuses, writing nothing, a database file of a newer format or of another kind
+    /// ([`CdrError::Format`]): what waiting and retrying will never fix, so that a capture
+    /// says so at its start rather than journal its records for ever. A missing file, or one
+    /// that cannot be read here, passes: opening it reports that.
+    pub fn check_format(path: &Path) -> Result<(), CdrError> {
+        if !path.is_file() {
+            return Ok(());
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let Ok(conn) = Connection::open_with_flags(path, flags) else {
+            return Ok(());
+        };
+        let kind = &fileformat::CDR_DATABASE;
+        match fileformat::check(&conn, path, kind, SQLITE_FORMAT_VERSION) {
+            Err(
+                e @ (fileformat::FormatError::TooNew { .. }
+                | fileformat::FormatError::WrongKind { .. }),
+            ) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
     fn open_file(path: &Path) -> Result<SqliteStore, CdrError> {
         let name = path.display().to_string();
         let wrap = |source| CdrError::Sqlite {

@@ -159,3 +159,34 @@ fn a_cdr_database_given_as_the_store_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_capture_into_a_cdr_database_from_a_newer_tandem_is_refused_at_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("calls.pcap");
+    let cfg = monitor::synth::SynthConfig {
+        calls: 2,
+        ..monitor::synth::SynthConfig::default()
+    };
+    monitor::synth::generate(&cfg, std::fs::File::create(&pcap).unwrap()).unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    drop(cdr::SqliteStore::open(&db).unwrap());
+    stamp_future(&db);
+    let bytes = std::fs::read(&db).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["capture", "--read"])
+        .arg(&pcap)
+        .arg("--cdr-db")
+        .arg(&db)
+        .env("TANDEM_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(
+        assert_refused(&o, &db, "CDR database", cdr::SQLITE_FORMAT_VERSION),
+        bytes
+    );
+    assert!(
+        !dir.path().join("cdr.journal").exists(),
+        "no record was journaled for it"
+    );
+}
