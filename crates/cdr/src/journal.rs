@@ -1,6 +1,8 @@
 //! The CDR journal: records the database could not take, kept in a local file until it can.
 //!
-//! Format: the 8-byte header [`MAGIC`], then one entry per [`CdrRecord`]:
+//! Format: the 8-byte header [`MAGIC`] (`TNDMCDR` and the format version, `1`, as an ASCII
+//! digit; a journal of a newer version is refused, never misread), then one entry per
+//! [`CdrRecord`]:
 //!
 //! ```text
 //! u32 LE  payload length (at most ENTRY_BYTES_MAX)
@@ -25,8 +27,16 @@ use std::path::{Path, PathBuf};
 
 use crate::CdrRecord;
 
-/// The first bytes of a journal file.
+/// The first bytes of a journal file: [`MAGIC_PREFIX`], then the format version as an ASCII
+/// digit.
 pub const MAGIC: &[u8; 8] = b"TNDMCDR1";
+/// What every CDR journal starts with, whatever its version.
+pub const MAGIC_PREFIX: &[u8; 7] = b"TNDMCDR";
+/// The journal format this build writes, and the highest it reads: `MAGIC`'s last byte, `'1'`.
+/// A later format is the next byte value (`'2'`, ...); an older build refuses it
+/// ([`JournalError::Format`]) rather than misread its entries.
+pub const FORMAT_VERSION: u32 = 1;
+const _: () = assert!(MAGIC[7] == b'0' + FORMAT_VERSION as u8);
 /// Bytes before the first entry.
 pub const HEADER_BYTES: u64 = MAGIC.len() as u64;
 /// Bytes of an entry's frame header: length and checksum.
@@ -48,6 +58,10 @@ pub enum JournalError {
          move it away or choose another journal path"
     )]
     NotAJournal { path: String },
+    /// A journal in a newer format than this build reads: named with both versions and what
+    /// to do; nothing of it is read or changed.
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
     #[error("CDR journal {path} is in use by another process")]
     Locked { path: String },
     #[error(
@@ -122,6 +136,31 @@ enum Entry {
     Damaged(Damage),
 }
 
+/// Refuses a file that is not a CDR journal, or one in a newer format than [`FORMAT_VERSION`].
+fn check_header(file: &File, path: &Path, len: u64) -> Result<(), JournalError> {
+    let mut magic = [0u8; 8];
+    if len < HEADER_BYTES
+        || file.read_exact_at(&mut magic, 0).is_err()
+        || magic[..7] != MAGIC_PREFIX[..]
+        || magic[7] < b'1'
+    {
+        return Err(JournalError::NotAJournal {
+            path: path.display().to_string(),
+        });
+    }
+    let version = u32::from(magic[7] - b'0');
+    if version > FORMAT_VERSION {
+        return Err(fileformat::FormatError::TooNew {
+            path: path.to_path_buf(),
+            kind: "CDR journal",
+            found: i64::from(version),
+            known: FORMAT_VERSION,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 impl Journal {
     /// Opens the journal at `path`, creating it (and fsyncing its directory) if missing, and
     /// counts the entries a previous run left. A damaged tail is reported and cut off.
@@ -147,10 +186,7 @@ impl Journal {
             file.sync_all().map_err(io)?;
             sync_parent(path).map_err(io)?;
         } else {
-            let mut magic = [0u8; 8];
-            if len < HEADER_BYTES || file.read_exact_at(&mut magic, 0).is_err() || &magic != MAGIC {
-                return Err(JournalError::NotAJournal { path: name });
-            }
+            check_header(&file, path, len)?;
         }
         let mut journal = Journal {
             path: path.to_path_buf(),
@@ -196,10 +232,7 @@ impl Journal {
         };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let mut magic = [0u8; 8];
-        if len < HEADER_BYTES || file.read_exact_at(&mut magic, 0).is_err() || &magic != MAGIC {
-            return Err(JournalError::NotAJournal { path: name });
-        }
+        check_header(&file, path, len)?;
         let journal = Journal {
             path: path.to_path_buf(),
             file,

@@ -143,6 +143,10 @@ pub enum CdrError {
     /// with it.
     #[error("CDR database: {problem}")]
     Invalid { problem: String },
+    /// The SQLite file is another kind of file, or a newer Tandem's (crate `fileformat`): the
+    /// message names the file, both versions and what to do.
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
     /// The database file's mode or group could not be set ([`SqliteStore::open_with`]).
     #[error("CDR database {path}: {source}")]
     Files {
@@ -646,6 +650,16 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The format versions of the SQLite CDR database and what each brings (crate `fileformat`:
+/// `PRAGMA user_version`, application_id `TDCR`). Applied at open, all in one transaction with
+/// the new version. A change of the tables is a new entry here, never an edit of an applied
+/// one.
+pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[(1, "CDR tables, columns and indexes")];
+
+/// The SQLite CDR database's format version this build writes, and the highest it reads.
+pub const SQLITE_FORMAT_VERSION: u32 = 1;
+const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
+
 /// How long a statement waits for another connection's write lock (the capture's writer and
 /// the console's readers share the file) before it fails.
 pub const SQLITE_BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -663,8 +677,10 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and its schema. A database from an
-    /// earlier release gets the columns and indexes it lacks; the search columns are then
-    /// filled from its rows (once: a minute or so per million calls).
+    /// earlier release is upgraded to [`SQLITE_FORMAT_VERSION`] in one transaction: it gets
+    /// the columns and indexes it lacks, and the search columns are filled from its rows (once:
+    /// a minute or so per million calls). A newer Tandem's file, or another kind of file, is
+    /// refused ([`CdrError::Format`]) before anything is written to it.
     ///
     /// A new file is readable by its owner only (0600, and so are the WAL and shared-memory
     /// files SQLite creates beside it); an existing one keeps its mode: readers (the console,
@@ -696,6 +712,29 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Refuses, writing nothing, a database file of a newer format or of another kind
+    /// ([`CdrError::Format`]): what waiting and retrying will never fix, so that a capture
+    /// says so at its start rather than journal its records for ever. A missing file, or one
+    /// that cannot be read here, passes: opening it reports that.
+    pub fn check_format(path: &Path) -> Result<(), CdrError> {
+        if !path.is_file() {
+            return Ok(());
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let Ok(conn) = Connection::open_with_flags(path, flags) else {
+            return Ok(());
+        };
+        let kind = &fileformat::CDR_DATABASE;
+        match fileformat::check(&conn, path, kind, SQLITE_FORMAT_VERSION) {
+            Err(
+                e @ (fileformat::FormatError::TooNew { .. }
+                | fileformat::FormatError::WrongKind { .. }),
+            ) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
     fn open_file(path: &Path) -> Result<SqliteStore, CdrError> {
         let name = path.display().to_string();
         let wrap = |source| CdrError::Sqlite {
@@ -705,30 +744,67 @@ impl SqliteStore {
         let conn = Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(std::time::Duration::from_millis(SQLITE_BUSY_TIMEOUT_MS))
             .map_err(wrap)?;
+        // A newer Tandem's file, or another kind of file, is refused before anything is
+        // written to it (WAL mode writes the header).
+        let kind = &fileformat::CDR_DATABASE;
+        fileformat::check(&conn, path, kind, SQLITE_FORMAT_VERSION)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "cache_size", -SQLITE_CACHE_KIB)
             .map_err(wrap)?;
-        upgrade_sqlite(&conn).map_err(wrap)?;
-        conn.execute_batch(SCHEMA).map_err(wrap)?;
-        let added = add_missing_columns(&conn).map_err(wrap)?;
         let mut store = SqliteStore { path: name, conn };
-        if added {
-            let n = search::backfill(&mut store)?;
-            tracing::info!(path = %store.path, rows = n, "CDR search columns added and filled");
+        if let fileformat::Pending::From(from) =
+            fileformat::begin(&store.conn, path, kind, SQLITE_FORMAT_VERSION)?
+        {
+            // One transaction for every migration and the new version: all or nothing.
+            if let Err(e) = store.migrate(from) {
+                fileformat::rollback(&store.conn);
+                return Err(e);
+            }
+            fileformat::commit(&store.conn, path, kind, SQLITE_FORMAT_VERSION)?;
+            fileformat::log_upgraded(path, kind, from, SQLITE_FORMAT_VERSION);
         }
-        store
-            .conn
-            .execute_batch(&sqlite_index_sql())
-            .map_err(|e| store.err(e))?;
-        alerts::create_sqlite(&store.conn).map_err(|e| store.err(e))?;
         // Statistics for the planner of the queries that do not name their index (list, show);
         // bounded work, and only where they are missing or stale. A read-only file cannot
         // take them, which is no reason to fail.
         let _ = store.conn.execute_batch("PRAGMA optimize=0x10002;");
         Ok(store)
+    }
+
+    /// The migrations after format version `from`, inside [`fileformat::begin`]'s
+    /// transaction ([`SQLITE_MIGRATIONS`]).
+    fn migrate(&mut self, from: u32) -> Result<(), CdrError> {
+        for &(version, name) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > from) {
+            let r = match version {
+                1 => self.tables(),
+                _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
+            };
+            r.map_err(|source| CdrError::Migration {
+                target: self.path.clone(),
+                version: i64::from(version),
+                name: name.to_string(),
+                source: Box::new(source),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Version 1: the tables, columns and indexes of this release. A database from before
+    /// versions gets the columns and indexes it lacks (each statement applies again to what
+    /// it finds), and its search columns filled.
+    fn tables(&mut self) -> Result<(), CdrError> {
+        upgrade_sqlite(&self.conn).map_err(|e| self.err(e))?;
+        self.conn.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
+        if add_missing_columns(&self.conn).map_err(|e| self.err(e))? {
+            let n = search::backfill(self)?;
+            tracing::info!(path = %self.path, rows = n, "CDR search columns added and filled");
+        }
+        self.conn
+            .execute_batch(&sqlite_index_sql())
+            .map_err(|e| self.err(e))?;
+        alerts::create_sqlite(&self.conn).map_err(|e| self.err(e))
     }
 
     fn err(&self, source: rusqlite::Error) -> CdrError {
@@ -915,7 +991,8 @@ impl Exec for SqliteStore {
 
     fn update_derived(&mut self, rows: &[(i64, search::Derived)]) -> Result<(), CdrError> {
         let r = (|| {
-            let tx = self.conn.transaction()?;
+            // A savepoint: one transaction of its own, or a part of the upgrade's.
+            let tx = self.conn.savepoint()?;
             {
                 let mut st = tx.prepare_cached(&format!(
                     "UPDATE cdr SET sensor = ?1, {} WHERE id = ?10",

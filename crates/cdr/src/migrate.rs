@@ -345,16 +345,19 @@ fn migrate_locked(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    if let Some(v) = done
+    if done
         .iter()
-        .find(|v| !migrations.iter().any(|m| m.version == **v))
+        .any(|v| !migrations.iter().any(|m| m.version == *v))
     {
         let known = migrations.iter().map(|m| m.version).max().unwrap_or(0);
+        let found = done.iter().copied().max().unwrap_or(0);
         return Err(CdrError::Schema {
             target: target.to_string(),
             problem: format!(
-                "its schema has migration {v}, which this Tandem does not know (it knows up to \
-                 {known}): a newer Tandem migrated it; run that release or a later one"
+                "its schema is at migration {found} (table schema_migrations), and this Tandem \
+                 knows migrations up to {known}: a newer Tandem migrated it, and this one leaves \
+                 it untouched rather than misread it. Run the newer Tandem again, or restore the \
+                 dump of the database taken before the upgrade (README, \"Rolling back\")"
             ),
         });
     }

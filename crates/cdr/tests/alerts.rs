@@ -365,10 +365,14 @@ fn an_older_sqlite_database_reads_no_alerts_until_a_writer_opens_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.sqlite3");
     drop(SqliteStore::open(&path).unwrap());
-    // As an earlier release left it: no alert tables, no index of registrations by start.
+    // As an earlier release left it: no alert tables, no index of registrations by start, no
+    // format version.
     rusqlite::Connection::open(&path)
         .unwrap()
-        .execute_batch("DROP TABLE alert; DROP TABLE alert_silence; DROP INDEX registration_first;")
+        .execute_batch(
+            "DROP TABLE alert; DROP TABLE alert_silence; DROP INDEX registration_first; \
+             PRAGMA application_id = 0; PRAGMA user_version = 0;",
+        )
         .unwrap();
     if set_read_only(&path, true) {
         // A reader that may not write it (the console of a newer release beside an older

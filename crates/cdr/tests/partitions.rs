@@ -610,7 +610,23 @@ fn a_failing_migration_changes_nothing_and_is_named() {
     let Err(e) = PgStore::connect(&conninfo) else {
         panic!("a schema of a newer release was accepted")
     };
-    assert!(e.to_string().contains("migration 99"), "{e}");
+    let msg = e.to_string();
+    let known = format!("up to {}", migrate::MIGRATIONS.len());
+    for part in [
+        "at migration 99",
+        &known,
+        "Run the newer Tandem",
+        "Rolling back",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing from: {msg}");
+    }
+    let CdrError::Schema { target, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        msg.starts_with(&format!("CDR database {target}: ")),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -7,6 +7,10 @@
 //! kept (a random secret of 256 bits needs no slow hash: nobody can guess it, and the hash
 //! only keeps a stolen file from being a list of working tokens), and compared in constant
 //! time.
+//!
+//! The file says what it is and which format it holds (application_id `TDSN`, `PRAGMA
+//! user_version`; crate `fileformat`): an older list is upgraded at open in one transaction
+//! ([`MIGRATIONS`]), a newer one refused ([`SensorListError::Format`]) untouched.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +40,9 @@ pub enum SensorListError {
         path: String,
         source: std::io::Error,
     },
+    /// Another kind of file, or a newer Tandem's (crate `fileformat`).
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
     #[error(
         "{0:?} cannot name a sensor: use 1 to 64 letters, digits, '.', '_' or '-' (not starting with '.' or '-')"
     )]
@@ -47,6 +54,22 @@ pub enum SensorListError {
     #[error("no random numbers from the system: {0}")]
     Random(String),
 }
+
+/// The list's format versions (crate `fileformat`: application_id `TDSN`, `PRAGMA
+/// user_version`), applied at open in one transaction; a newer Tandem's list is refused.
+pub const MIGRATIONS: &[fileformat::Migration] = &[fileformat::Migration {
+    version: 1,
+    name: "sensors and their token hashes",
+    apply: |c| {
+        c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS sensor (
+                name         TEXT PRIMARY KEY,
+                token_sha256 BLOB NOT NULL,
+                created_s    INTEGER NOT NULL
+            );",
+        )
+    },
+}];
 
 /// A known sensor, as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,14 +120,7 @@ impl SensorList {
         let conn = Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))
             .map_err(wrap)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS sensor (
-                name         TEXT PRIMARY KEY,
-                token_sha256 BLOB NOT NULL,
-                created_s    INTEGER NOT NULL
-            );",
-        )
-        .map_err(wrap)?;
+        fileformat::upgrade(&conn, path, &fileformat::SENSOR_LIST, MIGRATIONS)?;
         Ok(SensorList { path: name, conn })
     }
 

@@ -12,6 +12,10 @@
 //! A new password ends the user's sessions and API tokens, and clears their failed-login
 //! counters, as `tandem user unlock` does: both write `login_reset`, which the running server
 //! reads at the user's next login attempt ([`Accounts::login_account`]).
+//!
+//! The file says what it is and which format it holds (application_id `TDCN`, `PRAGMA
+//! user_version` [`FORMAT_VERSION`]; crate `fileformat`): an older file is upgraded at open in
+//! one transaction ([`MIGRATIONS`]), a newer one refused ([`AccountError::Format`]) untouched.
 
 use argon2::password_hash::{PasswordHasher, SaltString};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -93,6 +97,9 @@ pub enum AccountError {
         #[source]
         source: rusqlite::Error,
     },
+    /// Another kind of file, or a newer Tandem's (crate `fileformat`).
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
     #[error("{0}")]
     Invalid(String),
     #[error("no console user named {0:?}")]
@@ -137,6 +144,18 @@ CREATE TABLE IF NOT EXISTS access_log (
     action TEXT    NOT NULL,
     target TEXT    NOT NULL
 );";
+
+/// The accounts file's format versions (crate `fileformat`: application_id `TDCN`, `PRAGMA
+/// user_version`), applied at open in one transaction. A change of the tables is a new entry,
+/// never an edit of an applied one.
+pub const MIGRATIONS: &[fileformat::Migration] = &[fileformat::Migration {
+    version: 1,
+    name: "users, tokens, sessions, login resets, access log",
+    apply: |c| c.execute_batch(SCHEMA),
+}];
+
+/// The format version this build writes and the highest it reads.
+pub const FORMAT_VERSION: u32 = fileformat::latest(MIGRATIONS);
 
 /// Most rows the access log keeps; older ones are dropped as new ones come (the log answers
 /// "who listened to this call", not a full history of years).
@@ -298,11 +317,14 @@ impl Accounts {
         let conn = Connection::open(path).map_err(wrap)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(wrap)?;
+        // A newer Tandem's file is refused before anything is written to it.
+        let kind = &fileformat::CONSOLE_ACCOUNTS;
+        fileformat::check(&conn, path, kind, FORMAT_VERSION)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(wrap)?;
-        conn.execute_batch(SCHEMA).map_err(wrap)?;
+        fileformat::upgrade(&conn, path, kind, MIGRATIONS)?;
         Ok(Accounts {
             path: path.to_owned(),
             conn: Mutex::new(conn),

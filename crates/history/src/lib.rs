@@ -18,6 +18,10 @@
 //! one page per series per level: the cost of a tick does not grow with the history.
 //! Retention drops whole ranges of old buckets per level ([`History::retain`]).
 //!
+//! Format: the file says what it is and which format it holds (application_id `TDHS`, `PRAGMA
+//! user_version` [`FORMAT_VERSION`]; crate `fileformat`); an older file is upgraded at open in
+//! one transaction ([`MIGRATIONS`]), a newer one refused ([`HistoryError::Format`]) untouched.
+//!
 //! Bounded: a history records at most [`HistoryConfig::max_series`] series (sample and
 //! latency series together). A new series past that is refused and counted
 //! ([`History::stats`]), never stored: a label that multiplies (a caller-chosen path, say)
@@ -68,6 +72,9 @@ pub enum HistoryError {
         #[source]
         source: std::io::Error,
     },
+    /// Another kind of file, or a newer Tandem's (crate `fileformat`).
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
     #[error("history levels: {0}")]
     Config(String),
     #[error(
@@ -305,6 +312,18 @@ CREATE TABLE IF NOT EXISTS open_sketch (level INTEGER NOT NULL, series INTEGER N
     )
 }
 
+/// The history file's format versions (crate `fileformat`: application_id `TDHS`, `PRAGMA
+/// user_version`), applied at open in one transaction. A change of the tables is a new entry,
+/// never an edit of an applied one.
+pub const MIGRATIONS: &[fileformat::Migration] = &[fileformat::Migration {
+    version: 1,
+    name: "series, buckets and sketches",
+    apply: |c| c.execute_batch(&schema()),
+}];
+
+/// The format version this build writes and the highest it reads.
+pub const FORMAT_VERSION: u32 = fileformat::latest(MIGRATIONS);
+
 impl History {
     /// Opens (creating if needed) the history at `path`. Its files (the database, its WAL and
     /// shared-memory files) are its owner's alone, 0600 from their first byte; an older
@@ -326,6 +345,9 @@ impl History {
         // The console reads the file while the recorder writes it.
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(wrap)?;
+        // A newer Tandem's file is refused before anything is written to it.
+        let kind = &fileformat::METRICS_HISTORY;
+        fileformat::check(&conn, path, kind, FORMAT_VERSION)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(wrap)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -334,7 +356,7 @@ impl History {
         // table), so that they are not read back from the file at every tick.
         conn.pragma_update(None, "cache_size", -(CACHE_KIB as i64))
             .map_err(wrap)?;
-        conn.execute_batch(&schema()).map_err(wrap)?;
+        fileformat::upgrade(&conn, path, kind, MIGRATIONS)?;
         let widths = cfg.widths();
         let text = widths
             .iter()

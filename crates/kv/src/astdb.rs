@@ -348,6 +348,14 @@ impl ReadOnlyStore {
         let conn = open_read_only(&path)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(|e| open_error(&path, &e))?;
+        // A newer Tandem's file is refused rather than misread; an older one is read as it
+        // is (its writer upgrades it).
+        fileformat::check(
+            &conn,
+            &path,
+            &fileformat::KV_STORE,
+            crate::format::FORMAT_VERSION,
+        )?;
         let sql = NsSql::new(namespace);
         let exists: Option<String> = conn
             .query_row(

@@ -65,6 +65,11 @@ pub enum KvError {
     #[error("astdb file {path}: {problem}")]
     Astdb { path: PathBuf, problem: String },
 
+    /// The file is another kind of file, or a newer Tandem's (crate `fileformat`): its
+    /// message names the file, both versions and what to do.
+    #[error(transparent)]
+    Format(#[from] fileformat::FormatError),
+
     /// A backup or export destination that cannot be written.
     #[error("{path}: {problem}")]
     Destination { path: PathBuf, problem: String },

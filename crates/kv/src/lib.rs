@@ -52,6 +52,13 @@
 //! [`KvError::Write`] naming the file; the in-memory view drops those writes again, and every
 //! write acknowledged before stays on disk.
 //!
+//! # Format version
+//! The file says what it is and which format it holds (`PRAGMA application_id` `TDKV`,
+//! `PRAGMA user_version` [`FORMAT_VERSION`]; crate `fileformat`). Opening a file of an older
+//! format upgrades it through [`MIGRATIONS`] in one transaction (a crash midway leaves the old
+//! format); a file of a newer format, or another kind of file, is refused with
+//! [`KvError::Format`] before anything is written to it.
+//!
 //! # What it never does
 //! Readers never take a lock held across IO: the in-memory index is sharded, each shard's lock
 //! is held only for map operations, and the writer thread does its IO holding none. Every queue
@@ -64,6 +71,7 @@
 
 mod astdb;
 mod error;
+mod format;
 mod index;
 mod path;
 mod queue;
@@ -75,6 +83,7 @@ mod writer;
 
 pub use astdb::{ASTDB_CREATE_SQL, ReadOnlyStore, backup_sqlite_file};
 pub use error::{KvError, Result};
+pub use format::{FORMAT_VERSION, MIGRATIONS};
 pub use path::{DEFAULT_NAMESPACE, covers, key_path, tree_prefix};
 pub use queue::{Commit, Durability};
 pub use shared::{Options, Stats};

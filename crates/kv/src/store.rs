@@ -1,6 +1,7 @@
 //! [`Store`] and [`Namespace`]: opening, the operations, statistics.
 
 use crate::error::{KvError, Result, io_hint, open_error, read_error};
+use crate::format::{FORMAT_VERSION, MIGRATIONS};
 use crate::index::{LargeCache, MainEntry, NsIndex, Pending, Slot, Visible};
 use crate::path::{
     DEFAULT_NAMESPACE, check_key, check_namespace, lock_path, tree_prefix, with_key_path,
@@ -149,6 +150,9 @@ impl Store {
         )
         .map_err(oe)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(oe)?;
+        // A file from a newer Tandem, or of another kind, is refused before anything is
+        // written to it (WAL mode below writes its header).
+        fileformat::check(&conn, &path, &fileformat::KV_STORE, FORMAT_VERSION)?;
         // 1 KiB pages (for a new file; an existing one keeps its own): a commit of a few small
         // values appends a quarter of the WAL bytes that 4 KiB pages would, so the WAL restarts
         // (and the writer checkpoints) a quarter as often. Must precede WAL mode.
@@ -170,19 +174,10 @@ impl Store {
         .map_err(oe)?;
         conn.set_prepared_statement_cache_capacity(256);
 
-        // Schema and namespaces.
-        conn.execute_batch(
-            "BEGIN IMMEDIATE; \
-             CREATE TABLE IF NOT EXISTS kv_namespaces (name TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;",
-        )
-        .map_err(oe)?;
-        let default_sql = crate::index::NsSql::new(DEFAULT_NAMESPACE);
-        conn.execute_batch(&default_sql.create).map_err(oe)?;
-        conn.execute(
-            "INSERT OR IGNORE INTO kv_namespaces (name) VALUES (?1)",
-            params![DEFAULT_NAMESPACE],
-        )
-        .map_err(oe)?;
+        // The file's format: an older one upgraded in one transaction, all or nothing.
+        fileformat::upgrade(&conn, &path, &fileformat::KV_STORE, MIGRATIONS)?;
+        // Namespaces.
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(oe)?;
         let names: Vec<String> = {
             let mut st = conn
                 .prepare("SELECT name FROM kv_namespaces ORDER BY name")

@@ -96,6 +96,9 @@ impl CdrSink {
                 })
             }
             None => {
+                // A newer Tandem's database (or another kind of file) is refused here: the
+                // writer would only journal every record while it waits for it.
+                SqliteStore::check_format(&config.db)?;
                 create_parent(&config.db, access)?;
                 let (db, access) = (config.db.clone(), access.clone());
                 CdrWriter::start(cfg, move || {

@@ -1,0 +1,156 @@
+//! The CDR database's and the journal's format versions on real files: a newer Tandem's file is
+//! refused untouched, a database from before versions is stamped with its rows kept, a store
+//! file given as the CDR database is refused.
+
+mod common;
+
+use std::path::Path;
+
+use cdr::journal::{FORMAT_VERSION, Journal, MAGIC};
+use cdr::{CdrError, CdrStore, JournalError, SqliteStore};
+use common::call;
+use rusqlite::Connection;
+
+fn header_i32(path: &Path, offset: usize) -> i32 {
+    let bytes = std::fs::read(path).unwrap();
+    i32::from_be_bytes(bytes[offset..offset + 4].try_into().unwrap())
+}
+
+fn calls(path: &Path) -> usize {
+    Connection::open(path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM cdr", [], |r| r.get::<_, i64>(0))
+        .unwrap() as usize
+}
+
+#[test]
+fn a_cdr_database_from_a_newer_tandem_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.sqlite3");
+    drop(SqliteStore::open(&path).unwrap());
+    assert_eq!(&header_i32(&path, 68).to_be_bytes(), b"TDCR");
+    assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 3; PRAGMA journal_mode = DELETE;")
+        .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let Err(e) = SqliteStore::open(&path) else {
+        panic!("a newer format was opened")
+    };
+    let CdrError::Format(fileformat::FormatError::TooNew {
+        found: 3, known, ..
+    }) = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(*known, cdr::SQLITE_FORMAT_VERSION);
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "{} is a CDR database in format version 3",
+            path.display()
+        )) && msg.contains("Run the newer Tandem again")
+            && msg.contains("Rolling back"),
+        "{msg}"
+    );
+    assert!(SqliteStore::open_with(&path, &filemode::Access::Private).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "not a byte changed");
+    assert!(!dir.path().join("cdr.sqlite3-wal").exists());
+}
+
+#[test]
+fn a_cdr_database_from_before_versions_is_stamped_with_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.sqlite3");
+    let mut st = SqliteStore::open(&path).unwrap();
+    st.insert_records(&[call("a", 1, 1_000, 1), call("b", 2, 2_000, 0)])
+        .unwrap();
+    drop(st);
+    // What an earlier release left: no stamp, and no search columns yet.
+    let c = Connection::open(&path).unwrap();
+    c.execute_batch(
+        "PRAGMA application_id = 0; PRAGMA user_version = 0;
+         DROP INDEX cdr_caller_rev_start; ALTER TABLE cdr DROP COLUMN caller_rev;",
+    )
+    .unwrap();
+    drop(c);
+    let st = SqliteStore::open(&path).unwrap();
+    drop(st);
+    assert_eq!(header_i32(&path, 60), 1);
+    assert_eq!(&header_i32(&path, 68).to_be_bytes(), b"TDCR");
+    assert_eq!(calls(&path), 2);
+    let filled: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM cdr WHERE caller_rev IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(filled, 2, "the search column was added and filled");
+}
+
+#[test]
+fn a_store_file_given_as_the_cdr_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.sqlite3");
+    let c = Connection::open(&path).unwrap();
+    fileformat::upgrade(&c, &path, &fileformat::KV_STORE, kv_like()).unwrap();
+    drop(c);
+    let Err(e) = SqliteStore::open(&path) else {
+        panic!("a store was opened as a CDR database")
+    };
+    assert!(
+        e.to_string()
+            .contains("is not a CDR database: it is a key-value store"),
+        "{e}"
+    );
+}
+
+fn kv_like() -> &'static [fileformat::Migration] {
+    &[fileformat::Migration {
+        version: 1,
+        name: "namespaces",
+        apply: |c| c.execute_batch("CREATE TABLE kv_namespaces (name TEXT PRIMARY KEY)"),
+    }]
+}
+
+#[test]
+fn a_journal_from_a_newer_tandem_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.journal");
+    let (mut j, _) = Journal::open(&path, 1 << 20).unwrap();
+    j.append(&[call("a", 1, 1_000, 0)]).unwrap();
+    drop(j);
+    assert_eq!(&std::fs::read(&path).unwrap()[..8], MAGIC);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[7] = b'2';
+    std::fs::write(&path, &bytes).unwrap();
+    for e in [
+        Journal::open(&path, 1 << 20).err().unwrap(),
+        Journal::inspect(&path).err().unwrap(),
+    ] {
+        let JournalError::Format(fileformat::FormatError::TooNew {
+            found: 2, known, ..
+        }) = &e
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!(*known, FORMAT_VERSION);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!(
+                "{} is a CDR journal in format version 2",
+                path.display()
+            )) && msg.contains("up to 1"),
+            "{msg}"
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "not a byte changed");
+    // This release's journal (version 1) reads as before.
+    bytes[7] = b'1';
+    std::fs::write(&path, &bytes).unwrap();
+    let (_, opened) = Journal::open(&path, 1 << 20).unwrap();
+    assert_eq!(opened.records, 1);
+}
