@@ -9,7 +9,6 @@
 //!   creates `-wal` and `-shm` files even for a reader, and a root-owned one would stop the
 //!   service at its next start; acting as the owner keeps every file the service's.
 
-use std::ffi::CStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -17,10 +16,6 @@ use std::path::{Path, PathBuf};
 pub const SERVICE_CONFIG: &str = "/etc/tandem/tandem.toml";
 /// The data directory when nothing else names one.
 const LOCAL_DATA_DIR: &str = "tandem-data";
-/// The largest passwd entry buffer tried before giving up.
-const PASSWD_BUFFER_MAX: usize = 1 << 20;
-/// The most supplementary groups taken (Linux's NGROUPS_MAX).
-const GROUPS_MAX: usize = 65_536;
 
 /// The default of `--data-dir` (see the module's doc).
 pub fn default_path() -> PathBuf {
@@ -56,11 +51,13 @@ pub fn act_as_owner(dir: &Path) -> anyhow::Result<()> {
     if uid == 0 {
         return Ok(());
     }
-    let (name, gid) = user_of(uid).unwrap_or_else(|| (String::new(), meta.gid()));
-    let groups = if name.is_empty() {
-        vec![gid]
-    } else {
-        groups_of(&name, gid)
+    // The owner's name, primary group and supplementary groups, as `initgroups` would set them
+    // (the user database may not know the uid: then its group alone).
+    let account =
+        doctor::account::user_name(uid).and_then(|name| fastagi::script::RunAs::lookup(&name).ok());
+    let (name, gid, groups) = match account {
+        Some(a) => (a.name, a.gid, a.groups),
+        None => (String::new(), meta.gid(), vec![meta.gid()]),
     };
     // SAFETY: plain system calls on values we own; the order (groups, gid, uid) is the one
     // that leaves no privilege behind.
@@ -83,59 +80,6 @@ pub fn act_as_owner(dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The name and primary group of `uid`, when the user database has it.
-fn user_of(uid: u32) -> Option<(String, u32)> {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: an all-zero passwd is a valid out-parameter for getpwuid_r.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: buf outlives the call and its length is passed; result points into pwd.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < PASSWD_BUFFER_MAX {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return None;
-        }
-        // SAFETY: on success pw_name points to a NUL-terminated string inside buf.
-        let name = unsafe { CStr::from_ptr(pwd.pw_name) }
-            .to_string_lossy()
-            .into_owned();
-        return Some((name, pwd.pw_gid));
-    }
-}
-
-/// `name`'s supplementary groups, `gid` included (as `initgroups` sets them).
-fn groups_of(name: &str, gid: u32) -> Vec<u32> {
-    let Ok(cname) = std::ffi::CString::new(name) else {
-        return vec![gid];
-    };
-    let mut groups: Vec<libc::gid_t> = vec![0; 64];
-    loop {
-        let mut n = groups.len() as libc::c_int;
-        // SAFETY: groups holds n entries; getgrouplist writes at most n and sets n.
-        let rc = unsafe { libc::getgrouplist(cname.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
-        if rc >= 0 {
-            groups.truncate(n.max(0) as usize);
-            return groups;
-        }
-        if groups.len() >= GROUPS_MAX {
-            return vec![gid];
-        }
-        groups.resize((n.max(0) as usize).clamp(groups.len() * 2, GROUPS_MAX), 0);
-    }
 }
 
 #[cfg(test)]
