@@ -1,7 +1,6 @@
 //! The files the service's user must own or reach: the data directory (exists or can be made,
 //! owned by and writable for the user, not open to every user, nothing inside owned by another
-//! user: `tandem user add` run as root leaves a root-owned console.sqlite3 the service cannot
-//! open), and the legacy script directory (every script readable and executable by the
+//! user: a console.sqlite3 copied back as root is one the service cannot open), and the legacy script directory (every script readable and executable by the
 //! scripts' user, through every directory above it).
 
 use crate::Finding;

@@ -423,7 +423,10 @@ mod tests {
             g.setting(&["--data-dir"], "TANDEM_DATA_DIR").as_deref(),
             Some("/var/lib/tandem")
         );
-        assert_eq!(g.setting(&["--config", "-c"], "TANDEM_CONFIG"), None);
+        assert_eq!(
+            g.setting(&["--config", "-c"], "TANDEM_CONFIG").as_deref(),
+            Some("/etc/tandem/tandem.toml")
+        );
         let started = parse_unit(
             "x".into(),
             &[

@@ -217,7 +217,7 @@ rm -rf /var/lib/tandem /etc/tandem /etc/systemd/system/tandem.service.d
 install -d -m 0750 -o tandem -g tandem /var/lib/tandem
 install -d /etc/tandem
 sed 's|^data_dir = "tandem-data"|data_dir = "/var/lib/tandem"|' {example} > /etc/tandem/tandem.toml
-sed 's|/usr/local/bin/tandem|/usr/bin/tandem|' {unit} > /etc/systemd/system/tandem.service
+cp {unit} /etc/systemd/system/tandem.service
 mount -t tmpfs none /proc
 mount -t tmpfs none /run
 doctor() {{ NO_COLOR=1 {bin} doctor > {d}/out$1 2>&1 && echo 0 > {d}/rc$1 || echo $? > {d}/rc$1; }}
@@ -225,13 +225,17 @@ fix() {{ sed -n 's/^ *fix: //p' {d}/out$1 | grep "$2" | head -1; }}
 doctor 1
 echo 'a long enough password' | {bin} user add admin --role admin --password-stdin --data-dir /var/lib/tandem
 doctor 2
-sh -c "$(fix 2 chown)"
+cp /var/lib/tandem/console.sqlite3 {d}/accounts
+rm -f /var/lib/tandem/console.sqlite3*
+cp {d}/accounts /var/lib/tandem/console.sqlite3
 doctor 3
-sed -i 's|^interface = ""|interface = "lo"|' /etc/tandem/tandem.toml
+sh -c "$(fix 3 chown)"
 doctor 4
-sed -n '/fix: mkdir -p \/etc\/systemd/,/capture.conf/p' {d}/out4 | sed 's/^ *\(fix: \)\{{0,1\}}//' > {d}/dropin.sh
-sh {d}/dropin.sh
+sed -i 's|^interface = ""|interface = "lo"|' /etc/tandem/tandem.toml
 doctor 5
+sed -n '/fix: mkdir -p \/etc\/systemd/,/capture.conf/p' {d}/out5 | sed 's/^ *\(fix: \)\{{0,1\}}//' > {d}/dropin.sh
+sh {d}/dropin.sh
+doctor 6
 "#,
         bin = env!("CARGO_BIN_EXE_tandem"),
         example = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -261,7 +265,9 @@ doctor 5
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/tandem.service"),
     )
     .unwrap();
-    if unit.contains("serve --config /etc/tandem/tandem.toml") {
+    if unit.contains("serve --config /etc/tandem/tandem.toml")
+        || unit.contains("Environment=TANDEM_CONFIG=/etc/tandem/tandem.toml")
+    {
         assert!(
             out.contains("/etc/tandem/tandem.toml (the service's"),
             "{out}"
@@ -284,15 +290,22 @@ doctor 5
         "{out}"
     );
 
-    // `tandem user add` as root: a root-owned accounts file the service cannot open.
+    // `tandem user add` as root acts as the data directory's owner: the file is tandem's.
     let (rc, out) = run(2);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("ok    first user") && out.contains("1 user in"),
+        "{out}"
+    );
+    // A file put back as root (a plain `cp`): one the service cannot open.
+    let (rc, out) = run(3);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("console.sqlite3 (root 0600)"), "{out}");
     assert!(
         out.contains("fix: chown -R tandem /var/lib/tandem"),
         "{out}"
     );
-    let (rc, out) = run(3);
+    let (rc, out) = run(4);
     assert_eq!(rc, 0, "{out}");
     assert!(
         out.contains("ok    first user") && out.contains("1 user in"),
@@ -300,13 +313,13 @@ doctor 5
     );
 
     // Live capture configured: the unit must grant raw sockets.
-    let (rc, out) = run(4);
+    let (rc, out) = run(5);
     assert_eq!(rc, 1, "{out}");
     assert!(
         out.contains("does not grant CAP_NET_RAW or AF_PACKET"),
         "{out}"
     );
-    let (rc, out) = run(5);
+    let (rc, out) = run(6);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("grants CAP_NET_RAW and AF_PACKET"), "{out}");
 }
