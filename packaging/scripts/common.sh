@@ -26,24 +26,27 @@ tandem_own_files() {
     chmod 0640 /etc/tandem/tandem.toml
 }
 
-# Before an upgrade, with the installed (older) binary: an online backup of the store, the
-# console's accounts and the metrics history into /var/lib/tandem/backup/pre-upgrade, replacing
-# the previous one only once the new one is complete. A failed backup stops the upgrade, with
-# nothing changed; TANDEM_SKIP_BACKUP=1 upgrades without one.
+# Before a version replaces another, with the installed binary: an online backup of the store,
+# the console's accounts, the metrics history and the console's rules into
+# /var/lib/tandem/backup/NAME, replacing the previous one only once the new one is complete.
+# NAME is pre-upgrade when a newer version comes, pre-downgrade when an older one does: a
+# rollback keeps the pre-upgrade backup it is about to restore (README, "Rolling back"). A
+# failed backup stops the upgrade, with nothing changed; TANDEM_SKIP_BACKUP=1 goes on without.
 tandem_backup() {
+    name=$1
     [ "${TANDEM_SKIP_BACKUP:-}" = 1 ] && return 0
     [ -x /usr/bin/tandem ] || return 0
     [ -e /var/lib/tandem/kv.sqlite3 ] || [ -e /var/lib/tandem/console.sqlite3 ] || return 0
     dir=/var/lib/tandem/backup
-    rm -rf "$dir/pre-upgrade.new"
-    if TANDEM_DATA_DIR=/var/lib/tandem /usr/bin/tandem db backup --all "$dir/pre-upgrade.new" >/dev/null; then
-        rm -rf "$dir/pre-upgrade"
-        mv "$dir/pre-upgrade.new" "$dir/pre-upgrade"
-        echo "tandem: backup before the upgrade in $dir/pre-upgrade (README, \"Rolling back\")"
+    rm -rf "$dir/$name.new"
+    if TANDEM_DATA_DIR=/var/lib/tandem /usr/bin/tandem db backup --all "$dir/$name.new" >/dev/null; then
+        rm -rf "$dir/$name"
+        mv "$dir/$name.new" "$dir/$name"
+        echo "tandem: backup before the change of version in $dir/$name (README, \"Rolling back\")"
     else
-        rm -rf "$dir/pre-upgrade.new"
-        echo "tandem: the backup before the upgrade failed (above); nothing was changed." >&2
-        echo "tandem: fix it and upgrade again, or upgrade without one: TANDEM_SKIP_BACKUP=1" >&2
+        rm -rf "$dir/$name.new"
+        echo "tandem: the backup before the change of version failed (above); nothing was changed." >&2
+        echo "tandem: fix it and try again, or go on without one: TANDEM_SKIP_BACKUP=1" >&2
         return 1
     fi
 }
