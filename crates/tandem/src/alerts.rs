@@ -249,6 +249,16 @@ const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Hands an alert to the configured actions (it must not wait).
 pub type Deliver = Box<dyn FnMut(&alerts::Alert) + Send>;
 
+/// Delivery through the configured actions' notifier (shared with the metrics that count it).
+pub fn deliver_to(notifier: Arc<std::sync::Mutex<alert_actions::Notifier>>) -> Deliver {
+    Box::new(move |a| {
+        notifier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .submit(a.clone());
+    })
+}
+
 /// The dispatcher: each alert stored in the CDR database, then delivered unless a silence
 /// mutes it or, for a repeat, a user acknowledged it.
 pub struct Dispatch {

@@ -330,14 +330,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     db: args.cdr_db.clone(),
                     postgres: args.cdr_postgres.clone(),
                     node: sensor.clone(),
-                    deliver: notifier.clone().map(|n| {
-                        let deliver: crate::alerts::Deliver = Box::new(move |a| {
-                            n.lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .submit(a.clone());
-                        });
-                        deliver
-                    }),
+                    deliver: notifier.clone().map(crate::alerts::deliver_to),
                     log: false,
                 };
                 let started = crate::alerts::ServeAlerts::start(&cfg, set, d)?;

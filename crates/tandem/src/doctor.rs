@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The packaged service's configuration, used when no other is named.
-pub const PACKAGED_CONFIG: &str = "/etc/tandem/tandem.toml";
+/// The packaged service's configuration.
+use crate::data_dir::SERVICE_CONFIG as PACKAGED_CONFIG;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -238,14 +238,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             } else {
                 cdr::writer::DEFAULT_SENSOR.into()
             },
-            deliver: notifier.clone().map(|n| {
-                let deliver: crate::alerts::Deliver = Box::new(move |a| {
-                    n.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .submit(a.clone());
-                });
-                deliver
-            }),
+            deliver: notifier.clone().map(crate::alerts::deliver_to),
             log: true,
         };
         let started = crate::alerts::ServeAlerts::start(&config.alerts, set, dispatch)?;
