@@ -59,14 +59,7 @@ pub fn act_as_owner(dir: &Path) -> anyhow::Result<()> {
         Some(a) => (a.name, a.gid, a.groups),
         None => (String::new(), meta.gid(), vec![meta.gid()]),
     };
-    // SAFETY: plain system calls on values we own; the order (groups, gid, uid) is the one
-    // that leaves no privilege behind.
-    let failed = unsafe {
-        libc::setgroups(groups.len(), groups.as_ptr()) != 0
-            || libc::setgid(gid) != 0
-            || libc::setuid(uid) != 0
-    };
-    if failed {
+    if let Err(e) = fastagi::script::switch_user(&groups, gid, uid) {
         anyhow::bail!(
             "{} belongs to uid {uid}{}: cannot become that user to open its files ({}); run \
              the command as that user",
@@ -76,7 +69,7 @@ pub fn act_as_owner(dir: &Path) -> anyhow::Result<()> {
             } else {
                 format!(" ({name})")
             },
-            std::io::Error::last_os_error()
+            e
         );
     }
     Ok(())

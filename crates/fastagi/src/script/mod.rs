@@ -32,7 +32,7 @@ mod user;
 pub use metrics::{METRICS_MAX_SCRIPTS, ScriptMetrics};
 pub use path::{RefusedPath, ScriptPath, canonical_dir, resolve};
 pub use process::Exit;
-pub use user::{RunAs, RunAsError};
+pub use user::{RunAs, RunAsError, switch_user};
 
 use crate::{AgiError, Handler, Session};
 use serde::Deserialize;

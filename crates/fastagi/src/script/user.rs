@@ -185,16 +185,26 @@ impl RunAs {
                 {
                     return Err(io::Error::last_os_error());
                 }
-                if libc::setgroups(me.groups.len(), me.groups.as_ptr()) != 0
-                    || libc::setgid(me.gid) != 0
-                    || libc::setuid(me.uid) != 0
-                {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
+                switch_user(&me.groups, me.gid, me.uid)
             });
         }
     }
+}
+
+/// Makes this process `uid` with primary group `gid` and supplementary `groups`, in the order
+/// that leaves no privilege behind (groups, gid, uid). Plain system calls, no allocation: safe
+/// between fork and exec. Needs CAP_SETUID and CAP_SETGID (root has them).
+pub fn switch_user(groups: &[u32], gid: u32, uid: u32) -> io::Result<()> {
+    // SAFETY: plain system calls on memory the caller owns; `groups.len()` entries are read.
+    let failed = unsafe {
+        libc::setgroups(groups.len(), groups.as_ptr()) != 0
+            || libc::setgid(gid) != 0
+            || libc::setuid(uid) != 0
+    };
+    if failed {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// This process's supplementary groups.
