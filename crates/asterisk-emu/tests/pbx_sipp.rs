@@ -1,0 +1,209 @@
+//! The emulated PBX between real SIPp phones and trunks (Debian's `sip-tester`): answered calls
+//! are bridged with a trunk leg of the PBX's own, a busy trunk's 486 reaches the phone, a
+//! phone's CANCEL reaches the trunk, an unrouted number is refused 404. Skips without SIPp.
+
+use asterisk_emu::pbx::sipp::{self, Dial, Sipp};
+use asterisk_emu::pbx::{DialPattern, Pbx, PbxConfig};
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+fn free_port(ip: &str) -> u16 {
+    UdpSocket::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn dials(n: usize, prefix: &str) -> Vec<Dial> {
+    (0..n)
+        .map(|i| Dial {
+            caller: format!("{}", 201 + i),
+            dialled: format!("{prefix}0171555{i:04}"),
+            name: format!("Desk {i}"),
+        })
+        .collect()
+}
+
+#[test]
+fn bridges_answers_refusals_cancels_and_unrouted_calls() {
+    if !sipp::available() {
+        eprintln!("skipping: sipp is not installed (Debian package sip-tester)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (answer_port, busy_port, ring_port) = (
+        free_port("127.0.0.31"),
+        free_port("127.0.0.32"),
+        free_port("127.0.0.33"),
+    );
+    let at = |ip: &str, port: u16| -> SocketAddr { format!("{ip}:{port}").parse().unwrap() };
+    let mut config = PbxConfig::loopback(at("127.0.0.31", answer_port));
+    config.sip = at("127.0.0.20", 0);
+    config.routes = vec![
+        DialPattern::new("8", "0049").via(at("127.0.0.32", busy_port)),
+        DialPattern::new("7", "0049").via(at("127.0.0.33", ring_port)),
+        DialPattern::new("9", "0049"),
+    ];
+    config.correlation_header = Some("X-Call-ID".into());
+    let pbx = Pbx::start(config).unwrap();
+    let pbx_addr = pbx.sip_addr().to_string();
+
+    let busy = sipp::scenario_file(dir.path(), "busy.xml", sipp::BUSY_TRUNK).unwrap();
+    let ring = sipp::scenario_file(dir.path(), "ring.xml", sipp::RINGING_TRUNK).unwrap();
+    let phone = sipp::scenario_file(dir.path(), "phone.xml", &sipp::phone()).unwrap();
+    let cancel = sipp::scenario_file(dir.path(), "cancel.xml", &sipp::cancelling_phone()).unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let p = |x: &std::path::Path| x.display().to_string();
+    let mut trunks = vec![
+        Sipp::spawn(
+            dir.path(),
+            "answer",
+            &s(&[
+                "-sn",
+                "uas",
+                "-i",
+                "127.0.0.31",
+                "-p",
+                &answer_port.to_string(),
+                "-m",
+                "3",
+            ]),
+        )
+        .unwrap(),
+        Sipp::spawn(
+            dir.path(),
+            "busy",
+            &s(&[
+                "-sf",
+                &p(&busy),
+                "-i",
+                "127.0.0.32",
+                "-p",
+                &busy_port.to_string(),
+                "-m",
+                "2",
+            ]),
+        )
+        .unwrap(),
+        Sipp::spawn(
+            dir.path(),
+            "ring",
+            &s(&[
+                "-sf",
+                &p(&ring),
+                "-i",
+                "127.0.0.33",
+                "-p",
+                &ring_port.to_string(),
+                "-m",
+                "1",
+            ]),
+        )
+        .unwrap(),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    let mut calls = dials(3, "9");
+    calls.extend(dials(2, "8"));
+    calls.push(Dial {
+        caller: "299".into(),
+        dialled: "5555".into(),
+        name: "Lobby".into(),
+    });
+    let csv = dir.path().join("calls.csv");
+    sipp::injection_file(&csv, &calls).unwrap();
+    let mut phones = Sipp::spawn(
+        dir.path(),
+        "phones",
+        &s(&[
+            &pbx_addr,
+            "-sf",
+            &p(&phone),
+            "-inf",
+            &p(&csv),
+            "-i",
+            "127.0.0.10",
+            "-m",
+            "6",
+            "-r",
+            "20",
+            "-d",
+            "200",
+        ]),
+    )
+    .unwrap();
+    let cancel_csv = dir.path().join("cancel.csv");
+    sipp::injection_file(&cancel_csv, &dials(1, "7")).unwrap();
+    let mut canceller = Sipp::spawn(
+        dir.path(),
+        "cancel",
+        &s(&[
+            &pbx_addr,
+            "-sf",
+            &p(&cancel),
+            "-inf",
+            &p(&cancel_csv),
+            "-i",
+            "127.0.0.11",
+            "-m",
+            "1",
+        ]),
+    )
+    .unwrap();
+
+    let errors = |name: &str| {
+        std::fs::read_to_string(dir.path().join(format!("{name}-errors.log"))).unwrap_or_default()
+    };
+    assert_eq!(
+        phones.wait(Duration::from_secs(20)),
+        Some(0),
+        "phones: {}",
+        errors("phones")
+    );
+    assert_eq!(
+        canceller.wait(Duration::from_secs(10)),
+        Some(0),
+        "canceller: {}",
+        errors("cancel")
+    );
+    for trunk in &mut trunks {
+        let name = trunk.name.clone();
+        assert_eq!(
+            trunk.wait(Duration::from_secs(10)),
+            Some(0),
+            "{name}: {}",
+            errors(&name)
+        );
+    }
+    let mut bridged = pbx.bridged();
+    bridged.sort_by(|a, b| a.dialled.cmp(&b.dialled));
+    let summary: Vec<_> = bridged
+        .iter()
+        .map(|b| {
+            (
+                b.dialled.as_str(),
+                b.sent_to_trunk.as_deref(),
+                b.phone_status,
+                b.outbound_call_id.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("5555", None, 404, false),
+            ("701715550000", Some("004901715550000"), 487, true),
+            ("801715550000", Some("004901715550000"), 486, true),
+            ("801715550001", Some("004901715550001"), 486, true),
+            ("901715550000", Some("004901715550000"), 0, true),
+            ("901715550001", Some("004901715550001"), 0, true),
+            ("901715550002", Some("004901715550002"), 0, true),
+        ]
+    );
+    for b in &bridged {
+        assert_ne!(
+            b.outbound_call_id.as_deref(),
+            Some(b.inbound_call_id.as_str())
+        );
+    }
+}
