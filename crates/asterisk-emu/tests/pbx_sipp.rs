@@ -207,3 +207,58 @@ fn bridges_answers_refusals_cancels_and_unrouted_calls() {
         );
     }
 }
+
+/// A campaign's capture holds both legs of every bridged call and the direct calls: tshark's
+/// count of INVITE dialogs is the PBX's two per call plus one per direct call.
+#[test]
+fn a_recorded_campaign_holds_every_leg() {
+    if !sipp::available() || !on_path("dumpcap") || !on_path("tshark") {
+        eprintln!("skipping: sipp, dumpcap or tshark is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let campaign = asterisk_emu::pbx::campaign::Campaign {
+        net: "127.0.35".into(),
+        calls: 6,
+        direct_calls: 3,
+        same_number_every: 3,
+        calls_per_s: 30,
+        hold_ms: 300,
+        correlation_header: None,
+    };
+    let rec = campaign.run(dir.path()).unwrap();
+    for (name, status) in &rec.sipp_status {
+        assert_eq!(*status, Some(0), "{name}");
+    }
+    assert_eq!(rec.bridged.len(), 6);
+    let out = std::process::Command::new("tshark")
+        .args(["-r"])
+        .arg(&rec.pcap)
+        .args([
+            "-Y",
+            "sip.Method == \"INVITE\"",
+            "-T",
+            "fields",
+            "-e",
+            "sip.Call-ID",
+        ])
+        .output()
+        .unwrap();
+    let mut ids: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 6 * 2 + 3);
+    for b in &rec.bridged {
+        assert!(ids.contains(&b.inbound_call_id));
+        assert!(ids.contains(b.outbound_call_id.as_ref().unwrap()));
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}

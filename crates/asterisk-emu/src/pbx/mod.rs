@@ -21,6 +21,7 @@
 //! Every bridged pair is recorded ([`Pbx::bridged`]): the truth a linker is measured against.
 //! Start reading at [`Pbx::start`], then `Switch::on_datagram`.
 
+pub mod campaign;
 mod causes;
 mod media;
 mod msg;
