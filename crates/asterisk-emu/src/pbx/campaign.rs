@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 pub struct Campaign {
     /// The first three octets of the loopback /24 used (`127.0.33`).
     pub net: String,
-    /// Calls through the PBX, dialled with the outbound route's `9` before a national number.
+    /// Calls through the PBX, dialled with the outbound route's `9` before a national number
+    /// (`9 0171…`), sent to the trunk in international form (`0049 171…`).
     pub calls: usize,
     /// Calls from other phones straight to the trunk, to the numbers the PBX sends out and
     /// from the same callers, interleaved with the PBX's.
@@ -70,7 +71,7 @@ impl Campaign {
         config.sip = format!("{}:5060", self.ip(20))
             .parse()
             .map_err(std::io::Error::other)?;
-        config.routes = vec![DialPattern::new("9", "0049")];
+        config.routes = vec![DialPattern::new("90", "0049")];
         config.correlation_header = self.correlation_header.clone();
 
         let capture = Dumpcap::start(dir, &format!("net {}.0/24", self.net))?;
@@ -112,7 +113,7 @@ impl Campaign {
         let direct: Vec<Dial> = (0..self.direct_calls)
             .map(|i| Dial {
                 caller: format!("{}", 2000 + i),
-                dialled: format!("0049{}", national(i)),
+                dialled: format!("0049{}", &national(i)[1..]),
                 name: format!("Desk {i}"),
             })
             .collect();
