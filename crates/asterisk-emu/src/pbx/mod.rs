@@ -631,7 +631,11 @@ Supported: 100rel, timer, replaces, norefersub, histinfo\r\nSession-Expires: 180
             &to,
             &call.b_call_id,
             cseq,
-            "",
+            if method == "BYE" {
+                "Reason: Q.850;cause=16\r\n"
+            } else {
+                ""
+            },
             None,
         );
         if method == "ACK" {
@@ -649,11 +653,8 @@ Supported: 100rel, timer, replaces, norefersub, histinfo\r\nSession-Expires: 180
 
     async fn answer_phone(&mut self, call: &mut Call, status: u16, reason: &str, sdp: bool) {
         let body = sdp.then(|| self.sdp(call.phone_port, call.codec));
-        let contact = format!(
-            "Contact: <sip:{}@{}>\r\n",
-            user(&call.a_invite.to),
-            self.host()
-        );
+        // Asterisk's responses carry a Contact without a user part (`<sip:10.0.0.1:5060>`).
+        let contact = format!("Contact: <sip:{}>\r\n", self.host());
         let r = self.response(
             status,
             reason,
@@ -739,7 +740,8 @@ Supported: 100rel, timer, replaces, norefersub, histinfo\r\nSession-Expires: 180
                     &call.a_invite.from,
                     &call.a_invite.call_id,
                     call.a_cseq,
-                    "",
+                    // Normal clearing, as Asterisk says on its BYEs.
+                    "Reason: Q.850;cause=16\r\n",
                     None,
                 );
                 self.send(&bye, call.a_src).await;
