@@ -12,7 +12,7 @@
 
 use crate::report::{BenchReport, Table, emit};
 use anyhow::{Context, bail};
-use asterisk_emu::pbx::campaign::{Campaign, Recorded};
+use asterisk_emu::pbx::campaign::Campaign;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -239,26 +239,32 @@ pub fn score(lines: &str, bridged: &[asterisk_emu::pbx::Bridged]) -> anyhow::Res
     Ok(score)
 }
 
-/// The `[legs]` configuration the capture runs with.
-fn legs_config(rec: &Recorded, args: &Args) -> String {
-    let mut text = String::from(
-        "[legs]\nprefix_rules = [ { strip = \"9\" }, { strip = \"0\", add = \"+49\" }, { strip = \"0049\", add = \"+49\" } ]\n",
-    );
-    if args.configure_pbx {
-        text.push_str(&format!("pbx = [\"{}\"]\n", rec.pbx));
+/// The `--legs-*` options the capture runs with: the route's prefixes undone (an outside-line
+/// 9, the national 0 and the international 0049 both made +49), the PBX configured or learned,
+/// the header when the PBX adds one.
+pub fn legs_options(pbx: Option<std::net::SocketAddr>, header: Option<&str>) -> Vec<String> {
+    let mut o: Vec<String> = ["9=", "0=+49", "0049=+49"]
+        .iter()
+        .flat_map(|r| ["--legs-prefix-rule".to_string(), r.to_string()])
+        .collect();
+    if let Some(pbx) = pbx {
+        o.extend([
+            "--legs-pbx".to_string(),
+            pbx.to_string(),
+            "--no-legs-learn".to_string(),
+        ]);
     }
-    if let Some(h) = &args.header {
-        text.push_str(&format!("headers = [\"{h}\"]\n"));
+    if let Some(h) = header {
+        o.extend(["--legs-header".to_string(), h.to_string()]);
     }
-    text
+    o
 }
 
-/// Runs the running executable's `capture --read PCAP --json --no-store` with `config`.
-pub fn capture_json(pcap: &Path, config: &Path) -> anyhow::Result<String> {
-    let exe = std::env::current_exe().context("the running tandem's path")?;
+/// Runs `tandem` (`exe`) `capture --read PCAP --json --no-store` with `options`.
+pub fn capture_json(exe: &Path, pcap: &Path, options: &[String]) -> anyhow::Result<String> {
     let out = Command::new(exe)
-        .args(["capture", "--no-store", "--json", "--config"])
-        .arg(config)
+        .args(["capture", "--no-store", "--json"])
+        .args(options)
         .arg("--read")
         .arg(pcap)
         .output()
@@ -300,9 +306,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let rec = campaign
         .run(&dir)
         .context("placing the calls (needs sipp, dumpcap and capture rights on lo)")?;
-    let config = dir.join("tandem.toml");
-    std::fs::write(&config, legs_config(&rec, &args))?;
-    let lines = capture_json(&rec.pcap, &config)?;
+    let exe = std::env::current_exe().context("the running tandem's path")?;
+    let options = legs_options(
+        args.configure_pbx.then_some(rec.pbx),
+        args.header.as_deref(),
+    );
+    let lines = capture_json(&exe, &rec.pcap, &options)?;
     let score = score(&lines, &rec.bridged)?;
     let links: u64 = score.by_rule.values().map(|f| f.linked).sum();
     let wrong: u64 = score.by_rule.values().map(|f| f.wrong).sum();
