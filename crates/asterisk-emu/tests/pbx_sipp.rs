@@ -262,3 +262,53 @@ fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
+
+/// Media crosses the PBX both ways: the phone's RTP reaches the trunk renumbered, SIPp's echo
+/// comes back through the PBX to the phone.
+#[test]
+fn a_phone_call_with_media_is_relayed_both_ways() {
+    if !sipp::available() {
+        eprintln!("skipping: sipp is not installed (Debian package sip-tester)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trunk_port = free_port("127.0.0.41");
+    let media_port = free_port("127.0.0.41");
+    let mut config = PbxConfig::loopback(format!("127.0.0.41:{trunk_port}").parse().unwrap());
+    config.sip = "127.0.0.40:0".parse().unwrap();
+    let pbx = Pbx::start(config).unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut trunk = Sipp::spawn(
+        dir.path(),
+        "echo",
+        &s(&[
+            "-sn",
+            "uas",
+            "-i",
+            "127.0.0.41",
+            "-p",
+            &trunk_port.to_string(),
+            "-mp",
+            &media_port.to_string(),
+            "-rtp_echo",
+            "-m",
+            "1",
+        ]),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let placed = asterisk_emu::pbx::phone::PhoneCall {
+        pbx: pbx.sip_addr(),
+        ip: "127.0.0.42".parse().unwrap(),
+        caller: "201".into(),
+        dialled: "4711".into(),
+        packets: 50,
+        lose_every: 10,
+    }
+    .place()
+    .unwrap();
+    assert_eq!(placed.packets_sent, 45);
+    assert!(placed.packets_received >= 30, "{placed:?}");
+    assert_eq!(trunk.wait(Duration::from_secs(5)), Some(0));
+    assert_eq!(pbx.bridged()[0].inbound_call_id, placed.call_id);
+}

@@ -25,6 +25,7 @@ pub mod campaign;
 mod causes;
 mod media;
 mod msg;
+pub mod phone;
 pub mod sipp;
 
 pub use causes::relayed_status;
