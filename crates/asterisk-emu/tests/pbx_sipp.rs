@@ -252,6 +252,24 @@ fn a_recorded_campaign_holds_every_leg() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 6 * 2 + 3);
+    // Every hang-up is a well-formed BYE (a phone's is sent to the PBX's Contact), on both legs.
+    let out = std::process::Command::new("tshark")
+        .args(["-r"])
+        .arg(&rec.pcap)
+        .args([
+            "-Y",
+            "sip.Method == \"BYE\" && sip.r-uri",
+            "-T",
+            "fields",
+            "-e",
+            "sip.Call-ID",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().lines().count(),
+        6 * 2 + 3
+    );
     for b in &rec.bridged {
         assert!(ids.contains(&b.inbound_call_id));
         assert!(ids.contains(b.outbound_call_id.as_ref().unwrap()));

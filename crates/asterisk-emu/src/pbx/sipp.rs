@@ -80,7 +80,7 @@ INVITE
   <recv response="404" optional="true" next="refused" />
   <recv response="486" optional="true" next="refused" />
   <recv response="503" optional="true" next="refused" />
-  <recv response="200" rtd="true" />
+  <recv response="200" rtd="true" rrs="true" />
   <send>
     <![CDATA[
 ACK [next_url] SIP/2.0
