@@ -91,7 +91,7 @@ pub use alerts::{AlertQuery, AlertRow, AlertStore, SilenceRow};
 pub use journal::{Journal, JournalError};
 pub use pg::{PgLayout, PgOptions, PgStore};
 pub use pg_partition::{Day, PARTITION_DAYS_AHEAD, RETENTION_DAYS_PER_CALL_MAX};
-pub use record::CdrRecord;
+pub use record::{CdrRecord, call_uid};
 pub use registration::CdrRegistration;
 pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};
 
@@ -231,6 +231,29 @@ pub struct CdrCall {
     /// when empty; the store writes `local` for an empty one.
     #[serde(default)]
     pub sensor: String,
+    /// The call this leg belongs to: the `uid` of its first leg; a leg alone carries its own
+    /// uid. Filled when the record gets its identity ([`CdrRecord::fill_identity`]); a row
+    /// stored before legs were linked has none (NULL: it is its own call).
+    #[serde(default)]
+    pub call_group: String,
+    /// The rule that linked this leg to its call's first leg: `header:NAME`,
+    /// `hep-correlation` or `b2bua`; `None` when not linked.
+    #[serde(default)]
+    pub linked_by: Option<String>,
+    /// How sure the link is, 0 to 1; `None` when not linked.
+    #[serde(default)]
+    pub link_confidence: Option<f64>,
+    /// The first leg of the call, as the monitor named it, when this leg was linked to it:
+    /// `call_group` is made from it under the sensor's name. Not a column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_leg: Option<FirstLeg>,
+}
+
+/// A call's first leg, named as the record's identity names a call (Call-ID and start).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FirstLeg {
+    pub call_id: String,
+    pub start_us: i64,
 }
 
 /// The columns of `cdr` added after its first release, in order, with their SQLite and
@@ -435,6 +458,13 @@ pub trait CdrStore {
         &mut self,
         uid: &str,
     ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError>;
+    /// Every leg of the call that the leg `uid` (or `#<id>`) belongs to, in order of start
+    /// (at most [`search::CALL_LEGS_MAX`], within [`search::CALL_LEGS_SPAN_US`] of the first);
+    /// empty when no such leg is stored. A store that is no database has none.
+    fn call_legs(&mut self, uid: &str) -> Result<Vec<CallSummary>, CdrError> {
+        let _ = uid;
+        Ok(Vec::new())
+    }
     /// A page of the registrations `q` matches, newest first by (last message, id).
     fn registrations(
         &mut self,
@@ -654,10 +684,40 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
 /// `PRAGMA user_version`, application_id `TDCR`). Applied at open, all in one transaction with
 /// the new version. A change of the tables is a new entry here, never an edit of an applied
 /// one.
-pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[(1, "CDR tables, columns and indexes")];
+pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
+    (1, "CDR tables, columns and indexes"),
+    (
+        2,
+        "calls linked across their legs: call_group, linked_by, link_confidence",
+    ),
+];
 
 /// The SQLite CDR database's format version this build writes, and the highest it reads.
-pub const SQLITE_FORMAT_VERSION: u32 = 1;
+pub const SQLITE_FORMAT_VERSION: u32 = 2;
+
+/// The columns of `cdr` that link a call's legs ([`CdrCall::call_group`]), with their SQLite
+/// and PostgreSQL types: SQLite migration 2 and PostgreSQL migration 6 add them, with the
+/// index [`CALL_GROUP_INDEX`].
+pub const LEG_COLUMNS: [(&str, &str, &str); 3] = [
+    ("call_group", "TEXT", "TEXT"),
+    ("linked_by", "TEXT", "TEXT"),
+    ("link_confidence", "REAL", "DOUBLE PRECISION"),
+];
+
+/// The index of the legs of a call by their group (both backends; on a partitioned parent,
+/// built on every day).
+pub const CALL_GROUP_INDEX: (&str, &str) = ("cdr_call_group", "cdr (call_group)");
+
+/// PostgreSQL's `ALTER TABLE cdr ADD COLUMN IF NOT EXISTS ...` for each of [`LEG_COLUMNS`],
+/// and the index.
+pub(crate) fn pg_leg_columns_sql() -> String {
+    let mut sql: String = LEG_COLUMNS
+        .iter()
+        .map(|(name, _, ty)| format!("ALTER TABLE cdr ADD COLUMN IF NOT EXISTS {name} {ty};"))
+        .collect();
+    sql += &create_index_sql(CALL_GROUP_INDEX.0, CALL_GROUP_INDEX.1);
+    sql
+}
 const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
 
 /// How long a statement waits for another connection's write lock (the capture's writer and
@@ -779,6 +839,7 @@ impl SqliteStore {
         for &(version, name) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > from) {
             let r = match version {
                 1 => self.tables(),
+                2 => self.leg_columns(),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -805,6 +866,31 @@ impl SqliteStore {
             .execute_batch(&sqlite_index_sql())
             .map_err(|e| self.err(e))?;
         alerts::create_sqlite(&self.conn).map_err(|e| self.err(e))
+    }
+
+    /// Version 2: the columns that link a call's legs, and their index. Rows stored before
+    /// keep NULL: each is its own call.
+    /// Each column is added only where it is missing (SQLite has no `ADD COLUMN IF NOT
+    /// EXISTS`): a file stamped with an older version may have them already.
+    fn leg_columns(&mut self) -> Result<(), CdrError> {
+        let r = (|| {
+            let mut st = self
+                .conn
+                .prepare("SELECT name FROM pragma_table_info('cdr')")?;
+            let have: Vec<String> = st
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            drop(st);
+            let mut sql = String::new();
+            for (name, ty, _) in LEG_COLUMNS {
+                if !have.iter().any(|h| h == name) {
+                    sql += &format!("ALTER TABLE cdr ADD COLUMN {name} {ty};");
+                }
+            }
+            sql += &create_index_sql(CALL_GROUP_INDEX.0, CALL_GROUP_INDEX.1);
+            self.conn.execute_batch(&sql)
+        })();
+        r.map_err(|e| self.err(e))
     }
 
     fn err(&self, source: rusqlite::Error) -> CdrError {
@@ -890,6 +976,10 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         encrypted: r.get::<_, Option<bool>>(o + 30)?.unwrap_or_default(),
         t38_offered: r.get::<_, Option<bool>>(o + 31)?.unwrap_or_default(),
         sensor: r.get::<_, Option<String>>(o + 32)?.unwrap_or_default(),
+        call_group: r.get::<_, Option<String>>(o + 33)?.unwrap_or_default(),
+        linked_by: r.get(o + 34)?,
+        link_confidence: r.get(o + 35)?,
+        first_leg: None,
     })
 }
 
@@ -915,7 +1005,7 @@ pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, cal
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
      rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, \
-     encrypted, t38_offered, sensor";
+     encrypted, t38_offered, sensor, call_group, linked_by, link_confidence";
 
 /// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
 pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
@@ -1265,6 +1355,10 @@ impl CdrStore for SqliteStore {
         search::call_by_uid(self, uid)
     }
 
+    fn call_legs(&mut self, uid: &str) -> Result<Vec<CallSummary>, CdrError> {
+        search::call_legs(self, uid)
+    }
+
     fn registrations(
         &mut self,
         q: &RegistrationQuery,
@@ -1289,6 +1383,16 @@ impl CdrStore for SqliteStore {
     }
 }
 
+/// The `call_group` column of a call stored under `uid`: its group, or its own uid when it
+/// has none (NULL without either).
+pub(crate) fn call_group_column<'a>(c: &'a CdrCall, uid: Option<&'a str>) -> Option<&'a str> {
+    if c.call_group.is_empty() {
+        uid
+    } else {
+        Some(&c.call_group)
+    }
+}
+
 /// Inserts a call (with `call_insert_sql`) and its search columns; its row id.
 pub(crate) fn sqlite_insert_call(
     st: &mut rusqlite::CachedStatement<'_>,
@@ -1297,7 +1401,8 @@ pub(crate) fn sqlite_insert_call(
     uid: Option<&str>,
 ) -> rusqlite::Result<i64> {
     let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
-    let p: [&dyn ToSql; 42] = [
+    let group = call_group_column(c, uid);
+    let p: [&dyn ToSql; 45] = [
         &c.call_id,
         &c.caller,
         &c.called,
@@ -1331,6 +1436,9 @@ pub(crate) fn sqlite_insert_call(
         &c.encrypted,
         &c.t38_offered,
         &d.sensor,
+        &group,
+        &c.linked_by,
+        &c.link_confidence,
         &d.caller_rev,
         &d.called_rev,
         &d.caller_ip,

@@ -97,7 +97,21 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "alerts and their silences; registrations by first message",
         apply: alert_tables,
     },
+    Migration {
+        version: 6,
+        name: "calls linked across their legs: call_group, linked_by, link_confidence",
+        apply: leg_columns,
+    },
 ];
+
+/// Version 6: the columns that link a call's legs ([`crate::LEG_COLUMNS`]) and their index
+/// ([`crate::CALL_GROUP_INDEX`]), in either layout (a partitioned parent passes both to its
+/// days). Rows stored before keep NULL: each is its own call. Each `IF NOT EXISTS`, so this
+/// applies again to version 1's tables.
+fn leg_columns(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(&crate::pg_leg_columns_sql())
+        .map_err(|e| pg_error(cx.target, e))
+}
 
 /// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
 pub const V1_LATER_COLUMNS: usize = 13;

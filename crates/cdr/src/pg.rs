@@ -358,6 +358,10 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
         encrypted: r.get::<_, Option<bool>>(o + 30).unwrap_or_default(),
         t38_offered: r.get::<_, Option<bool>>(o + 31).unwrap_or_default(),
         sensor: r.get::<_, Option<String>>(o + 32).unwrap_or_default(),
+        call_group: r.get::<_, Option<String>>(o + 33).unwrap_or_default(),
+        linked_by: r.get(o + 34),
+        link_confidence: r.get(o + 35),
+        first_leg: None,
     }
 }
 
@@ -967,6 +971,10 @@ impl CdrStore for PgStore {
         uid: &str,
     ) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
         search::call_by_uid(self, uid)
+    }
+
+    fn call_legs(&mut self, uid: &str) -> Result<Vec<CallSummary>, CdrError> {
+        search::call_legs(self, uid)
     }
 
     fn registrations(&mut self, q: &RegistrationQuery) -> Result<RegistrationPage, CdrError> {

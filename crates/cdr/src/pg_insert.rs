@@ -82,7 +82,7 @@ use Ty::{Bool, Bytes, F8, I4, I8, Text};
 
 /// `cdr`'s columns as inserted: `id`, [`crate::CALL_COLUMNS`],
 /// [`search::DERIVED_COLUMNS`], `uid`.
-const CALL: [(&str, Ty); 43] = [
+const CALL: [(&str, Ty); 46] = [
     ("id", I8),
     ("call_id", Text),
     ("caller", Text),
@@ -117,6 +117,9 @@ const CALL: [(&str, Ty); 43] = [
     ("encrypted", Bool),
     ("t38_offered", Bool),
     ("sensor", Text),
+    ("call_group", Text),
+    ("linked_by", Text),
+    ("link_confidence", F8),
     ("caller_rev", Text),
     ("called_rev", Text),
     ("caller_ip", Bytes),
@@ -570,9 +573,10 @@ pub(crate) const INDEXED_TEXT_BYTES_MAX: usize = 1_024;
 
 /// The text columns that are in an index, in some table of some layout: bounded to
 /// [`INDEXED_TEXT_BYTES_MAX`].
-const INDEXED_TEXT: [&str; 7] = [
+const INDEXED_TEXT: [&str; 8] = [
     "call_id",
     "uid",
+    "call_group",
     "caller",
     "called",
     "caller_rev",
@@ -739,6 +743,9 @@ pub(crate) fn insert(
             w.bool(c.encrypted);
             w.bool(c.t38_offered);
             w.owned(Some(d.sensor));
+            w.opt_str(crate::call_group_column(c, rec.call_uid()));
+            w.opt_str(c.linked_by.as_deref());
+            w.f8(c.link_confidence);
             w.owned(Some(d.caller_rev));
             w.owned(Some(d.called_rev));
             w.bytes(d.caller_ip);
@@ -942,7 +949,7 @@ mod tests {
                 crate::registration::REG_COLUMNS
             ))
         );
-        assert!(insert_sql("cdr", &CALL).ends_with("unnest($43::text[])"));
+        assert!(insert_sql("cdr", &CALL).ends_with("unnest($46::text[])"));
         let set = update_set(&CALL, &["uid", "start_us"], &["id"]);
         assert!(set.starts_with("call_id = excluded.call_id, caller = excluded.caller"));
         assert!(!set.contains("id = excluded.id,") && !set.contains("start_us = excluded"));

@@ -63,12 +63,38 @@ impl CdrRecord {
     /// token characters (RFC 3261 `word`), so the parts cannot run together.
     pub fn identity(&self, sensor: &str) -> String {
         match (&self.call, &self.registration, self.streams.first()) {
-            (Some(c), _, _) => format!("{sensor}|{}|{}", c.call_id, c.start_us),
+            (Some(c), _, _) => call_uid(sensor, &c.call_id, c.start_us),
             (None, Some(r), _) => format!("{sensor}|reg|{}|{}", r.call_id, r.first_us),
             (None, None, Some(s)) => {
                 format!("{sensor}|rtp|{}|{}|{}|{}", s.src, s.dst, s.ssrc, s.start_us)
             }
             (None, None, None) => String::new(),
+        }
+    }
+
+    /// The call's group as sensor `sensor` names it: the uid of its first leg
+    /// ([`CdrCall::first_leg`]) when it was linked, else its own. `None` for a record that is
+    /// no call.
+    pub fn group_identity(&self, sensor: &str) -> Option<String> {
+        let c = self.call.as_ref()?;
+        Some(match &c.first_leg {
+            Some(f) => call_uid(sensor, &f.call_id, f.start_us),
+            None if self.uid.is_empty() => self.identity(sensor),
+            None => self.uid.clone(),
+        })
+    }
+
+    /// Gives a record its identity under `sensor` where it lacks it: the uid
+    /// ([`CdrRecord::identity`]) and a call's `call_group` ([`CdrRecord::group_identity`]).
+    pub fn fill_identity(&mut self, sensor: &str) {
+        if self.uid.is_empty() {
+            self.uid = self.identity(sensor);
+        }
+        if self.call.as_ref().is_some_and(|c| c.call_group.is_empty()) {
+            let group = self.group_identity(sensor).unwrap_or_default();
+            if let Some(c) = self.call.as_mut() {
+                c.call_group = group;
+            }
         }
     }
 
@@ -86,6 +112,12 @@ impl CdrRecord {
     pub fn stream_uid(&self, i: usize) -> Option<String> {
         (!self.uid.is_empty()).then(|| format!("{}/{i}", self.uid))
     }
+}
+
+/// The uid of a call that sensor `sensor` saw with `call_id` starting at `start_us`: what
+/// [`CdrRecord::identity`] gives its record, and what its linked legs carry as `call_group`.
+pub fn call_uid(sensor: &str, call_id: &str, start_us: i64) -> String {
+    format!("{sensor}|{call_id}|{start_us}")
 }
 
 /// Groups plain rows into records: each stream goes with the last call of the same Call-ID in

@@ -4,8 +4,18 @@
 //!
 //! ```text
 //! GET /api/calls?from=&to=&caller=&called=&call_id=&ip=&response=&min_duration_s=&mos_below=
-//!     &loss_above_pct=&jitter_above_ms=&codec=&hangup_by=&sensor=&after=&limit=
+//!     &loss_above_pct=&jitter_above_ms=&codec=&hangup_by=&sensor=&after=&limit=&fax=
+//!     &call_group=&legs=
 //! ```
+//!
+//! # Legs and calls
+//!
+//! Each row is one leg (one SIP dialog); `call_group` names the call it belongs to (the `uid`
+//! of its first leg; a leg alone carries its own). `call_group=ID` finds the legs of one call
+//! (index `cdr_call_group`); `legs=calls` shows each call once, as its first leg (the rows
+//! whose `call_group` is their own `uid`, and the rows stored before legs were linked), the
+//! other filters then applying to that leg. [`CdrStore::call_legs`](crate::CdrStore::call_legs)
+//! reads every leg of the call a leg belongs to.
 //!
 //! # Search columns
 //!
@@ -172,6 +182,10 @@ pub struct CallQuery {
     /// Fax calls only (`fax=1`), or none of them (`fax=0`): a call with a fax result or a
     /// T.38 flow ([`fax_sql`]).
     pub fax: Option<bool>,
+    /// The legs of this call (`call_group=`, the uid of its first leg).
+    pub call_group: Option<String>,
+    /// `legs=calls`: each call once, as its first leg; `legs=legs` (the default): every leg.
+    pub calls_only: bool,
 }
 
 impl Default for CallQuery {
@@ -194,12 +208,14 @@ impl Default for CallQuery {
             after: None,
             limit: LIMIT_DEFAULT,
             fax: None,
+            call_group: None,
+            calls_only: false,
         }
     }
 }
 
 /// The parameters of `GET /api/calls`, in the order [`CallQuery::to_query`] writes them.
-pub const CALL_PARAMS: [&str; 17] = [
+pub const CALL_PARAMS: [&str; 19] = [
     "from",
     "to",
     "caller",
@@ -217,6 +233,8 @@ pub const CALL_PARAMS: [&str; 17] = [
     "after",
     "limit",
     "fax",
+    "call_group",
+    "legs",
 ];
 
 /// At most this many items in `response`.
@@ -330,6 +348,14 @@ impl CallQuery {
                 .transpose()?
                 .unwrap_or(LIMIT_DEFAULT),
             fax: get(16).map(|x| query::parse_flag("fax", x)).transpose()?,
+            call_group: get(17)
+                .map(|x| query::parse_text("call_group", x))
+                .transpose()?,
+            calls_only: match get(18) {
+                None | Some("legs") => false,
+                Some("calls") => true,
+                Some(_) => return Err(QueryError::new("legs", "must be legs or calls")),
+            },
         })
     }
 
@@ -394,6 +420,12 @@ impl CallQuery {
         }
         if let Some(v) = self.fax {
             query::push_pair(p, "fax", if v { "1" } else { "0" });
+        }
+        if let Some(v) = &self.call_group {
+            query::push_pair(p, "call_group", v);
+        }
+        if self.calls_only {
+            query::push_pair(p, "legs", "calls");
         }
         s
     }
@@ -737,6 +769,21 @@ fn call_preds(q: &CallQuery, partitioned: bool) -> Vec<Pred> {
     if let Some(s) = &q.sensor {
         p.push(Pred::Cmp("sensor", "=", Arg::Text(s.clone())));
     }
+    if let Some(g) = &q.call_group {
+        p.push(Pred::Branch(Branch {
+            column: "call_group",
+            kind: Kind::PlainText,
+            bound: Bound::Eq(Arg::Text(g.clone())),
+            index: Some(crate::CALL_GROUP_INDEX.0),
+            ordered: false,
+        }));
+    }
+    if q.calls_only {
+        // A call's first leg carries its own uid as its group; a row from before linking none.
+        p.push(Pred::Sql(
+            "cdr.call_group IS NULL OR cdr.call_group = cdr.uid".to_string(),
+        ));
+    }
     if let Some(fax) = q.fax {
         let is_fax = Pred::Sql(fax_sql(partitioned));
         p.push(if fax {
@@ -871,6 +918,10 @@ pub(crate) fn call_from(c: &mut Cols) -> Result<CdrCall, CdrError> {
         encrypted: c.opt_i64()?.is_some_and(|v| v != 0),
         t38_offered: c.opt_i64()?.is_some_and(|v| v != 0),
         sensor: c.text()?,
+        call_group: c.opt_text()?.unwrap_or_default(),
+        linked_by: c.opt_text()?,
+        link_confidence: c.opt_f64()?,
+        first_leg: None,
     })
 }
 
@@ -878,7 +929,11 @@ fn summary_from(row: Vec<crate::plan::Val>) -> Result<CallSummary, CdrError> {
     let mut c = Cols::new(row);
     let id = c.i64()?;
     let uid = c.opt_text()?.unwrap_or_else(|| format!("#{id}"));
-    let call = call_from(&mut c)?;
+    let mut call = call_from(&mut c)?;
+    // A row stored before legs were linked is its own call.
+    if call.call_group.is_empty() {
+        call.call_group.clone_from(&uid);
+    }
     let duration_ms = c.opt_i64()?;
     Ok(CallSummary {
         duration_s: duration_ms
@@ -1162,13 +1217,55 @@ pub(crate) fn stream_from(c: &mut Cols) -> Result<CdrStream, CdrError> {
     })
 }
 
-/// [`CdrStore::call_by_uid`](crate::CdrStore::call_by_uid) on either backend: `#<id>` names a
-/// row stored without a uid.
-#[allow(clippy::type_complexity)]
-pub(crate) fn call_by_uid(
-    x: &mut dyn Exec,
-    uid: &str,
-) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
+/// Legs of one call [`CdrStore::call_legs`](crate::CdrStore::call_legs) reads at most.
+pub const CALL_LEGS_MAX: usize = 64;
+/// How long after its first leg a call's legs are looked for (a day): a leg later than that
+/// is not read with the call, and the read stays in the first leg's day partitions.
+pub const CALL_LEGS_SPAN_US: i64 = 86_400_000_000;
+
+/// [`CdrStore::call_legs`](crate::CdrStore::call_legs) on either backend.
+pub(crate) fn call_legs(x: &mut dyn Exec, uid: &str) -> Result<Vec<CallSummary>, CdrError> {
+    let Some(leg) = summary_by_uid(x, uid)? else {
+        return Ok(Vec::new());
+    };
+    let group = if leg.call.call_group.is_empty() {
+        leg.uid.clone()
+    } else {
+        leg.call.call_group.clone()
+    };
+    // A group is its first leg's uid, which ends with that leg's start.
+    let first_us = group
+        .rsplit('|')
+        .next()
+        .and_then(|t| t.parse::<i64>().ok())
+        .filter(|&t| t <= leg.call.start_us)
+        .unwrap_or(leg.call.start_us);
+    let mut s = plan::Sql::new(x.dialect());
+    let g = s.arg(Arg::Text(group));
+    let (lo, hi) = (
+        s.int(first_us),
+        s.int(first_us.saturating_add(CALL_LEGS_SPAN_US)),
+    );
+    let n = s.int(CALL_LEGS_MAX as i64);
+    s.text = format!(
+        "SELECT {} FROM cdr WHERE call_group = {g} AND start_us >= {lo} AND start_us < {hi}          ORDER BY start_us, id LIMIT {n}",
+        summary_columns(x.partitioned())
+    );
+    let mut legs = x
+        .rows(&s)?
+        .into_iter()
+        .map(summary_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    // A row stored before legs were linked has no group: it is its call's one leg.
+    if !legs.iter().any(|l| l.id == leg.id) {
+        legs.push(leg);
+        legs.sort_by_key(|l| (l.call.start_us, l.id));
+    }
+    Ok(legs)
+}
+
+/// One call's row by its `uid` (or `#<id>`).
+fn summary_by_uid(x: &mut dyn Exec, uid: &str) -> Result<Option<CallSummary>, CdrError> {
     let cols = summary_columns(x.partitioned());
     let mut found = None;
     // Partitioned: a uid made by `CdrRecord::identity` ends with the call's start, the
@@ -1194,10 +1291,19 @@ pub(crate) fn call_by_uid(
         };
         found = x.rows(&s)?.into_iter().next();
     }
-    let Some(row) = found else {
+    found.map(summary_from).transpose()
+}
+
+/// [`CdrStore::call_by_uid`](crate::CdrStore::call_by_uid) on either backend: `#<id>` names a
+/// row stored without a uid.
+#[allow(clippy::type_complexity)]
+pub(crate) fn call_by_uid(
+    x: &mut dyn Exec,
+    uid: &str,
+) -> Result<Option<(CallSummary, Vec<CdrStream>, Vec<CdrT38>)>, CdrError> {
+    let Some(summary) = summary_by_uid(x, uid)? else {
         return Ok(None);
     };
-    let summary = summary_from(row)?;
     // The call's streams and flows: by its row, and in the partitioned layout its start.
     let of_call = |s: &mut plan::Sql, partitioned: bool| {
         let id = s.int(summary.id);

@@ -741,6 +741,9 @@ impl Chunk {
             w.int(i64::from(c.encrypted));
             w.int(i64::from(c.t38_offered));
             w.text(&d.sensor);
+            w.opt_text(crate::call_group_column(c, rec.call_uid()));
+            w.opt_text(c.linked_by.as_deref());
+            w.opt_real(c.link_confidence);
             w.text(&d.caller_rev);
             w.text(&d.called_rev);
             w.bytes(d.caller_ip.as_deref());

@@ -261,13 +261,11 @@ impl CdrWriter {
     }
 
     /// Hands a record over without waiting for the database. A record without a uid gets its
-    /// identity ([`CdrRecord::identity`] under `sensor`), and a call or registration without a
-    /// sensor gets `sensor`.
+    /// identity, and a call without a group its group, under `sensor`
+    /// ([`CdrRecord::fill_identity`]), and a call or registration without a sensor gets `sensor`.
     pub fn submit(&self, mut record: CdrRecord) -> Submitted {
         let s = &self.shared;
-        if record.uid.is_empty() {
-            record.uid = record.identity(&s.cfg.sensor);
-        }
+        record.fill_identity(&s.cfg.sensor);
         // The sensor that saw it, stored with it (the distributed mode tells sensors apart).
         if let Some(c) = record.call.as_mut()
             && c.sensor.is_empty()

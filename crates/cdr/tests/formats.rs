@@ -77,7 +77,7 @@ fn a_cdr_database_from_before_versions_is_stamped_with_its_rows() {
     drop(c);
     let st = SqliteStore::open(&path).unwrap();
     drop(st);
-    assert_eq!(header_i32(&path, 60), 1);
+    assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
     assert_eq!(&header_i32(&path, 68).to_be_bytes(), b"TDCR");
     assert_eq!(calls(&path), 2);
     let filled: i64 = Connection::open(&path)

@@ -209,7 +209,8 @@ fn exercise(st: &mut dyn CdrStore) {
         },
         Vec::new(),
     );
-    rec.uid = "local|e|4000".into();
+    rec.fill_identity("local");
+    assert_eq!(rec.uid, "local|e|4000");
     st.insert_records(std::slice::from_ref(&rec)).unwrap();
     let (summary, _, _) = st.call_by_uid(&rec.uid).unwrap().unwrap();
     assert_eq!(summary.call, rec.call.unwrap());

@@ -397,7 +397,12 @@ fn own_records(sensor: &str, records: &mut [cdr::CdrRecord]) {
         }
         if let Some(c) = r.call.as_mut() {
             c.sensor = sensor.to_string();
+            // A call's group is one of the sensor's own calls too.
+            if !c.call_group.is_empty() && !c.call_group.starts_with(&prefix) {
+                c.call_group = format!("{prefix}{}", c.call_group);
+            }
         }
+        r.fill_identity(sensor);
         if let Some(g) = r.registration.as_mut() {
             g.sensor = sensor.to_string();
         }

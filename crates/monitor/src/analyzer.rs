@@ -135,6 +135,10 @@ pub struct MonitorConfig {
     /// decided while the call is up (at most [`STARTED_PER_TAKE_MAX`] between two takes; the
     /// rest counted in [`Counters::starts_dropped`]).
     pub report_starts: bool,
+    /// Which call each dialog belongs to (`[legs]`): each dialog's first INVITE goes through a
+    /// [`legs::Linker`], run alike in every worker, and its record carries the answer
+    /// ([`Dialog::link`]). Disabled (`enabled = false`) or invalid, nothing is linked.
+    pub legs: legs::LegsConfig,
 }
 
 /// Call starts kept between two [`Monitor::take_finished`].
@@ -176,6 +180,7 @@ impl Default for MonitorConfig {
             live_calls_per_shard_max: crate::live_calls::LIVE_CALLS_PER_SHARD_MAX,
             live_calls_min_wall_ms: crate::live_calls::LIVE_CALLS_MIN_WALL_MS,
             report_starts: false,
+            legs: legs::LegsConfig::default(),
         }
     }
 }
@@ -507,6 +512,8 @@ pub(crate) enum Event {
         codecs: Option<Codecs>,
         /// What its SDP, if any, says of the call's media.
         sdp: SdpFacts,
+        /// An INVITE's call, when the linker put its dialog in another's.
+        link: Option<Box<legs::Link>>,
     },
     Rtp {
         ts_ns: i64,
@@ -666,9 +673,10 @@ impl CallShard {
                 data,
                 codecs,
                 sdp,
+                link,
             } => {
                 if let Ok(m) = Message::parse(&data) {
-                    self.on_sip(ts_ns, src, dst, &m, (sdp, codecs.as_deref()), cur);
+                    self.on_sip(ts_ns, src, dst, &m, (sdp, codecs.as_deref()), link, cur);
                 }
             }
             Event::Rtp {
@@ -727,6 +735,7 @@ impl CallShard {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_sip(
         &mut self,
         ts_ns: i64,
@@ -734,6 +743,7 @@ impl CallShard {
         dst: SocketAddr,
         m: &Message<'_>,
         (facts, codecs): SdpSeen<'_>,
+        link: Option<Box<legs::Link>>,
         cur: &Current<'_>,
     ) {
         let Some(call_id) = m.call_id() else { return };
@@ -766,6 +776,7 @@ impl CallShard {
                 return;
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
+            d.link = link.map(|l| *l);
             d.on_message(ts_ns, src, dst, m);
             d.learn_sdp(facts, codecs.unwrap_or_default());
             let call_id: Arc<str> = Arc::from(call_id);
@@ -1299,6 +1310,11 @@ struct Front {
     clock: ClockSteps,
     /// Offers that change a known address's kind, until their answer ([`crate::offer`]).
     offers: PendingOffers<PackedAddr, Endpoint>,
+    /// Puts each dialog in its call: every front that sees SIP runs one on the same INVITEs,
+    /// so every worker decides alike.
+    linker: Option<legs::Linker>,
+    /// The HEP correlation id of the packet being read, if it came with one.
+    correlation: Option<Box<str>>,
 }
 
 impl Front {
@@ -1329,6 +1345,8 @@ impl Front {
             tcp_messages: Vec::new(),
             clock: ClockSteps::default(),
             offers: PendingOffers::new(PENDING_OFFERS_MAX),
+            linker: linker_of(cfg),
+            correlation: None,
         }
     }
 
@@ -1558,6 +1576,7 @@ impl Front {
         if !self.offers.is_empty() {
             self.settle_offer(call_id, &m, answer.as_ref());
         }
+        let link = self.link(ts_ns, src, dst, call_id, &m);
         emit(
             shard,
             Event::Sip {
@@ -1567,8 +1586,47 @@ impl Front {
                 data: m_bytes(data, &m),
                 codecs,
                 sdp: facts,
+                link,
             },
         );
+    }
+
+    /// The linker's answer for an INVITE (every INVITE: the linker knows Call-IDs it has seen).
+    fn link(
+        &mut self,
+        ts_ns: i64,
+        src: SocketAddr,
+        dst: SocketAddr,
+        call_id: &str,
+        m: &Message<'_>,
+    ) -> Option<Box<legs::Link>> {
+        let linker = self.linker.as_mut()?;
+        let sip::StartLine::Request {
+            method: "INVITE",
+            uri,
+        } = m.start
+        else {
+            return None;
+        };
+        let names = linker.headers().to_vec();
+        let headers: Vec<(&str, &str)> = names
+            .iter()
+            .filter_map(|name| Some((&**name, m.header(name)?)))
+            .collect();
+        let to = m.to();
+        let invite = legs::Invite {
+            ts_ns,
+            src,
+            dst,
+            call_id,
+            caller: m.from().map_or("", |f| f.user()),
+            ruri_user: ruri_user(uri),
+            to_user: to.map_or("", |t| t.user()),
+            initial: to.is_none_or(|t| t.tag.is_none()),
+            headers: &headers,
+            correlation: self.correlation.as_deref(),
+        };
+        linker.invite(&invite).map(Box::new)
     }
 
     /// Learns the media addresses of an SDP. An offer's T.38 streams, and its RTP streams on
@@ -1889,6 +1947,27 @@ fn pin_flow(
 pub(crate) type Codecs = Box<[(u8, Box<str>)]>;
 
 /// What a SIP message's SDP told its call: its facts and the names of its dynamic payload types.
+/// The linker `[legs]` asks for, if any.
+fn linker_of(cfg: &MonitorConfig) -> Option<legs::Linker> {
+    if !cfg.legs.enabled {
+        return None;
+    }
+    legs::Linker::new(cfg.legs.clone())
+        .inspect_err(|e| tracing::warn!("dialogs are not linked into calls: {e}"))
+        .ok()
+}
+
+/// The user part of a Request-URI: none for a URI without one (`sip:10.0.0.2`), whose host is
+/// no number.
+fn ruri_user(uri: &str) -> &str {
+    let tel = uri.get(..4).is_some_and(|s| s.eq_ignore_ascii_case("tel:"));
+    if tel || uri.contains('@') {
+        sip::uri_user(uri)
+    } else {
+        ""
+    }
+}
+
 type SdpSeen<'a> = (SdpFacts, Option<&'a [(u8, Box<str>)]>);
 
 /// The dynamic payload types an SDP names, telephone events aside (the front tells those apart
@@ -2062,6 +2141,8 @@ struct RawBatch {
     clock_steps: Vec<(usize, ClockStep)>,
     /// After its packets, move capture time on to this ([`Monitor::advance_to`]).
     advance_ns: Option<i64>,
+    /// HEP correlation ids, each of the packet at its index in `packets`.
+    correlations: Vec<(usize, Box<str>)>,
 }
 
 enum Backend {
@@ -2177,6 +2258,7 @@ impl Monitor {
                         while let Ok(mut batch) = rx.recv() {
                             front.first_ns.get_or_insert(batch.first_ns);
                             let mut steps = batch.clock_steps.iter().peekable();
+                            let mut correlations = batch.correlations.iter().peekable();
                             for (i, &(ts, lt, start, len, counted)) in
                                 batch.packets.iter().enumerate()
                             {
@@ -2198,6 +2280,9 @@ impl Monitor {
                                 while let Some((_, step)) = steps.next_if(|(at, _)| *at <= i) {
                                     front.clock_step(*step, &mut emit);
                                 }
+                                front.correlation = correlations
+                                    .next_if(|(at, _)| *at == i)
+                                    .map(|(_, c)| c.clone());
                                 if counted {
                                     front.packet(ts, lt, frame, &mut emit);
                                 } else {
@@ -2235,6 +2320,7 @@ impl Monitor {
                             batch.data.clear();
                             batch.packets.clear();
                             batch.clock_steps.clear();
+                            batch.correlations.clear();
                             // The reader may have stopped taking them back: then drop it.
                             let _ = back_tx.try_send(batch);
                         }
@@ -2359,6 +2445,22 @@ impl Monitor {
         }
     }
 
+    /// Feeds a frame that came with a HEP correlation id (chunk 17), which the linker reads
+    /// when the frame is an INVITE ([`MonitorConfig::legs`]); otherwise as [`Monitor::packet`].
+    pub fn packet_correlated(
+        &mut self,
+        ts_ns: i64,
+        link_type: u32,
+        frame: &[u8],
+        correlation: Option<&[u8]>,
+    ) {
+        // Longer ones are never a Call-ID the linker remembers: one byte over tells it so.
+        let c = correlation.map(|c| &c[..c.len().min(legs::config::MAX_VALUE_BYTES + 1)]);
+        self.front.correlation = c.map(|c| String::from_utf8_lossy(c).into());
+        self.packet(ts_ns, link_type, frame);
+        self.front.correlation = None;
+    }
+
     /// Feeds one link-layer frame captured at `ts_ns` (ns since the epoch).
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, frame: &[u8]) {
         match &mut self.backend {
@@ -2383,10 +2485,11 @@ impl Monitor {
                             data,
                             codecs,
                             sdp,
+                            link,
                         } => {
                             if let Ok(m) = Message::parse(&data) {
                                 let sdp = (sdp, codecs.as_deref());
-                                shard.on_sip(ts_ns, src, dst, &m, sdp, &cur);
+                                shard.on_sip(ts_ns, src, dst, &m, sdp, link, &cur);
                             }
                         }
                         other => shard.handle(other, &cur),
@@ -2429,8 +2532,12 @@ impl Monitor {
                 let n = batches.len();
                 let target = route(hasher, n, link_type, frame);
                 let cap = self.cfg.batch_events;
+                let correlation = &self.front.correlation;
                 let mut push = |w: usize, counted: bool| {
                     let b = &mut batches[w];
+                    if let Some(c) = correlation {
+                        b.correlations.push((b.packets.len(), c.clone()));
+                    }
                     let start = b.data.len();
                     b.data.extend_from_slice(frame);
                     b.packets

@@ -91,6 +91,9 @@ pub struct Dialog {
     /// What few calls have: INFO digits, named dynamic payload types. Boxed, so that a call
     /// without them costs one pointer.
     extras: Option<Box<DialogExtras>>,
+    /// The call this dialog is a leg of, when the linker put it in another dialog's (`None`:
+    /// it is its own call, or the first leg of one).
+    pub link: Option<legs::Link>,
 }
 
 /// The rarer parts of a dialog.
@@ -181,6 +184,7 @@ impl Dialog {
             streams: Vec::new(),
             sdp: SdpFacts::default(),
             extras: None,
+            link: None,
         }
     }
 

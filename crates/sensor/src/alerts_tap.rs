@@ -72,9 +72,7 @@ impl SensorAlerts {
             {
                 g.sensor.clone_from(&self.sensor);
             }
-            if r.uid.is_empty() {
-                r.uid = r.identity(&self.sensor);
-            }
+            r.fill_identity(&self.sensor);
         }
     }
 

@@ -107,6 +107,18 @@ impl Feed<'_> {
     }
 
     pub fn packet(&mut self, ts_ns: i64, link_type: u32, data: &[u8]) {
+        self.packet_correlated(ts_ns, link_type, data, None);
+    }
+
+    /// A frame that came with a HEP correlation id (chunk 17), which the monitor's linker reads
+    /// from an INVITE.
+    pub fn packet_correlated(
+        &mut self,
+        ts_ns: i64,
+        link_type: u32,
+        data: &[u8],
+        correlation: Option<&[u8]>,
+    ) {
         self.clock.saw(ts_ns);
         if let Some(f) = self.hep_send.as_deref_mut() {
             f.frame(ts_ns, link_type, data);
@@ -114,7 +126,8 @@ impl Feed<'_> {
                 return;
             }
         }
-        self.monitor.packet(ts_ns, link_type, data);
+        self.monitor
+            .packet_correlated(ts_ns, link_type, data, correlation);
     }
 
     /// Whether the sinks hold closed records back ([`RecordSink::holding`]).

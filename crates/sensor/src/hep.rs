@@ -646,8 +646,8 @@ pub(crate) fn receive(
         // wall clock.
         let quiet = match buffer.pop(Duration::from_millis(POLL_MS as u64)) {
             Popped::Batch(batch) => {
-                for (ts, frame) in batch.frames() {
-                    sink.packet(ts, LINKTYPE_RAW, frame);
+                for (ts, frame, correlation) in batch.frames_correlated() {
+                    sink.packet_correlated(ts, LINKTYPE_RAW, frame, correlation);
                     *packets += 1;
                 }
                 buffer.recycle(batch);
@@ -1222,6 +1222,13 @@ fn take(bytes: &[u8], shared: &Shared, out: &mut Outbox<'_>) -> Result<(), Refus
     let mut rebuilt = Ok(());
     out.batch
         .push_with(ts_ns, |bytes| rebuilt = p.to_udp_datagram(bytes));
+    // Only SIP's: the linker reads it from an INVITE.
+    if let Some(id) = p
+        .correlation_id
+        .filter(|_| p.protocol_type == hep::ProtocolType::SIP)
+    {
+        out.batch.correlate_last(id);
+    }
     // The sizes were checked above, so rebuilding cannot fail; were it to, the frame is empty
     // and the monitor counts it as malformed.
     rebuilt.map_err(Refused::NoDatagram)

@@ -13,17 +13,28 @@ use crate::records::us;
 /// Writes every record of each batch as JSON lines to `out`.
 pub struct JsonLines<W: Write + Send> {
     out: W,
+    /// The sensor's name, the first part of each call's `uid` and `call_group`.
+    sensor: String,
 }
 
 impl<W: Write + Send> JsonLines<W> {
+    /// Under the default sensor name ([`cdr::writer::DEFAULT_SENSOR`]).
     pub fn new(out: W) -> Self {
-        JsonLines { out }
+        Self::with_sensor(out, cdr::writer::DEFAULT_SENSOR)
+    }
+
+    /// Names each call's `uid` and `call_group` as sensor `sensor` stores them.
+    pub fn with_sensor(out: W, sensor: &str) -> Self {
+        JsonLines {
+            out,
+            sensor: sensor.to_string(),
+        }
     }
 }
 
 impl<W: Write + Send> crate::RecordObserver for JsonLines<W> {
     fn records(&mut self, part: &Analysis) -> std::io::Result<()> {
-        write_json(part, &mut self.out)
+        write_json_as(part, &self.sensor, &mut self.out)
     }
 
     /// One line per alert (`"kind":"alert"`, [`alerts::Alert::json_line`]).
@@ -138,10 +149,20 @@ fn fax_json(c: &CallRecord) -> serde_json::Value {
     })
 }
 
-pub fn call_json(c: &CallRecord) -> serde_json::Value {
+/// A call: `kind: "call"`, with its `uid` and `call_group` under sensor `sensor`.
+pub fn call_json(c: &CallRecord, sensor: &str) -> serde_json::Value {
     let d = &c.dialog;
+    let uid = cdr::call_uid(sensor, &d.call_id, us(d.invite_ns));
+    let link = d.link.as_ref();
     json!({
         "kind": "call",
+        "uid": &uid,
+        "call_group": match link {
+            Some(l) => cdr::call_uid(sensor, &l.group.call_id, us(l.group.start_ns)),
+            None => uid.clone(),
+        },
+        "linked_by": link.map(|l| l.rule.to_string()),
+        "link_confidence": link.map(|l| crate::records::link_confidence(l.confidence)),
         "call_id": &*d.call_id,
         "caller": &*d.caller,
         "called": &*d.called,
@@ -172,11 +193,17 @@ pub fn call_json(c: &CallRecord) -> serde_json::Value {
     })
 }
 
-/// Writes `a`'s calls (each followed by its streams), its lone streams and its registrations.
+/// Writes `a`'s calls (each followed by its streams), its lone streams and its registrations,
+/// under the default sensor name.
 pub fn write_json(a: &Analysis, out: &mut dyn Write) -> std::io::Result<()> {
+    write_json_as(a, cdr::writer::DEFAULT_SENSOR, out)
+}
+
+/// [`write_json`] under sensor `sensor`.
+pub fn write_json_as(a: &Analysis, sensor: &str, out: &mut dyn Write) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(out);
     for c in &a.calls {
-        serde_json::to_writer(&mut out, &call_json(c))?;
+        serde_json::to_writer(&mut out, &call_json(c, sensor))?;
         writeln!(out)?;
         for s in &c.streams {
             serde_json::to_writer(&mut out, &stream_json(s))?;

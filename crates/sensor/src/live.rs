@@ -128,7 +128,14 @@ impl std::fmt::Display for LiveStatsSnapshot {
 pub struct Batch {
     bytes: Vec<u8>,
     frames: Vec<(i64, u32, u32)>,
+    /// HEP correlation ids (chunk 17) of SIP frames, by the frame's index: what links a
+    /// dialog to its call (`[legs]`). At most [`CORRELATION_BYTES_MAX`] bytes each.
+    correlations: Vec<(u32, Box<[u8]>)>,
 }
+
+/// Bytes of a HEP correlation id kept: one more than the linker reads, so that a longer one
+/// still reads as too long.
+pub const CORRELATION_BYTES_MAX: usize = legs::config::MAX_VALUE_BYTES + 1;
 
 impl Batch {
     pub fn len(&self) -> usize {
@@ -143,9 +150,27 @@ impl Batch {
             .iter()
             .map(|&(ts, at, len)| (ts, &self.bytes[at as usize..(at + len) as usize]))
     }
+    /// Each frame with its HEP correlation id, if it came with one.
+    pub fn frames_correlated(&self) -> impl Iterator<Item = (i64, &[u8], Option<&[u8]>)> {
+        let mut ids = self.correlations.iter().peekable();
+        self.frames().enumerate().map(move |(i, (ts, frame))| {
+            let id = ids
+                .next_if(|(at, _)| *at as usize == i)
+                .map(|(_, c)| &c[..]);
+            (ts, frame, id)
+        })
+    }
     fn clear(&mut self) {
         self.bytes.clear();
         self.frames.clear();
+        self.correlations.clear();
+    }
+    /// Gives the frame appended last this correlation id (cut to [`CORRELATION_BYTES_MAX`]).
+    pub(crate) fn correlate_last(&mut self, id: &[u8]) {
+        if let Some(last) = self.frames.len().checked_sub(1) {
+            let id = &id[..id.len().min(CORRELATION_BYTES_MAX)];
+            self.correlations.push((last as u32, id.into()));
+        }
     }
     /// Appends one frame that `write` puts at the end of the batch's bytes (the HEP source
     /// rebuilds each packet straight into the batch).
@@ -160,6 +185,13 @@ impl Batch {
         self.bytes.len()
     }
     fn append(&mut self, other: &Batch) {
+        let first = self.frames.len() as u32;
+        self.correlations.extend(
+            other
+                .correlations
+                .iter()
+                .map(|(i, c)| (first + i, c.clone())),
+        );
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
         self.frames.extend(

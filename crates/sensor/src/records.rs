@@ -45,8 +45,22 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
         fax_result: fax.and_then(|f| f.result).map(|r| r.as_str().to_string()),
         encrypted: c.is_encrypted(),
         t38_offered: c.dialog.t38_offered(),
+        // `call_group` is made from the first leg under the sensor's name when the record gets
+        // its identity (`CdrRecord::fill_identity`); a leg alone gets its own uid.
+        first_leg: d.link.as_ref().map(|l| cdr::FirstLeg {
+            call_id: l.group.call_id.to_string(),
+            start_us: us(l.group.start_ns),
+        }),
+        linked_by: d.link.as_ref().map(|l| l.rule.to_string()),
+        link_confidence: d.link.as_ref().map(|l| link_confidence(l.confidence)),
         ..CdrCall::default()
     }
+}
+
+/// A link's confidence as stored: two decimals (the rule's figures are products of a few
+/// factors; more digits would say more than they know).
+pub fn link_confidence(c: f32) -> f64 {
+    (f64::from(c) * 100.0).round() / 100.0
 }
 
 /// The CDR row of a stream.

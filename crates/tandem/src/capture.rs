@@ -84,6 +84,63 @@ pub struct Args {
     pub hep: hep_args::HepArgs,
     #[command(flatten)]
     pub collector: CollectorArgs,
+    #[command(flatten)]
+    pub legs: LegsArgs,
+}
+
+/// Which call each dialog belongs to: `[legs]` of tandem.toml as options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LegsArgs {
+    /// Show every dialog as its own call: link no legs.
+    #[arg(long)]
+    pub no_legs: bool,
+    /// A header whose value is the first leg's Call-ID, or a token its legs share (repeat for
+    /// more; given, it replaces the default X-Call-ID and X-CID).
+    #[arg(long, value_name = "NAME")]
+    pub legs_header: Vec<String>,
+    /// A PBX's signalling address, IP (any port) or IP:port (repeat for more): an INVITE it
+    /// sends soon after one it received, with the same called number or caller, is a leg of
+    /// that call.
+    #[arg(long, value_name = "ADDR")]
+    pub legs_pbx: Vec<String>,
+    /// Do not take an address that both receives and originates INVITEs for a PBX.
+    #[arg(long)]
+    pub no_legs_learn: bool,
+    /// How long after the inbound INVITE the PBX's outbound one may come.
+    #[arg(long, value_name = "MS", default_value_t = legs::config::DEFAULT_WINDOW_MS)]
+    pub legs_window_ms: u64,
+    /// A prefix rule STRIP=ADD: a number starting with STRIP is also ADD followed by the rest
+    /// (`9=` drops an outside-line 9, `0=+49` makes a national number international); in
+    /// order, repeat for more.
+    #[arg(long, value_name = "STRIP=ADD")]
+    pub legs_prefix_rule: Vec<String>,
+}
+
+impl LegsArgs {
+    /// The `[legs]` these options mean, checked.
+    pub fn to_config(&self) -> anyhow::Result<legs::LegsConfig> {
+        let mut cfg = legs::LegsConfig {
+            enabled: !self.no_legs,
+            learn_pbx: !self.no_legs_learn,
+            window_ms: self.legs_window_ms,
+            pbx: self.legs_pbx.clone(),
+            ..legs::LegsConfig::default()
+        };
+        if !self.legs_header.is_empty() {
+            cfg.headers = self.legs_header.clone();
+        }
+        for rule in &self.legs_prefix_rule {
+            let (strip, add) = rule.split_once('=').with_context(|| {
+                format!("--legs-prefix-rule {rule:?}: write STRIP=ADD, as 9= or 0=+49")
+            })?;
+            cfg.prefix_rules.push(legs::PrefixRule {
+                strip: strip.trim().to_string(),
+                add: add.trim().to_string(),
+            });
+        }
+        cfg.validate().context("the --legs-* options")?;
+        Ok(cfg)
+    }
 }
 
 /// A sensor that delivers its CDRs to a collector (`tandem serve --collector-listen`).
@@ -265,6 +322,7 @@ impl Args {
         };
         let mut config = SensorConfig::new(source);
         config.monitor.max_calls = self.max_calls;
+        config.monitor.legs = self.legs.to_config()?;
         config.shards = self.shards;
         config.cdr = (!self.no_store).then(|| CdrConfig {
             db: self.cdr_db.clone(),
@@ -306,7 +364,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (table, observer): (_, Box<dyn sensor::RecordObserver>) = if args.json {
         (
             None,
-            Box::new(sensor::json::JsonLines::new(std::io::stdout())),
+            Box::new(sensor::json::JsonLines::with_sensor(
+                std::io::stdout(),
+                config
+                    .cdr
+                    .as_ref()
+                    .map_or(::cdr::writer::DEFAULT_SENSOR, |c| &c.sensor_id),
+            )),
         )
     } else {
         let (table, observer) = CallTable::new(sensor::table::DEFAULT_ROWS_MAX);

@@ -24,6 +24,8 @@ pub struct Config {
     pub collector: collector::Settings,
     /// Alert rules and where alerts go (`alerts` crate; README, "Alerts").
     pub alerts: alerts::AlertsConfig,
+    /// Which call each dialog belongs to (`legs` crate; README, "Legs of one call").
+    pub legs: legs::LegsConfig,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -381,6 +383,10 @@ impl Config {
         }
         crate::alerts::rule_set(&config.alerts)
             .with_context(|| format!("configuration file {}: [alerts]", path.display()))?;
+        config
+            .legs
+            .validate()
+            .with_context(|| format!("configuration file {}", path.display()))?;
         Ok(config)
     }
 }

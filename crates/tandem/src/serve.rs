@@ -263,7 +263,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
-        let sensor_config = config.capture.to_sensor()?;
+        let mut sensor_config = config.capture.to_sensor()?;
+        sensor_config.monitor.legs = config.legs.clone();
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
         let sensor_alerts = alerts
             .as_ref()

@@ -662,3 +662,135 @@ fn the_summary_names_tunnels_not_followed() {
         "{text}"
     );
 }
+
+/// The calls of `stdout` (JSON lines of `capture`, or of `cdr list` without a kind) by
+/// Call-ID.
+fn json_calls(stdout: &str) -> std::collections::HashMap<String, serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "call" || v.get("kind").is_none())
+        .map(|v| (v["call_id"].as_str().unwrap().to_string(), v))
+        .collect()
+}
+
+/// Two-leg calls through a PBX, read from a file: each B leg is linked to its A leg by the
+/// B2BUA rule (after the prefix rule for the outside-line 9), in the JSON and in the CDRs, and
+/// `--no-legs` links nothing.
+#[test]
+fn b2bua_legs_are_linked_in_json_and_cdrs() {
+    use monitor::synth::b2bua::{B2buaConfig, b2bua_calls};
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("legs.pcap");
+    let (packets, pairs) = b2bua_calls(&B2buaConfig {
+        calls: 4,
+        ..B2buaConfig::default()
+    });
+    let mut w = monitor::synth::PcapBuilder::create(&pcap).unwrap();
+    for p in &packets {
+        w.udp(p.ts_ns, p.src, p.dst, p.payload.as_bytes());
+    }
+    w.finish().unwrap();
+    let db = dir.path().join("cdr.sqlite3");
+    let out = stdout_of(
+        tandem()
+            .args(["capture", "--json", "--legs-prefix-rule", "9=", "--read"])
+            .arg(&pcap)
+            .arg("--cdr-db")
+            .arg(&db),
+    );
+    let calls = json_calls(&out);
+    for p in &pairs {
+        let (a, b) = (&calls[&p.a_call_id], &calls[&p.b_call_id]);
+        assert_eq!(
+            a["uid"],
+            format!("local|{}|{}", p.a_call_id, p.a_start_ns / 1000)
+        );
+        assert_eq!(a["call_group"], a["uid"], "{a}");
+        assert_eq!(a["linked_by"], serde_json::Value::Null);
+        assert_eq!(b["call_group"], a["uid"], "{b}");
+        assert_eq!(b["linked_by"], "b2bua");
+        let confidence = b["link_confidence"].as_f64().unwrap();
+        assert!(confidence > 0.5 && confidence < 1.0, "{b}");
+    }
+    let listed = stdout_of(
+        tandem()
+            .args(["cdr", "list", "--json", "--cdr-db"])
+            .arg(&db),
+    );
+    let stored = json_calls(&listed);
+    assert_eq!(stored.len(), 8);
+    for p in &pairs {
+        assert_eq!(
+            stored[&p.b_call_id]["call_group"],
+            stored[&p.a_call_id]["call_group"]
+        );
+        assert_eq!(stored[&p.b_call_id]["linked_by"], "b2bua");
+    }
+    let out = stdout_of(
+        tandem()
+            .args(["capture", "--json", "--no-store", "--no-legs", "--read"])
+            .arg(&pcap),
+    );
+    assert!(json_calls(&out).values().all(|c| c["linked_by"].is_null()));
+}
+
+/// A B leg sent as HEP with the A leg's Call-ID as its correlation id (chunk 17) is linked by
+/// it, with no header and no PBX learned.
+#[test]
+fn hep_correlation_ids_link_legs() {
+    use monitor::synth::b2bua::{B2buaConfig, b2bua_calls};
+    use std::io::{BufRead, BufReader};
+
+    let (packets, pairs) = b2bua_calls(&B2buaConfig {
+        calls: 2,
+        trunk_caller: Some("+4930555000".into()),
+        ..B2buaConfig::default()
+    });
+    let port = common::free_udp_port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["capture", "--hep-listen", &format!("127.0.0.1:{port}")])
+        .args(["--json", "--no-store", "--no-legs-learn"])
+        .args(["--hep-max-packets", &packets.len().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("listening for HEP v3"), "{line}");
+    let datagrams: Vec<Vec<u8>> = packets
+        .iter()
+        .map(|p| {
+            let a_leg = p.b_invite_of.map(|i| pairs[i].a_call_id.as_bytes());
+            hep::HepPacket {
+                ip_protocol: 17,
+                src_ip: p.src.ip(),
+                dst_ip: p.dst.ip(),
+                src_port: p.src.port(),
+                dst_port: p.dst.port(),
+                ts_sec: (p.ts_ns / 1_000_000_000) as u32,
+                ts_usec: (p.ts_ns % 1_000_000_000 / 1000) as u32,
+                protocol_type: hep::ProtocolType::SIP,
+                capture_id: 2001,
+                keep_alive_timer: None,
+                auth_key: None,
+                payload: hep::Payload::Raw(p.payload.as_bytes()),
+                correlation_id: a_leg,
+            }
+            .to_bytes()
+            .unwrap()
+        })
+        .collect();
+    common::send_udp(port, &datagrams);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let calls = json_calls(&String::from_utf8(out.stdout).unwrap());
+    for p in &pairs {
+        let (a, b) = (&calls[&p.a_call_id], &calls[&p.b_call_id]);
+        assert_eq!(b["linked_by"], "hep-correlation", "{b}");
+        assert_eq!(b["link_confidence"], 1.0);
+        assert_eq!(b["call_group"], a["uid"]);
+    }
+}

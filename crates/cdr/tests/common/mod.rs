@@ -104,7 +104,7 @@ pub fn call(sensor: &str, n: u64, start_us: i64, streams: usize) -> CdrRecord {
         })
         .collect();
     let mut r = CdrRecord::call(c, s);
-    r.uid = r.identity(sensor);
+    r.fill_identity(sensor);
     r
 }
 

@@ -18,6 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::pcap::PcapWriter;
 
+pub mod b2bua;
 pub mod fax;
 pub mod scenario;
 
