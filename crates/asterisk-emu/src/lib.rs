@@ -17,6 +17,7 @@ mod classic;
 pub mod dialplan;
 pub mod freepbx;
 mod load;
+pub mod pbx;
 mod session;
 mod transcript;
 

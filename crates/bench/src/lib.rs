@@ -30,6 +30,7 @@ pub mod floor;
 pub mod hep_load;
 pub mod hep_replay;
 pub mod kv;
+pub mod legs;
 mod registrar;
 pub mod report;
 pub mod rollup;
@@ -76,6 +77,9 @@ pub enum BenchCommand {
     /// Alert rules: CPU per call with no rules, the 20 example rules and 200, as a share of
     /// the monitor's analysis of the same calls; memory per tracked key at 1,000,000 keys.
     Alerts(alerts::Args),
+    /// Leg linking on real B2BUA traffic: SIPp through the emulated Asterisk PBX, 1,000 calls
+    /// at once beside direct calls to the same numbers; wrong and missed links per rule.
+    Legs(legs::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -97,5 +101,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Registrar(args) => registrar::run(args),
         BenchCommand::Collector(args) => collector::run(args),
         BenchCommand::Alerts(args) => alerts::run(args),
+        BenchCommand::Legs(args) => legs::run(args),
     }
 }

@@ -153,19 +153,33 @@ pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
         .flatten()
         .map(|m| read_member(id, &m).map(|bytes| (m, bytes)))
         .collect::<Result<_, _>>()?;
-    let mut link: Option<LinkType> = None;
-    let mut records = Vec::new();
-    for (m, bytes) in &members {
-        let Some((lt, recs)) = pcap::records(bytes) else {
-            fail!(
-                "{id}: archive file {} is damaged: member {} is not a pcap written by Tandem",
+    let parts: Vec<(String, &[u8])> = members
+        .iter()
+        .map(|(m, bytes)| {
+            let name = format!(
+                "archive file {}, member {}",
                 m.tar_path.display(),
                 m.member_name
             );
+            (name, bytes.as_slice())
+        })
+        .collect();
+    merge(id, &parts)
+}
+
+/// Several pcaps written by Tandem (a call's members, or the pcaps of a call's legs) as one,
+/// their packets in capture order: the legs of a call read together, as sngrep shows a call's
+/// B legs on one ladder. Each part is named for errors (`call "ID"` and what the part is).
+pub fn merge(id: &str, parts: &[(String, &[u8])]) -> Result<Vec<u8>, CallPcapError> {
+    let mut link: Option<LinkType> = None;
+    let mut records = Vec::new();
+    for (name, bytes) in parts {
+        let Some((lt, recs)) = pcap::records(bytes) else {
+            fail!("{id}: {name} is damaged: it is not a pcap written by Tandem");
         };
         match link {
             Some(l) if l != lt => fail!(
-                "{id}: its members have different link types ({} and {}); they cannot share one pcap",
+                "{id}: its parts have different link types ({} and {}); they cannot share one pcap",
                 l.0,
                 lt.0
             ),
@@ -173,7 +187,11 @@ pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
         }
         records.extend(recs);
     }
-    // Stable: SIP comes first among packets of the same microsecond.
+    let Some(link) = link else {
+        fail!("{id}: no packets to merge");
+    };
+    // Stable: SIP comes first among packets of the same microsecond, and an earlier part's
+    // packets before a later one's.
     records.sort_by_key(|r| (r.ts_sec, r.ts_usec));
     let size = pcap::FILE_HEADER_BYTES
         + records
@@ -181,14 +199,52 @@ pub fn call_pcap(c: &CdrCall) -> Result<Vec<u8>, CallPcapError> {
             .map(|r| pcap::RECORD_HEADER_BYTES + r.data.len())
             .sum::<usize>();
     let mut buf = Vec::with_capacity(size);
-    pcap::write_file_header(
-        &mut buf,
-        link.expect("at least one member"),
-        pcap::DEFAULT_SNAPLEN_BYTES,
-    );
+    pcap::write_file_header(&mut buf, link, pcap::DEFAULT_SNAPLEN_BYTES);
     for r in &records {
         pcap::write_record(&mut buf, r.ts_sec, r.ts_usec, r.data, r.orig_len);
     }
     debug_assert_eq!(buf.len(), size);
     Ok(buf)
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::merge;
+    use archive::{LinkType, pcap};
+
+    fn leg(packets: &[(u32, u32, u8)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        pcap::write_file_header(&mut b, LinkType::RAW, pcap::DEFAULT_SNAPLEN_BYTES);
+        for &(sec, usec, byte) in packets {
+            pcap::write_record(&mut b, sec, usec, &[byte; 4], 4);
+        }
+        b
+    }
+
+    #[test]
+    fn legs_are_read_together_in_capture_order() {
+        let a = leg(&[(10, 0, 1), (10, 500, 3), (12, 0, 5)]);
+        let b = leg(&[(10, 200, 2), (11, 0, 4)]);
+        let parts = [
+            ("leg A".to_string(), a.as_slice()),
+            ("leg B".to_string(), b.as_slice()),
+        ];
+        let merged = merge("call \"x\"", &parts).unwrap();
+        let (_, recs) = pcap::records(&merged).unwrap();
+        let order: Vec<u8> = recs.iter().map(|r| r.data[0]).collect();
+        assert_eq!(order, [1, 2, 3, 4, 5]);
+        let e = merge("call \"x\"", &[("leg C".to_string(), &b"nope"[..])]).unwrap_err();
+        assert!(e.to_string().contains("leg C is damaged"), "{e}");
+        let mut other = leg(&[(1, 0, 9)]);
+        other[20] = 1;
+        let e = merge(
+            "call \"x\"",
+            &[
+                ("leg A".to_string(), a.as_slice()),
+                ("leg D".to_string(), other.as_slice()),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("different link types"), "{e}");
+    }
 }
