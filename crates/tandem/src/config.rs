@@ -24,6 +24,9 @@ pub struct Config {
     pub collector: collector::Settings,
     /// Alert rules and where alerts go (`alerts` crate; README, "Alerts").
     pub alerts: alerts::AlertsConfig,
+    /// `[[groups]]`: named groups of addresses and numbers, for reports, searches and rules
+    /// (`groups` crate; README, "Reports").
+    pub groups: Vec<groups::GroupConfig>,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -353,6 +356,11 @@ impl CaptureConfig {
 }
 
 impl Config {
+    /// The `[[groups]]`, checked (every problem named with its entry).
+    pub fn groups(&self) -> Result<std::sync::Arc<groups::Groups>, groups::GroupsError> {
+        groups::Groups::new(&self.groups).map(std::sync::Arc::new)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
@@ -369,6 +377,9 @@ impl Config {
             .fastagi
             .validate()
             .map_err(|e| anyhow::anyhow!("configuration file {}: {e}", path.display()))?;
+        config
+            .groups()
+            .with_context(|| format!("configuration file {}", path.display()))?;
         config
             .dialparties
             .rules()
