@@ -33,6 +33,7 @@ pub mod kv;
 pub mod legs;
 mod registrar;
 pub mod report;
+mod reports;
 pub mod rollup;
 mod taskpool;
 
@@ -80,6 +81,9 @@ pub enum BenchCommand {
     /// Leg linking on real B2BUA traffic: SIPp through the emulated Asterisk PBX, 1,000 calls
     /// at once beside direct calls to the same numbers; wrong and missed links per rule.
     Legs(legs::Args),
+    /// Reports: a 30-day report per group over 10,000,000 CDRs from the rollups, against the
+    /// same figures by a GROUP BY over the calls (the ratio).
+    Report(reports::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -102,5 +106,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Collector(args) => collector::run(args),
         BenchCommand::Alerts(args) => alerts::run(args),
         BenchCommand::Legs(args) => legs::run(args),
+        BenchCommand::Report(args) => reports::run(args),
     }
 }

@@ -26,6 +26,9 @@ pub struct Config {
     pub alerts: alerts::AlertsConfig,
     /// Which call each dialog belongs to (`legs` crate; README, "Legs of one call").
     pub legs: legs::LegsConfig,
+    /// `[[groups]]`: named groups of addresses and numbers, for reports, searches and rules
+    /// (`groups` crate; README, "Reports").
+    pub groups: Vec<groups::GroupConfig>,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -355,6 +358,11 @@ impl CaptureConfig {
 }
 
 impl Config {
+    /// The `[[groups]]`, checked (every problem named with its entry).
+    pub fn groups(&self) -> Result<std::sync::Arc<groups::Groups>, groups::GroupsError> {
+        groups::Groups::new(&self.groups).map(std::sync::Arc::new)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
@@ -371,6 +379,9 @@ impl Config {
             .fastagi
             .validate()
             .map_err(|e| anyhow::anyhow!("configuration file {}: {e}", path.display()))?;
+        config
+            .groups()
+            .with_context(|| format!("configuration file {}", path.display()))?;
         config
             .dialparties
             .rules()

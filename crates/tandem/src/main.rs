@@ -14,6 +14,7 @@ mod data_dir;
 mod db;
 mod doctor;
 mod replay;
+mod report_cmd;
 mod sensor_cmd;
 mod serve;
 mod signals;
@@ -89,6 +90,9 @@ enum Command {
     Sensor(sensor_cmd::Args),
     /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
     Alerts(alerts_cmd::Args),
+    /// A group's call figures per hour, day or week (ASR, NER, ACD, PDD, MOS, loss, jitter,
+    /// failures, peak calls), from the CDR database's rollups: a table, --json or --csv.
+    Report(report_cmd::Args),
     /// Check what an installation gets wrong (configuration, ports, files, capture rights,
     /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check
     /// failed) or 2 (could not run).
@@ -140,6 +144,7 @@ fn main() -> ExitCode {
             | Command::Sip(_)
             | Command::Sensor(_)
             | Command::Alerts(_)
+            | Command::Report(_)
     ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
         Command::Sip(args) => sip::run(args),
         Command::Sensor(args) => sensor_cmd::run(args),
         Command::Alerts(args) => alerts_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
         Command::Doctor(args) => return self::doctor::run(args),
     };
     match result {

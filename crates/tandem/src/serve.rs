@@ -69,6 +69,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = args.collector_postgres {
         config.collector.postgres = p;
     }
+    // The groups: the collector's rollups, the capture's (below), and `group=NAME` in the
+    // calls search and the alert rules' scopes.
+    config.collector.groups = config.groups()?;
+    ::cdr::search::set_search_groups(config.collector.groups.clone());
     // The CDR database lives in the data directory unless the configuration names one, so
     // that the console of a `serve --data-dir DIR` finds the calls a capture stored there.
     if config.capture.cdr_db == crate::config::CaptureConfig::default().cdr_db {
@@ -265,6 +269,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let capture = if config.capture.enabled() {
         let mut sensor_config = config.capture.to_sensor()?;
         sensor_config.monitor.legs = config.legs.clone();
+        if let Some(cdr) = sensor_config.cdr.as_mut() {
+            cdr.groups = config.groups()?;
+        }
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
         let sensor_alerts = alerts
             .as_ref()
