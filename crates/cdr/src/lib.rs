@@ -918,6 +918,10 @@ impl SqliteStore {
             }
             sql += &create_index_sql(CALL_GROUP_INDEX.0, CALL_GROUP_INDEX.1);
             self.conn.execute_batch(&sql)
+        })();
+        r.map_err(|e| self.err(e))
+    }
+
     /// Version 5: the report rollups, with every call already stored counted (again, should
     /// the table be there) in group
     /// [`groups::ALL`] (configured groups count from the calls stored after they are; a

@@ -524,6 +524,7 @@ impl CallQuery {
         }
         if self.calls_only {
             query::push_pair(p, "legs", "calls");
+        }
         if let Some(g) = &self.group {
             query::push_pair(p, "group", &g.name);
         }
