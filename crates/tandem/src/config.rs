@@ -495,7 +495,31 @@ mod tests {
         assert_eq!(example.web, defaults.web);
         assert_eq!(example.dialparties, defaults.dialparties);
         assert_eq!(example.collector, defaults.collector);
+        assert_eq!(example.legs, defaults.legs);
         assert!(defaults.history.to_config().is_ok());
+    }
+
+    #[test]
+    fn legs_settings_are_read_and_a_bad_one_names_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tandem.toml");
+        std::fs::write(
+            &path,
+            "[legs]\npbx = [\"192.0.2.10\", \"192.0.2.11:5060\"]\nwindow_ms = 3000\n\
+             prefix_rules = [{ strip = \"9\" }, { strip = \"0\", add = \"+49\" }]\n",
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.legs.pbx, ["192.0.2.10", "192.0.2.11:5060"]);
+        assert_eq!(c.legs.window_ms, 3000);
+        assert_eq!(c.legs.prefix_rules[1].add, "+49");
+        assert_eq!(c.legs.headers, ["X-Call-ID", "X-CID"]);
+        std::fs::write(&path, "[legs]\npbx = [\"pbx.example.com\"]\n").unwrap();
+        let e = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(
+            e.contains("[legs] pbx") && e.contains("pbx.example.com"),
+            "{e}"
+        );
     }
 
     #[test]
