@@ -81,6 +81,8 @@ pub mod query;
 mod record;
 pub mod registration;
 pub mod replay;
+pub mod report;
+mod rollup;
 pub mod search;
 pub mod seed;
 pub mod writer;
@@ -93,6 +95,7 @@ pub use pg::{PgLayout, PgOptions, PgStore};
 pub use pg_partition::{Day, PARTITION_DAYS_AHEAD, RETENTION_DAYS_PER_CALL_MAX};
 pub use record::CdrRecord;
 pub use registration::CdrRegistration;
+pub use report::{PeriodKind, Report, ReportQuery, ReportRow};
 pub use writer::{CdrWriter, CdrWriterConfig, CdrWriterStats, CdrWriterWatch, Submitted};
 
 use rusqlite::{Connection, OptionalExtension, ToSql, params};
@@ -463,6 +466,20 @@ pub trait CdrStore {
     fn replay_source(&mut self) -> Option<&mut dyn replay::ReplaySource> {
         None
     }
+    /// A group's report over a range, per hour, day or week ([`report`]), read from the
+    /// rollups the store keeps as calls are stored, never from the calls. A group without
+    /// calls in the range (or not configured) has rows of zeros.
+    fn report(&mut self, q: &ReportQuery) -> Result<Report, CdrError> {
+        let _ = q;
+        Err(CdrError::Data {
+            problem: "this store keeps no reports".to_string(),
+        })
+    }
+    /// The groups that have rollups (`all` first, then by name), at most
+    /// [`report::REPORT_GROUPS_MAX`].
+    fn report_groups(&mut self) -> Result<Vec<String>, CdrError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The SQLite schema: the tables. Their indexes are [`SQLITE_INDEXES`], created once the
@@ -654,10 +671,16 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
 /// `PRAGMA user_version`, application_id `TDCR`). Applied at open, all in one transaction with
 /// the new version. A change of the tables is a new entry here, never an edit of an applied
 /// one.
-pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[(1, "CDR tables, columns and indexes")];
+pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
+    (1, "CDR tables, columns and indexes"),
+    (
+        5,
+        "report rollups (report_hour), the calls stored before counted in group all",
+    ),
+];
 
 /// The SQLite CDR database's format version this build writes, and the highest it reads.
-pub const SQLITE_FORMAT_VERSION: u32 = 1;
+pub const SQLITE_FORMAT_VERSION: u32 = 5;
 const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
 
 /// How long a statement waits for another connection's write lock (the capture's writer and
@@ -673,6 +696,8 @@ pub const SQLITE_CACHE_KIB: i64 = 32 * 1024;
 pub struct SqliteStore {
     path: String,
     conn: Connection,
+    /// The groups whose report rollups this store keeps as it stores calls (`all` always).
+    groups: std::sync::Arc<groups::Groups>,
 }
 
 impl SqliteStore {
@@ -754,7 +779,11 @@ impl SqliteStore {
             .map_err(wrap)?;
         conn.pragma_update(None, "cache_size", -SQLITE_CACHE_KIB)
             .map_err(wrap)?;
-        let mut store = SqliteStore { path: name, conn };
+        let mut store = SqliteStore {
+            path: name,
+            conn,
+            groups: Default::default(),
+        };
         if let fileformat::Pending::From(from) =
             fileformat::begin(&store.conn, path, kind, SQLITE_FORMAT_VERSION)?
         {
@@ -779,6 +808,7 @@ impl SqliteStore {
         for &(version, name) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > from) {
             let r = match version {
                 1 => self.tables(),
+                5 => self.report_tables(),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -805,6 +835,43 @@ impl SqliteStore {
             .execute_batch(&sqlite_index_sql())
             .map_err(|e| self.err(e))?;
         alerts::create_sqlite(&self.conn).map_err(|e| self.err(e))
+    }
+
+    /// Version 5: the report rollups, with every call already stored counted (again, should
+    /// the table be there) in group
+    /// [`groups::ALL`] (configured groups count from the calls stored after they are; a
+    /// minute or so per million calls, once).
+    fn report_tables(&mut self) -> Result<(), CdrError> {
+        self.conn
+            .execute_batch(rollup::SQLITE_TABLE)
+            .map_err(|e| self.err(e))?;
+        let n = rollup::sqlite_rebuild(&self.conn, &groups::Groups::none(), true)
+            .map_err(|e| self.err(e))?;
+        if n > 0 {
+            tracing::info!(path = %self.path, calls = n, "CDR report rollups filled");
+        }
+        Ok(())
+    }
+
+    /// Counts every stored call again into the rollups of [`groups::ALL`] and of this store's
+    /// groups ([`SqliteStore::set_groups`]), replacing the rollups kept so far, in one
+    /// transaction: for groups configured after their calls were stored. A scan of every
+    /// call, so an explicit step (`tandem report rebuild`), never part of drawing a report.
+    /// Answers the calls counted.
+    pub fn rebuild_reports(&mut self) -> Result<u64, CdrError> {
+        let groups = self.groups.clone();
+        let r = (|| {
+            let tx = self.conn.transaction()?;
+            let n = rollup::sqlite_rebuild(&tx, &groups, true)?;
+            tx.commit()?;
+            Ok(n)
+        })();
+        r.map_err(|e| self.err(e))
+    }
+
+    /// The groups whose rollups this store keeps from now on, besides `all`.
+    pub fn set_groups(&mut self, groups: std::sync::Arc<groups::Groups>) {
+        self.groups = groups;
     }
 
     fn err(&self, source: rusqlite::Error) -> CdrError {
@@ -1054,11 +1121,15 @@ impl Exec for SqliteStore {
 
 impl CdrStore for SqliteStore {
     fn insert_records(&mut self, records: &[CdrRecord]) -> Result<(), CdrError> {
+        let groups = &*self.groups;
         let tx = self.conn.transaction().map_err(|e| CdrError::Sqlite {
             path: self.path.clone(),
             source: e,
         })?;
         let r = (|| -> rusqlite::Result<()> {
+            // The report rollups' changes, applied in this transaction: a call stored before
+            // is taken away as stored, and added as it comes now.
+            let mut changes = rollup::Rollup::default();
             let mut ins_call = tx.prepare_cached(&call_insert_sql(false, true))?;
             let mut del_streams = tx.prepare_cached("DELETE FROM cdr_rtp WHERE cdr_id = ?1")?;
             let mut del_t38 = tx.prepare_cached("DELETE FROM cdr_t38 WHERE cdr_id = ?1")?;
@@ -1078,6 +1149,12 @@ impl CdrStore for SqliteStore {
             for rec in records {
                 let mut cdr_id = None;
                 if let Some(c) = &rec.call {
+                    if let Some(uid) = rec.call_uid()
+                        && let Some(old) = rollup::sqlite_stored(&tx, uid)?
+                    {
+                        changes.call(groups, &old.facts(), -1);
+                    }
+                    changes.call(groups, &rollup::CallFacts::of_record(c, &rec.streams), 1);
                     let id = sqlite_insert_call(&mut ins_call, c, &rec.streams, rec.call_uid())?;
                     // Stored before (the same call read again): its streams are replaced.
                     del_streams.execute([id])?;
@@ -1110,7 +1187,7 @@ impl CdrStore for SqliteStore {
                     sqlite_insert_registration(&mut ins_reg, rec.call_uid(), reg)?;
                 }
             }
-            Ok(())
+            rollup::sqlite_apply(&tx, changes)
         })();
         let path = &self.path;
         let wrap = |source| CdrError::Sqlite {
@@ -1286,6 +1363,17 @@ impl CdrStore for SqliteStore {
 
     fn replay_source(&mut self) -> Option<&mut dyn replay::ReplaySource> {
         Some(self)
+    }
+
+    fn report(&mut self, q: &ReportQuery) -> Result<Report, CdrError> {
+        let range = q.range()?;
+        let hours =
+            rollup::sqlite_read(&self.conn, &q.group, range.0, range.1).map_err(|e| self.err(e))?;
+        Ok(report::assemble(q, range, hours))
+    }
+
+    fn report_groups(&mut self) -> Result<Vec<String>, CdrError> {
+        rollup::sqlite_groups(&self.conn).map_err(|e| self.err(e))
     }
 }
 

@@ -97,6 +97,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "alerts and their silences; registrations by first message",
         apply: alert_tables,
     },
+    Migration {
+        version: 9,
+        name: "report rollups per group and hour",
+        apply: report_tables,
+    },
 ];
 
 /// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
@@ -135,6 +140,14 @@ fn stream_archive_columns(
 /// every day). Each `IF NOT EXISTS`, so this applies again to version 1's tables.
 fn alert_tables(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
     tx.batch_execute(crate::alerts::PG_ALERT_SCHEMA)
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// Version 9: table `report_hour` ([`crate::report`]), plain in either layout (a row per group
+/// and hour: a year of one group is 8,760 rows), `IF NOT EXISTS`. Calls stored before it are
+/// counted by [`crate::PgStore::rebuild_reports`], an explicit step.
+fn report_tables(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(crate::rollup::PG_TABLE)
         .map_err(|e| pg_error(cx.target, e))
 }
 

@@ -32,24 +32,26 @@ fn a_cdr_database_from_a_newer_tandem_is_refused_untouched() {
     assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA user_version = 3; PRAGMA journal_mode = DELETE;")
+        .execute_batch(&format!(
+            "PRAGMA user_version = {}; PRAGMA journal_mode = DELETE;",
+            cdr::SQLITE_FORMAT_VERSION + 1
+        ))
         .unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let Err(e) = SqliteStore::open(&path) else {
         panic!("a newer format was opened")
     };
-    let CdrError::Format(fileformat::FormatError::TooNew {
-        found: 3, known, ..
-    }) = &e
-    else {
+    let CdrError::Format(fileformat::FormatError::TooNew { found, known, .. }) = &e else {
         panic!("{e:?}")
     };
+    assert_eq!(*found, i64::from(cdr::SQLITE_FORMAT_VERSION) + 1);
     assert_eq!(*known, cdr::SQLITE_FORMAT_VERSION);
     let msg = e.to_string();
     assert!(
         msg.starts_with(&format!(
-            "{} is a CDR database in format version 3",
-            path.display()
+            "{} is a CDR database in format version {}",
+            path.display(),
+            cdr::SQLITE_FORMAT_VERSION + 1
         )) && msg.contains("Run the newer Tandem again")
             && msg.contains("Rolling back"),
         "{msg}"
@@ -77,7 +79,7 @@ fn a_cdr_database_from_before_versions_is_stamped_with_its_rows() {
     drop(c);
     let st = SqliteStore::open(&path).unwrap();
     drop(st);
-    assert_eq!(header_i32(&path, 60), 1);
+    assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
     assert_eq!(&header_i32(&path, 68).to_be_bytes(), b"TDCR");
     assert_eq!(calls(&path), 2);
     let filled: i64 = Connection::open(&path)
