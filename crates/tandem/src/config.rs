@@ -24,6 +24,10 @@ pub struct Config {
     pub collector: collector::Settings,
     /// Alert rules and where alerts go (`alerts` crate; README, "Alerts").
     pub alerts: alerts::AlertsConfig,
+    /// `[[groups]]`: named groups of addresses and number prefixes (`groups` crate).
+    pub groups: Vec<groups::GroupConfig>,
+    /// The daily report by email (README, "Reports").
+    pub reports: crate::reports::ReportsSettings,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -381,6 +385,13 @@ impl Config {
         }
         crate::alerts::rule_set(&config.alerts)
             .with_context(|| format!("configuration file {}: [alerts]", path.display()))?;
+        groups::Groups::new(&config.groups)
+            .with_context(|| format!("configuration file {}", path.display()))?;
+        config
+            .reports
+            .report_groups(&crate::serve::group_names(&config))
+            .and_then(|_| config.reports.mailer(&config.alerts))
+            .with_context(|| format!("configuration file {}", path.display()))?;
         Ok(config)
     }
 }

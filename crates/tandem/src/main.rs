@@ -14,6 +14,8 @@ mod data_dir;
 mod db;
 mod doctor;
 mod replay;
+mod report_cmd;
+mod reports;
 mod sensor_cmd;
 mod serve;
 mod signals;
@@ -89,6 +91,8 @@ enum Command {
     Sensor(sensor_cmd::Args),
     /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
     Alerts(alerts_cmd::Args),
+    /// The daily report of `[reports]`: `send-now` sends it at once.
+    Report(report_cmd::Args),
     /// Check what an installation gets wrong (configuration, ports, files, capture rights,
     /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check
     /// failed) or 2 (could not run).
@@ -157,6 +161,7 @@ fn main() -> ExitCode {
         Command::Sip(args) => sip::run(args),
         Command::Sensor(args) => sensor_cmd::run(args),
         Command::Alerts(args) => alerts_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
         Command::Doctor(args) => return self::doctor::run(args),
     };
     match result {
