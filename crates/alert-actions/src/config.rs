@@ -112,8 +112,8 @@ impl Actions {
 
 /// Collects one action's problems.
 pub(crate) struct Check<'a> {
-    action: &'a str,
-    errors: &'a mut Vec<RuleError>,
+    pub(crate) action: &'a str,
+    pub(crate) errors: &'a mut Vec<RuleError>,
 }
 
 impl Check<'_> {

@@ -166,6 +166,10 @@ impl Email {
         let message = m
             .body(body(alert))
             .map_err(|e| DeliveryError::Refused(format!("the message: {e}")))?;
+        self.deliver(message).await
+    }
+
+    async fn deliver(&self, message: Message) -> Result<(), DeliveryError> {
         let at = format!("{}:{} ({})", self.server, self.port, self.security);
         match self.transport.send(message).await {
             Ok(_) => Ok(()),
@@ -173,6 +177,70 @@ impl Email {
             Err(e) if e.is_permanent() => Err(DeliveryError::Refused(format!("{at}: {e}"))),
             Err(e) => Err(DeliveryError::Transient(format!("{at}: {e}"))),
         }
+    }
+}
+
+/// A file attached to a report email.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    pub file_name: String,
+    /// `text/csv; charset=utf-8`.
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+impl Email {
+    /// An SMTP sender from an `email` action's keys (`server`, `security`, `allow_plain`,
+    /// `username`, `password_file`, `from`, `to`), for mail other than alerts (the daily
+    /// report); every problem names `name` and the key, as `[alerts.action.NAME]`'s do.
+    pub fn from_settings(
+        name: &str,
+        c: &ActionConfig,
+        timeout_ms: u64,
+    ) -> Result<Email, Vec<alerts::RuleError>> {
+        let mut errors = Vec::new();
+        let mut check = Check {
+            action: name,
+            errors: &mut errors,
+        };
+        let email = Email::from_config(&mut check, c, timeout_ms);
+        match email {
+            Some(e) if errors.is_empty() => Ok(e),
+            _ => Err(errors),
+        }
+    }
+
+    /// Sends one message to every recipient: the text and the HTML as alternatives (a client
+    /// shows the one it can), then the attachments.
+    pub async fn send_multipart(
+        &self,
+        subject: &str,
+        text: String,
+        html: String,
+        attachments: &[Attachment],
+    ) -> Result<(), DeliveryError> {
+        use lettre::message::{MultiPart, SinglePart};
+        let subject: String = subject
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let mut m = Message::builder().from(self.from.clone()).subject(subject);
+        for to in &self.to {
+            m = m.to(to.clone());
+        }
+        let mut body = MultiPart::mixed().multipart(MultiPart::alternative_plain_html(text, html));
+        for a in attachments {
+            let ct = ContentType::parse(&a.content_type).map_err(|e| {
+                DeliveryError::Refused(format!("attachment {}: content type: {e}", a.file_name))
+            })?;
+            let part: SinglePart =
+                lettre::message::Attachment::new(a.file_name.clone()).body(a.body.clone(), ct);
+            body = body.singlepart(part);
+        }
+        let message = m
+            .multipart(body)
+            .map_err(|e| DeliveryError::Refused(format!("the message: {e}")))?;
+        self.deliver(message).await
     }
 }
 

@@ -23,7 +23,7 @@ mod script;
 mod webhook;
 
 pub use config::{Action, ActionKind, Actions};
-pub use email::Email;
+pub use email::{Attachment, Email};
 pub use notifier::{
     ALERTMANAGER_RESEND_MS_DEFAULT, ActionStats, IN_FLIGHT_PER_ACTION_MAX_DEFAULT, Notifier,
     NotifierOptions, NotifierStats, QUEUE_MAX_DEFAULT, SILENCES_CACHE_MS_DEFAULT,

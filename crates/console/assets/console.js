@@ -29,6 +29,13 @@
     });
   }
 
+  // Where a new range goes: the page's own base (the Reports page keeps its group and
+  // period), else the dashboard.
+  function base() {
+    const b = document.getElementById("picker")?.dataset.base;
+    return b ? `${b}&` : "/dashboard?";
+  }
+
   // The absolute range: inputs show local time; the form sends seconds since the epoch.
   function absoluteForm() {
     const form = document.getElementById("absolute");
@@ -43,7 +50,7 @@
       const t = new Date(to.value).getTime() / 1000;
       if (!isFinite(f) || !isFinite(t) || t <= f) return;
       ev.preventDefault();
-      location.href = `/dashboard?from=${Math.floor(f)}&to=${Math.floor(t)}`;
+      location.href = `${base()}from=${Math.floor(f)}&to=${Math.floor(t)}`;
     });
   }
 
@@ -80,7 +87,7 @@
       if (b - a < 4) return;
       let f = Math.floor(timeAt(a)), t = Math.ceil(timeAt(b));
       if (t - f < 60) { const mid = (f + t) / 2; f = Math.floor(mid - 30); t = f + 60; }
-      location.href = `/dashboard?from=${f}&to=${t}`;
+      location.href = `${base()}from=${f}&to=${t}`;
     };
     svg.addEventListener("mouseup", end);
     svg.addEventListener("mouseleave", () => { start = null; rect.setAttribute("width", 0); });

@@ -29,7 +29,11 @@ pub enum Unit {
     Plain,
     Bytes,
     BytesPerSecond,
+    /// A percentage on an axis of 0 to 100 %.
     Percent,
+    /// A percentage on an axis that fits its values: a loss of 2 % drawn on 0 to 100 % would
+    /// be a flat line.
+    PercentFitted,
     PerSecond,
     PerMinute,
     Seconds,
@@ -85,7 +89,7 @@ pub fn format_value(v: f64, unit: Unit) -> String {
             };
             return format!("{} {}{per}", trim(v), P[i]);
         }
-        Unit::Percent => (v, "%"),
+        Unit::Percent | Unit::PercentFitted => (v, "%"),
         Unit::PerSecond => (v, "/s"),
         Unit::PerMinute => (v, "/min"),
         Unit::Seconds => {
@@ -471,6 +475,7 @@ mod tests {
             assert_eq!(top, step * 4.0);
         }
         assert_eq!(nice_axis(42.0, Unit::Percent), (100.0, 25.0));
+        assert_eq!(nice_axis(1.6, Unit::PercentFitted), (2.0, 0.5));
         let mib = 1024.0 * 1024.0;
         assert_eq!(nice_axis(3.4 * mib, Unit::BytesPerSecond), (4.0 * mib, mib));
     }

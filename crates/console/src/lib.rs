@@ -16,6 +16,9 @@
 //!   acknowledgements and silences ([`alert_board`]: the header badge's count, what a silence
 //!   may say), and the rules an admin edits through [`alert_rules::AlertRules`], which `serve`
 //!   implements ([`Console::manage_alert_rules`]).
+//! - [`reports`]: the groups' reports as rows, CSV, JSON lines and the daily email's HTML;
+//!   the Reports page and `/api/reports` (`web/reports.rs`) read them through the calls'
+//!   CDR readers ([`Console::show_reports`]).
 //! - [`redact`]: the credentials in a call's SIP messages, replaced for a viewer.
 //! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
 //!   and `/api/sensors` ([`Console::show_sensors`]).
@@ -36,6 +39,7 @@ mod listen;
 pub mod login_form;
 pub mod password_checks;
 pub mod redact;
+pub mod reports;
 pub mod sensors;
 pub mod throttle;
 pub mod web;
@@ -238,6 +242,7 @@ impl Console {
             calls: calls.map(|c| Arc::new(calls::Calls::new(c))),
             sensors: None,
             alert_rules: None,
+            reports: None,
             badge: alert_board::BadgeCache::default(),
             stopping: stopping_rx,
         };
@@ -261,6 +266,12 @@ impl Console {
     /// implementer checks and applies them); without, the page says rules are not enabled.
     pub fn manage_alert_rules(&mut self, rules: Option<Arc<dyn alert_rules::AlertRules>>) {
         self.state.alert_rules = rules;
+    }
+
+    /// With `reports`, the Reports page and `/api/reports` read the groups' rollups; without,
+    /// the page says how reports come to be.
+    pub fn show_reports(&mut self, reports: Option<reports::ReportsConfig>) {
+        self.state.reports = reports;
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {

@@ -29,6 +29,8 @@ pub struct Config {
     /// `[[groups]]`: named groups of addresses and numbers, for reports, searches and rules
     /// (`groups` crate; README, "Reports").
     pub groups: Vec<groups::GroupConfig>,
+    /// The daily report by email (README, "Reports").
+    pub reports: crate::reports::ReportsSettings,
 }
 
 /// `[dialparties]`: FreePBX's ring-group and Follow Me logic as a native route.
@@ -397,6 +399,13 @@ impl Config {
         config
             .legs
             .validate()
+            .with_context(|| format!("configuration file {}", path.display()))?;
+        groups::Groups::new(&config.groups)
+            .with_context(|| format!("configuration file {}", path.display()))?;
+        config
+            .reports
+            .report_groups(&crate::serve::group_names(&config))
+            .and_then(|_| config.reports.mailer(&config.alerts))
             .with_context(|| format!("configuration file {}", path.display()))?;
         Ok(config)
     }

@@ -2,7 +2,8 @@
 //! rollups the CDR database keeps as calls are stored: a table, one JSON object (`--json`) or
 //! CSV (`--csv`, the columns of `cdr::ReportRow::COLUMNS`, the total last). `--groups` lists
 //! the groups with figures; `--rebuild` counts every stored call again into the groups of
-//! `--config` (for groups added after their calls were stored; SQLite).
+//! `--config` (for groups added after their calls were stored; SQLite). `tandem report
+//! send-now` sends the daily email at once (`report_send.rs`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +12,10 @@ use ::cdr::report::{PeriodKind, Report, ReportQuery, ReportRow};
 use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<crate::report_send::ReportCommand>,
     #[command(flatten)]
     pub db: crate::cdr::CdrDatabase,
     /// The group: `all` (every call) or a `[[groups]]` name of tandem.toml.
@@ -46,6 +50,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(command) = args.command {
+        return crate::report_send::run(command);
+    }
     if args.rebuild {
         anyhow::ensure!(
             args.db.cdr_postgres.is_none(),

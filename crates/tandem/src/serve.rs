@@ -75,9 +75,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     ::cdr::search::set_search_groups(config.collector.groups.clone());
     // The CDR database lives in the data directory unless the configuration names one, so
     // that the console of a `serve --data-dir DIR` finds the calls a capture stored there.
-    if config.capture.cdr_db == crate::config::CaptureConfig::default().cdr_db {
-        config.capture.cdr_db = config.kv.data_dir.join("cdr.sqlite3");
-    }
+    cdr_db_in_data_dir(&mut config);
     if let Some(a) = args.sip_listen {
         let r = config.registrar.get_or_insert_with(Default::default);
         r.enabled = true;
@@ -378,6 +376,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             let r: Arc<dyn console::alert_rules::AlertRules> = r;
             r
         }));
+        console.show_reports(Some(console::reports::ReportsConfig {
+            groups: group_names(&config),
+        }));
         info!(console = %console.url(), "web console on {}", console.url());
         Some(tokio::spawn(console.serve(stopped(stop_rx.clone()))))
     } else {
@@ -392,6 +393,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         ))
     });
     let collector_task = collector.map(|c| tokio::spawn(c.serve(stopped(stop_rx.clone()))));
+    if let Some(daily) = daily_report(&config)? {
+        info!(recipients = daily.email.to.len(), at = %config.reports.email_at, "daily report by email");
+        tokio::spawn(daily.run(stopped(stop_rx.clone())));
+    }
     let http_task = tokio::spawn(metrics_http::serve_for(
         http,
         registry,
@@ -436,6 +441,35 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The CDR database lives in the data directory unless the configuration names one, so that
+/// the console of a `serve --data-dir DIR` finds the calls a capture stored there.
+pub(crate) fn cdr_db_in_data_dir(config: &mut Config) {
+    if config.capture.cdr_db == crate::config::CaptureConfig::default().cdr_db {
+        config.capture.cdr_db = config.kv.data_dir.join("cdr.sqlite3");
+    }
+}
+
+/// The names of the configured groups (`[[groups]]`), in the configuration's order.
+pub(crate) fn group_names(config: &Config) -> Vec<String> {
+    config.groups.iter().map(|g| g.name.clone()).collect()
+}
+
+/// The daily report of `[reports]`, or `None` when it has no recipient; `config`'s CDR
+/// database as serve uses it (the data directory's file, or the collector's PostgreSQL).
+pub(crate) fn daily_report(config: &Config) -> anyhow::Result<Option<crate::reports::DailyReport>> {
+    let Some(email) = config.reports.mailer(&config.alerts)? else {
+        return Ok(None);
+    };
+    let mut config = config.clone();
+    cdr_db_in_data_dir(&mut config);
+    Ok(Some(crate::reports::DailyReport {
+        settings: config.reports.clone(),
+        groups: config.reports.report_groups(&group_names(&config))?,
+        cdr: cdr_database(&config, config.collector.enabled()),
+        email,
+    }))
 }
 
 /// Where the console reads calls: the capture's CDR database (PostgreSQL when configured,

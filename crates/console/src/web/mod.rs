@@ -10,6 +10,7 @@ mod calls_api;
 mod calls_page;
 mod login;
 mod page;
+mod reports;
 
 use crate::accounts::{Accounts, User};
 use crate::dashboard::RANGES;
@@ -47,6 +48,8 @@ pub struct ConsoleState {
     pub sensors: Option<crate::sensors::SensorsConfig>,
     /// The alert rules an admin edits (`None`: alerts are not enabled; the page says so).
     pub alert_rules: Option<Arc<dyn crate::alert_rules::AlertRules>>,
+    /// The groups and their reports (`None`: `serve` hands none; the page says how they come).
+    pub reports: Option<crate::reports::ReportsConfig>,
     /// The header badge's count of firing alerts, read at most every few seconds.
     pub badge: crate::alert_board::BadgeCache,
     /// Turns true when the console stops: long-lived answers (the live feed) end then.
@@ -82,6 +85,8 @@ pub fn router(state: Shared) -> Router {
             get(calls_api::api_stream_audio),
         )
         .route("/api/live", get(calls_api::api_live))
+        .route("/api/reports", get(reports::api_reports))
+        .route("/reports", get(reports::reports_page))
         .route("/api/alerts", get(alerts_api::api_alerts))
         .route(
             "/api/alerts/rules",
@@ -383,6 +388,7 @@ mod tests {
             calls: None,
             sensors,
             alert_rules: None,
+            reports: None,
             badge: Default::default(),
             stopping: tokio::sync::watch::channel(false).1,
         });

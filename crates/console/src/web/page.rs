@@ -11,24 +11,52 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use utc::format_s;
 
-struct LinkView {
-    label: String,
-    href: String,
-    active: bool,
+pub(super) struct LinkView {
+    pub(super) label: String,
+    pub(super) href: String,
+    pub(super) active: bool,
 }
 
-struct LegendView {
-    label: String,
-    class: String,
-    index: usize,
-    latest: String,
+pub(super) struct LegendView {
+    pub(super) label: String,
+    pub(super) class: String,
+    pub(super) index: usize,
+    pub(super) latest: String,
 }
 
-struct ChartView {
-    id: String,
-    title: String,
-    svg: String,
-    legend: Vec<LegendView>,
+/// A chart as `chart_box.html` draws it: its SVG and its legend's toggles.
+pub(super) struct ChartView {
+    pub(super) id: String,
+    pub(super) title: String,
+    pub(super) svg: String,
+    pub(super) legend: Vec<LegendView>,
+}
+
+impl ChartView {
+    /// The chart drawn, each series' legend with its latest value.
+    pub(super) fn of(chart: &crate::chart::Chart) -> ChartView {
+        let legend = chart
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| LegendView {
+                label: s.label.clone(),
+                class: format!("c{}", i % COLOURS.len()),
+                index: i,
+                latest: s
+                    .points
+                    .last()
+                    .map(|p| format_value(p.avg, chart.unit))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        ChartView {
+            id: chart.id.clone(),
+            title: chart.title.clone(),
+            svg: chart.svg(),
+            legend,
+        }
+    }
 }
 
 struct PanelView {
@@ -207,27 +235,7 @@ pub(super) async fn dashboard_page(
             for cdef in def.charts {
                 let chart = dashboard::chart(&mut h, &names, cdef, from, to, now)
                     .map_err(|e| e.to_string())?;
-                let legend = chart
-                    .series
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| LegendView {
-                        label: s.label.clone(),
-                        class: format!("c{}", i % COLOURS.len()),
-                        index: i,
-                        latest: s
-                            .points
-                            .last()
-                            .map(|p| format_value(p.avg, chart.unit))
-                            .unwrap_or_default(),
-                    })
-                    .collect();
-                charts.push(ChartView {
-                    id: chart.id.clone(),
-                    title: chart.title.clone(),
-                    svg: chart.svg(),
-                    legend,
-                });
+                charts.push(ChartView::of(&chart));
             }
             let has_data = charts.iter().any(|c| !c.legend.is_empty());
             panels.push(PanelView {
