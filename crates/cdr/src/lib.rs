@@ -66,6 +66,8 @@
 //! records into rows.
 
 pub mod alerts;
+pub mod export;
+pub mod fields;
 pub mod journal;
 pub mod lone;
 mod matches;
@@ -231,6 +233,21 @@ pub struct CdrCall {
     /// when empty; the store writes `local` for an empty one.
     #[serde(default)]
     pub sensor: String,
+    /// The User-Agent of the call's first INVITE (at most
+    /// [`fields::HEADER_VALUE_BYTES_MAX`] bytes); empty when it had none.
+    pub caller_ua: String,
+    /// The answering side's Server header, else its User-Agent, from its responses to the
+    /// INVITE (a 2xx's before a provisional one's; never a 100's, which a proxy may send).
+    pub callee_ua: String,
+    /// The host of the first INVITE's From and To URIs, lower case.
+    pub from_domain: String,
+    pub to_domain: String,
+    /// The user part of the first INVITE's Request-URI (the number dialled as routed).
+    pub ruri_user: String,
+    /// The values of the headers `[capture] headers` names, by lower-case name: the first
+    /// message of the call that carried each (at most [`fields::HEADERS_MAX`] headers,
+    /// [`fields::HEADER_VALUE_BYTES_MAX`] bytes each, cut at a character).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// The columns of `cdr` added after its first release, in order, with their SQLite and
@@ -654,10 +671,16 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
 /// `PRAGMA user_version`, application_id `TDCR`). Applied at open, all in one transaction with
 /// the new version. A change of the tables is a new entry here, never an edit of an applied
 /// one.
-pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[(1, "CDR tables, columns and indexes")];
+pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
+    (1, "CDR tables, columns and indexes"),
+    (
+        3,
+        "calls keep their User-Agents, domains, Request-URI user and chosen headers",
+    ),
+];
 
 /// The SQLite CDR database's format version this build writes, and the highest it reads.
-pub const SQLITE_FORMAT_VERSION: u32 = 1;
+pub const SQLITE_FORMAT_VERSION: u32 = 3;
 const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
 
 /// How long a statement waits for another connection's write lock (the capture's writer and
@@ -779,6 +802,7 @@ impl SqliteStore {
         for &(version, name) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > from) {
             let r = match version {
                 1 => self.tables(),
+                3 => fields::sqlite_migrate(&self.conn).map_err(|e| self.err(e)),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -890,6 +914,12 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         encrypted: r.get::<_, Option<bool>>(o + 30)?.unwrap_or_default(),
         t38_offered: r.get::<_, Option<bool>>(o + 31)?.unwrap_or_default(),
         sensor: r.get::<_, Option<String>>(o + 32)?.unwrap_or_default(),
+        caller_ua: r.get::<_, Option<String>>(o + 33)?.unwrap_or_default(),
+        callee_ua: r.get::<_, Option<String>>(o + 34)?.unwrap_or_default(),
+        from_domain: r.get::<_, Option<String>>(o + 35)?.unwrap_or_default(),
+        to_domain: r.get::<_, Option<String>>(o + 36)?.unwrap_or_default(),
+        ruri_user: r.get::<_, Option<String>>(o + 37)?.unwrap_or_default(),
+        headers: fields::headers_of(r.get::<_, Option<String>>(o + 38)?.as_deref()),
     })
 }
 
@@ -915,7 +945,8 @@ pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, cal
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
      rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, \
-     encrypted, t38_offered, sensor";
+     encrypted, t38_offered, sensor, \
+     caller_ua, callee_ua, from_domain, to_domain, ruri_user, headers";
 
 /// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
 pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
@@ -1297,7 +1328,8 @@ pub(crate) fn sqlite_insert_call(
     uid: Option<&str>,
 ) -> rusqlite::Result<i64> {
     let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
-    let p: [&dyn ToSql; 42] = [
+    let headers = fields::headers_text(&c.headers);
+    let p: [&dyn ToSql; 48] = [
         &c.call_id,
         &c.caller,
         &c.called,
@@ -1331,6 +1363,12 @@ pub(crate) fn sqlite_insert_call(
         &c.encrypted,
         &c.t38_offered,
         &d.sensor,
+        &c.caller_ua,
+        &c.callee_ua,
+        &c.from_domain,
+        &c.to_domain,
+        &c.ruri_user,
+        &headers,
         &d.caller_rev,
         &d.called_rev,
         &d.caller_ip,

@@ -97,7 +97,19 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "alerts and their silences; registrations by first message",
         apply: alert_tables,
     },
+    Migration {
+        version: 7,
+        name: "calls keep their User-Agents, domains, Request-URI user and chosen headers",
+        apply: call_fields,
+    },
 ];
+
+/// Version 7: `cdr`'s columns of [`crate::fields`] and their indexes, in either layout (a
+/// partitioned parent passes both to its days, and days made later copy them).
+fn call_fields(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(&crate::fields::pg_migrate_sql())
+        .map_err(|e| pg_error(cx.target, e))
+}
 
 /// The [`LATER_COLUMNS`] that version 1 adds; the others come with the migrations after it.
 pub const V1_LATER_COLUMNS: usize = 13;

@@ -358,6 +358,12 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
         encrypted: r.get::<_, Option<bool>>(o + 30).unwrap_or_default(),
         t38_offered: r.get::<_, Option<bool>>(o + 31).unwrap_or_default(),
         sensor: r.get::<_, Option<String>>(o + 32).unwrap_or_default(),
+        caller_ua: r.get::<_, Option<String>>(o + 33).unwrap_or_default(),
+        callee_ua: r.get::<_, Option<String>>(o + 34).unwrap_or_default(),
+        from_domain: r.get::<_, Option<String>>(o + 35).unwrap_or_default(),
+        to_domain: r.get::<_, Option<String>>(o + 36).unwrap_or_default(),
+        ruri_user: r.get::<_, Option<String>>(o + 37).unwrap_or_default(),
+        headers: crate::fields::headers_of(r.get::<_, Option<&str>>(o + 38)),
     }
 }
 

@@ -49,10 +49,10 @@ use std::collections::HashMap;
 use postgres::types::ToSql;
 use postgres::{Client, Statement, Transaction};
 
-use crate::CdrRecord;
 use crate::pg::{PgLayout, opt_i64};
 use crate::pg_partition::call_start_us;
 use crate::search::{self, StreamFigures};
+use crate::{CdrRecord, fields};
 
 /// A column's type: its array is `$n::{sql}[]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ use Ty::{Bool, Bytes, F8, I4, I8, Text};
 
 /// `cdr`'s columns as inserted: `id`, [`crate::CALL_COLUMNS`],
 /// [`search::DERIVED_COLUMNS`], `uid`.
-const CALL: [(&str, Ty); 43] = [
+const CALL: [(&str, Ty); 49] = [
     ("id", I8),
     ("call_id", Text),
     ("caller", Text),
@@ -117,6 +117,12 @@ const CALL: [(&str, Ty); 43] = [
     ("encrypted", Bool),
     ("t38_offered", Bool),
     ("sensor", Text),
+    ("caller_ua", Text),
+    ("callee_ua", Text),
+    ("from_domain", Text),
+    ("to_domain", Text),
+    ("ruri_user", Text),
+    ("headers", Text),
     ("caller_rev", Text),
     ("called_rev", Text),
     ("caller_ip", Bytes),
@@ -570,7 +576,7 @@ pub(crate) const INDEXED_TEXT_BYTES_MAX: usize = 1_024;
 
 /// The text columns that are in an index, in some table of some layout: bounded to
 /// [`INDEXED_TEXT_BYTES_MAX`].
-const INDEXED_TEXT: [&str; 7] = [
+const INDEXED_TEXT: [&str; 10] = [
     "call_id",
     "uid",
     "caller",
@@ -578,6 +584,9 @@ const INDEXED_TEXT: [&str; 7] = [
     "caller_rev",
     "called_rev",
     "username",
+    "from_domain",
+    "to_domain",
+    "ruri_user",
 ];
 
 /// `text` as stored in a column: without NUL, and for an indexed column longer than
@@ -739,6 +748,12 @@ pub(crate) fn insert(
             w.bool(c.encrypted);
             w.bool(c.t38_offered);
             w.owned(Some(d.sensor));
+            w.str(&c.caller_ua);
+            w.str(&c.callee_ua);
+            w.str(&c.from_domain);
+            w.str(&c.to_domain);
+            w.str(&c.ruri_user);
+            w.owned(fields::headers_text(&c.headers));
             w.owned(Some(d.caller_rev));
             w.owned(Some(d.called_rev));
             w.bytes(d.caller_ip);
@@ -942,7 +957,7 @@ mod tests {
                 crate::registration::REG_COLUMNS
             ))
         );
-        assert!(insert_sql("cdr", &CALL).ends_with("unnest($43::text[])"));
+        assert!(insert_sql("cdr", &CALL).ends_with("unnest($49::text[])"));
         let set = update_set(&CALL, &["uid", "start_us"], &["id"]);
         assert!(set.starts_with("call_id = excluded.call_id, caller = excluded.caller"));
         assert!(!set.contains("id = excluded.id,") && !set.contains("start_us = excluded"));

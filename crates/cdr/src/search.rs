@@ -4,8 +4,14 @@
 //!
 //! ```text
 //! GET /api/calls?from=&to=&caller=&called=&call_id=&ip=&response=&min_duration_s=&mos_below=
-//!     &loss_above_pct=&jitter_above_ms=&codec=&hangup_by=&sensor=&after=&limit=
+//!     &loss_above_pct=&jitter_above_ms=&codec=&hangup_by=&sensor=&after=&limit=&fax=
+//!     &ua=&caller_ua=&callee_ua=&from_domain=&to_domain=&ruri_user=&header=NAME:VALUE
 //! ```
+//!
+//! The last line's filters are [`crate::fields`]': a User-Agent contains the text (either
+//! side, or one; ASCII case ignored), a domain or a Request-URI user is a pattern as a number
+//! is (`example.com`, `sip.*`, `*.example.net`, lists, `!`; domains in any case), and a kept
+//! header has the value whole or, with a trailing `*`, its start.
 //!
 //! # Search columns
 //!
@@ -21,6 +27,9 @@
 //! | `codecs` | the streams' payload names, distinct, comma-joined | `codec=` |
 //! | `loss_max_pct` | the worst stream's loss, 100·lost/(received+lost) | `loss_above_pct=` |
 //! | `jitter_max_ms` | the largest jitter of a stream | `jitter_above_ms=` |
+//!
+//! The signalling fields (`caller_ua`, `callee_ua`, `from_domain`, `to_domain`, `ruri_user`,
+//! `headers`) are the record's own ([`crate::fields`]), stored as the call has them.
 //!
 //! # Indexes
 //!
@@ -40,6 +49,9 @@
 //! | `called=*89` | `cdr_called_rev_start (called_rev, start_us[, id])` | the same |
 //! | `ip=` | `cdr_caller_ip_start (caller_ip, start_us[, id])`, `cdr_callee_ip_start` | a CIDR is `BETWEEN lo AND hi` on each; the union of both |
 //! | `call_id=` | `cdr_call_id (call_id)` | a Call-ID has one call, or a few |
+//! | `from_domain=`, `to_domain=` | `cdr_from_domain_start (from_domain, start_us[, id])`, `cdr_to_domain_start` | a customer's or a carrier's domain may be a few calls among millions; a prefix is a range |
+//! | `ruri_user=` | `cdr_ruri_user_start (ruri_user, start_us[, id])` | the number as routed, searched as a number is |
+//! | `ua=`, `caller_ua=`, `callee_ua=`, `header=` | none | a text inside a User-Agent, or a pair inside the headers' JSON, has no B-tree range: checked on each row of a walk, bounded per page by [`SCAN_ROWS_MAX`] |
 //! | a call page | `cdr_uid (uid)` (unique) | `call_by_uid`; also the upsert's conflict target |
 //!
 //! # Plans
@@ -78,6 +90,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::fields::FieldFilter;
 use crate::plan::{self, Arg, Bound, Branch, Cols, Exec, Kind, Plan, Pred, Scope, Table};
 use crate::query::{self, Cursor, IpNet, LIMIT_DEFAULT, NumberFilter, NumberPattern, QueryError};
 use crate::{CdrCall, CdrError, CdrStream, CdrT38};
@@ -172,6 +185,8 @@ pub struct CallQuery {
     /// Fax calls only (`fax=1`), or none of them (`fax=0`): a call with a fax result or a
     /// T.38 flow ([`fax_sql`]).
     pub fax: Option<bool>,
+    /// User-Agents, domains, Request-URI user and kept headers ([`crate::fields`]).
+    pub fields: FieldFilter,
 }
 
 impl Default for CallQuery {
@@ -194,12 +209,13 @@ impl Default for CallQuery {
             after: None,
             limit: LIMIT_DEFAULT,
             fax: None,
+            fields: FieldFilter::default(),
         }
     }
 }
 
 /// The parameters of `GET /api/calls`, in the order [`CallQuery::to_query`] writes them.
-pub const CALL_PARAMS: [&str; 17] = [
+pub const CALL_PARAMS: [&str; 24] = [
     "from",
     "to",
     "caller",
@@ -217,7 +233,19 @@ pub const CALL_PARAMS: [&str; 17] = [
     "after",
     "limit",
     "fax",
+    // crate::fields::FIELD_PARAMS, in order.
+    "ua",
+    "caller_ua",
+    "callee_ua",
+    "from_domain",
+    "to_domain",
+    "ruri_user",
+    "header",
 ];
+
+/// Where [`crate::fields::FIELD_PARAMS`] begin in [`CALL_PARAMS`].
+const FIELD_PARAMS_AT: usize = 17;
+const _: () = assert!(FIELD_PARAMS_AT + crate::fields::FIELD_PARAMS.len() == CALL_PARAMS.len());
 
 /// At most this many items in `response`.
 pub const RESPONSE_ITEMS_MAX: usize = 32;
@@ -330,6 +358,11 @@ impl CallQuery {
                 .transpose()?
                 .unwrap_or(LIMIT_DEFAULT),
             fax: get(16).map(|x| query::parse_flag("fax", x)).transpose()?,
+            fields: FieldFilter::from_values(
+                &(FIELD_PARAMS_AT..CALL_PARAMS.len())
+                    .map(get)
+                    .collect::<Vec<_>>(),
+            )?,
         })
     }
 
@@ -395,6 +428,7 @@ impl CallQuery {
         if let Some(v) = self.fax {
             query::push_pair(p, "fax", if v { "1" } else { "0" });
         }
+        self.fields.push_pairs(p);
         s
     }
 }
@@ -745,6 +779,7 @@ fn call_preds(q: &CallQuery, partitioned: bool) -> Vec<Pred> {
             Pred::Not(Box::new(is_fax))
         });
     }
+    q.fields.preds(&mut p);
     p
 }
 
@@ -871,6 +906,12 @@ pub(crate) fn call_from(c: &mut Cols) -> Result<CdrCall, CdrError> {
         encrypted: c.opt_i64()?.is_some_and(|v| v != 0),
         t38_offered: c.opt_i64()?.is_some_and(|v| v != 0),
         sensor: c.text()?,
+        caller_ua: c.opt_text()?.unwrap_or_default(),
+        callee_ua: c.opt_text()?.unwrap_or_default(),
+        from_domain: c.opt_text()?.unwrap_or_default(),
+        to_domain: c.opt_text()?.unwrap_or_default(),
+        ruri_user: c.opt_text()?.unwrap_or_default(),
+        headers: crate::fields::headers_of(c.opt_text()?.as_deref()),
     })
 }
 

@@ -490,7 +490,8 @@ pub fn bulk_load_sqlite(
             &("registration_uid", ""),
             &crate::alerts::REGISTRATION_FIRST,
         ];
-        for (n, _) in SQLITE_INDEXES.iter().chain(later) {
+        let fields = crate::fields::SQLITE_FIELD_INDEXES.iter();
+        for (n, _) in SQLITE_INDEXES.iter().chain(later).chain(fields) {
             tx.execute_batch(&format!("DROP INDEX IF EXISTS {n}"))?;
         }
         let mut call = tx.prepare_cached(&crate::call_insert_sql(false, false))?;
@@ -547,6 +548,9 @@ pub fn bulk_load_sqlite(
         }
         drop((call, stream, t38, reg));
         tx.execute_batch(&crate::sqlite_index_sql())?;
+        for (n, d) in crate::fields::SQLITE_FIELD_INDEXES {
+            tx.execute_batch(&crate::create_index_sql(n, d))?;
+        }
         tx.execute_batch(crate::alerts::SQLITE_ALERT_SCHEMA)?;
         Ok(())
     })();
@@ -741,6 +745,12 @@ impl Chunk {
             w.int(i64::from(c.encrypted));
             w.int(i64::from(c.t38_offered));
             w.text(&d.sensor);
+            w.text(&c.caller_ua);
+            w.text(&c.callee_ua);
+            w.text(&c.from_domain);
+            w.text(&c.to_domain);
+            w.text(&c.ruri_user);
+            w.opt_text(crate::fields::headers_text(&c.headers).as_deref());
             w.text(&d.caller_rev);
             w.text(&d.called_rev);
             w.bytes(d.caller_ip.as_deref());
@@ -860,6 +870,7 @@ pub fn bulk_load_postgres(
             .collect(),
     };
     indexes.push(crate::alerts::REGISTRATION_FIRST);
+    indexes.extend(crate::fields::PG_FIELD_INDEXES);
     let wrap = |source| CdrError::Postgres {
         target: target.clone(),
         source,

@@ -135,6 +135,8 @@ pub struct MonitorConfig {
     /// decided while the call is up (at most [`STARTED_PER_TAKE_MAX`] between two takes; the
     /// rest counted in [`Counters::starts_dropped`]).
     pub report_starts: bool,
+    /// Headers whose values each call keeps ([`crate::dialog::CallFields::headers`]).
+    pub headers: crate::dialog::KeptHeaders,
 }
 
 /// Call starts kept between two [`Monitor::take_finished`].
@@ -176,6 +178,7 @@ impl Default for MonitorConfig {
             live_calls_per_shard_max: crate::live_calls::LIVE_CALLS_PER_SHARD_MAX,
             live_calls_min_wall_ms: crate::live_calls::LIVE_CALLS_MIN_WALL_MS,
             report_starts: false,
+            headers: crate::dialog::KeptHeaders::default(),
         }
     }
 }
@@ -759,6 +762,7 @@ impl CallShard {
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, dst, m);
+            d.learn_fields(m, &self.cfg.headers);
             d.learn_sdp(facts, codecs.unwrap_or_default());
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
@@ -767,6 +771,7 @@ impl CallShard {
             }
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.on_message(ts_ns, src, dst, m);
+            d.learn_fields(m, &self.cfg.headers);
             d.learn_sdp(facts, codecs.unwrap_or_default());
             let call_id: Arc<str> = Arc::from(call_id);
             if self.cfg.report_starts {

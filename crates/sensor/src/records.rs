@@ -45,6 +45,17 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
         fax_result: fax.and_then(|f| f.result).map(|r| r.as_str().to_string()),
         encrypted: c.is_encrypted(),
         t38_offered: c.dialog.t38_offered(),
+        caller_ua: d.fields.caller_ua.to_string(),
+        callee_ua: d.fields.callee_ua.to_string(),
+        from_domain: d.fields.from_domain.to_string(),
+        to_domain: d.fields.to_domain.to_string(),
+        ruri_user: d.fields.ruri_user.to_string(),
+        headers: d
+            .fields
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
         ..CdrCall::default()
     }
 }
