@@ -331,6 +331,7 @@ fn synthetic_call(i: u64, n: u64, from_us: i64, to_us: i64, seed: u64) -> CdrRec
             });
         }
     }
+    let called_user = called.clone();
     let call = CdrCall {
         call_id,
         caller,
@@ -365,6 +366,14 @@ fn synthetic_call(i: u64, n: u64, from_us: i64, to_us: i64, seed: u64) -> CdrRec
             String::new()
         },
         sensor: site.sensor.to_string(),
+        // The signalling fields, from the call's number (no draw from `r`: the figures above
+        // stay what they were for a seed).
+        caller_ua: USER_AGENTS[(i % USER_AGENTS.len() as u64) as usize].to_string(),
+        callee_ua: "Asterisk PBX 20.5.0".to_string(),
+        from_domain: site.domain.to_string(),
+        to_domain: site.domain.to_string(),
+        ruri_user: called_user,
+        headers: [("x-account".to_string(), format!("{}", 7000 + i % 500))].into(),
         ..CdrCall::default()
     };
     let mut rec = CdrRecord::call(call, streams);
