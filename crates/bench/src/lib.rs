@@ -20,6 +20,7 @@ mod alerts;
 mod alerts_latency;
 mod archive;
 pub mod browser;
+mod calls_export;
 pub mod capture;
 mod capture_live;
 mod collector;
@@ -76,6 +77,9 @@ pub enum BenchCommand {
     /// Alert rules: CPU per call with no rules, the 20 example rules and 200, as a share of
     /// the monitor's analysis of the same calls; memory per tracked key at 1,000,000 keys.
     Alerts(alerts::Args),
+    /// Exports: a search of a million calls downloaded whole as CSV (streamed) against the same
+    /// rows paged through the JSON API: rows per second and the server's peak memory.
+    Exports(calls_export::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -97,5 +101,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Registrar(args) => registrar::run(args),
         BenchCommand::Collector(args) => collector::run(args),
         BenchCommand::Alerts(args) => alerts::run(args),
+        BenchCommand::Exports(args) => calls_export::run(args),
     }
 }
