@@ -1125,6 +1125,26 @@ fn a_search_downloads_whole_as_csv_and_json_lines_with_the_rows_of_its_json() {
         ("last", "last_us"),
     );
 
+    // The search pages offer the same downloads, and the new filters.
+    for (page, inputs) in [
+        (
+            "/calls",
+            &["ua", "from_domain", "to_domain", "ruri_user", "header"][..],
+        ),
+        ("/registrations", &[][..]),
+    ] {
+        let (status, _, html) =
+            http(server.web, "GET", page, &[("Cookie", cookie.as_str())], "").unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            html.contains("id=\"export-csv\"") && html.contains("id=\"export-jsonl\""),
+            "{page}"
+        );
+        for name in inputs {
+            assert!(html.contains(&format!("name=\"{name}\"")), "{page}: {name}");
+        }
+    }
+
     // A bad format is refused, naming it.
     let (status, _, body) = http(
         server.web,
