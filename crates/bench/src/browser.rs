@@ -260,6 +260,11 @@ impl ConsoleServer {
     pub fn base(&self) -> String {
         format!("http://{}/", self.web)
     }
+
+    /// The server's process id (its memory figures are in `/proc/PID/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for ConsoleServer {

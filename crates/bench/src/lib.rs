@@ -20,6 +20,7 @@ mod alerts;
 mod alerts_latency;
 mod archive;
 pub mod browser;
+mod calls_export;
 pub mod capture;
 mod capture_live;
 mod collector;
@@ -84,6 +85,9 @@ pub enum BenchCommand {
     /// Reports: a 30-day report per group over 10,000,000 CDRs from the rollups, against the
     /// same figures by a GROUP BY over the calls (the ratio).
     Report(reports::Args),
+    /// Exports: a search of a million calls downloaded whole as CSV (streamed) against the same
+    /// rows paged through the JSON API: rows per second and the server's peak memory.
+    Exports(calls_export::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -107,5 +111,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Alerts(args) => alerts::run(args),
         BenchCommand::Legs(args) => legs::run(args),
         BenchCommand::Report(args) => reports::run(args),
+        BenchCommand::Exports(args) => calls_export::run(args),
     }
 }

@@ -66,6 +66,8 @@
 //! records into rows.
 
 pub mod alerts;
+pub mod export;
+pub mod fields;
 pub mod journal;
 pub mod lone;
 mod matches;
@@ -235,6 +237,21 @@ pub struct CdrCall {
     /// when empty; the store writes `local` for an empty one.
     #[serde(default)]
     pub sensor: String,
+    /// The User-Agent of the call's first INVITE (at most
+    /// [`fields::HEADER_VALUE_BYTES_MAX`] bytes); empty when it had none.
+    pub caller_ua: String,
+    /// The answering side's Server header, else its User-Agent, from its responses to the
+    /// INVITE (a 2xx's before a provisional one's; never a 100's, which a proxy may send).
+    pub callee_ua: String,
+    /// The host of the first INVITE's From and To URIs, lower case.
+    pub from_domain: String,
+    pub to_domain: String,
+    /// The user part of the first INVITE's Request-URI (the number dialled as routed).
+    pub ruri_user: String,
+    /// The values of the headers `[capture] headers` names, by lower-case name: the first
+    /// message of the call that carried each (at most [`fields::HEADERS_MAX`] headers,
+    /// [`fields::HEADER_VALUE_BYTES_MAX`] bytes each, cut at a character).
+    pub headers: std::collections::BTreeMap<String, String>,
     /// The call this leg belongs to: the `uid` of its first leg; a leg alone carries its own
     /// uid. Filled when the record gets its identity ([`CdrRecord::fill_identity`]); a row
     /// stored before legs were linked has none (NULL: it is its own call).
@@ -709,12 +726,14 @@ pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
         "calls linked across their legs: call_group, linked_by, link_confidence",
     ),
     (
+        3,
+        "calls keep their User-Agents, domains, Request-URI user and chosen headers",
+    ),
+    (
         5,
         "report rollups (report_hour), the calls stored before counted in group all",
     ),
 ];
-
-/// The SQLite CDR database's format version this build writes, and the highest it reads.
 
 /// The columns of `cdr` that link a call's legs ([`CdrCall::call_group`]), with their SQLite
 /// and PostgreSQL types: SQLite migration 2 and PostgreSQL migration 6 add them, with the
@@ -739,6 +758,8 @@ pub(crate) fn pg_leg_columns_sql() -> String {
     sql += &create_index_sql(CALL_GROUP_INDEX.0, CALL_GROUP_INDEX.1);
     sql
 }
+
+/// The SQLite CDR database's format version this build writes, and the highest it reads.
 pub const SQLITE_FORMAT_VERSION: u32 = 5;
 const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
 
@@ -869,6 +890,7 @@ impl SqliteStore {
                 1 => self.tables(),
                 2 => self.leg_columns(),
                 5 => self.report_tables(),
+                3 => fields::sqlite_migrate(&self.conn).map_err(|e| self.err(e)),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -1046,6 +1068,12 @@ fn call_from_row(r: &rusqlite::Row<'_>, o: usize) -> rusqlite::Result<CdrCall> {
         linked_by: r.get(o + 34)?,
         link_confidence: r.get(o + 35)?,
         first_leg: None,
+        caller_ua: r.get::<_, Option<String>>(o + 36)?.unwrap_or_default(),
+        callee_ua: r.get::<_, Option<String>>(o + 37)?.unwrap_or_default(),
+        from_domain: r.get::<_, Option<String>>(o + 38)?.unwrap_or_default(),
+        to_domain: r.get::<_, Option<String>>(o + 39)?.unwrap_or_default(),
+        ruri_user: r.get::<_, Option<String>>(o + 40)?.unwrap_or_default(),
+        headers: fields::headers_of(r.get::<_, Option<String>>(o + 41)?.as_deref()),
     })
 }
 
@@ -1071,7 +1099,8 @@ pub(crate) const CALL_COLUMNS: &str = "call_id, caller, called, caller_addr, cal
      end_us, state, last_response, last_reason, hangup_by, q850_cause, sip_messages, reinvites, mos_min, \
      sip_tar, sip_member, sip_offset, sip_len, sip_compression, \
      rtp_tar, rtp_member, rtp_offset, rtp_len, rtp_compression, dtmf, fax_pages, fax_result, \
-     encrypted, t38_offered, sensor, call_group, linked_by, link_confidence";
+     encrypted, t38_offered, sensor, call_group, linked_by, link_confidence, \
+     caller_ua, callee_ua, from_domain, to_domain, ruri_user, headers";
 
 /// Placeholders `?1, ?2, ..., ?n` (or `$1...` with `dollar`).
 pub(crate) fn placeholders(n: usize, dollar: bool) -> String {
@@ -1489,7 +1518,8 @@ pub(crate) fn sqlite_insert_call(
 ) -> rusqlite::Result<i64> {
     let d = search::derive(c, streams.iter().map(search::StreamFigures::from));
     let group = call_group_column(c, uid);
-    let p: [&dyn ToSql; 45] = [
+    let headers = fields::headers_text(&c.headers);
+    let p: [&dyn ToSql; 51] = [
         &c.call_id,
         &c.caller,
         &c.called,
@@ -1526,6 +1556,12 @@ pub(crate) fn sqlite_insert_call(
         &group,
         &c.linked_by,
         &c.link_confidence,
+        &c.caller_ua,
+        &c.callee_ua,
+        &c.from_domain,
+        &c.to_domain,
+        &c.ruri_user,
+        &headers,
         &d.caller_rev,
         &d.called_rev,
         &d.caller_ip,

@@ -88,7 +88,7 @@ impl CallQuery {
                 return false;
             }
         }
-        true
+        self.fields.matches(c)
     }
 
     /// The filters a call passes or fails from its INVITE alone: time, numbers, Call-ID,
@@ -158,5 +158,6 @@ impl CallQuery {
             || self.codec.is_some()
             || self.hangup_by.is_some()
             || self.fax.is_some()
+            || !self.fields.is_empty()
     }
 }

@@ -103,6 +103,11 @@ pub const MIGRATIONS: &[Migration] = &[
         apply: leg_columns,
     },
     Migration {
+        version: 7,
+        name: "calls keep their User-Agents, domains, Request-URI user and chosen headers",
+        apply: call_fields,
+    },
+    Migration {
         version: 9,
         name: "report rollups per group and hour",
         apply: report_tables,
@@ -115,6 +120,13 @@ pub const MIGRATIONS: &[Migration] = &[
 /// applies again to version 1's tables.
 fn leg_columns(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
     tx.batch_execute(&crate::pg_leg_columns_sql())
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// Version 7: `cdr`'s columns of [`crate::fields`] and their indexes, in either layout (a
+/// partitioned parent passes both to its days, and days made later copy them).
+fn call_fields(tx: &mut Transaction<'_>, cx: &MigrationContext<'_>) -> Result<(), CdrError> {
+    tx.batch_execute(&crate::fields::pg_migrate_sql())
         .map_err(|e| pg_error(cx.target, e))
 }
 

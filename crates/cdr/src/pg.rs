@@ -364,6 +364,12 @@ fn call_from_row(r: &postgres::Row, o: usize) -> CdrCall {
         linked_by: r.get(o + 34),
         link_confidence: r.get(o + 35),
         first_leg: None,
+        caller_ua: r.get::<_, Option<String>>(o + 36).unwrap_or_default(),
+        callee_ua: r.get::<_, Option<String>>(o + 37).unwrap_or_default(),
+        from_domain: r.get::<_, Option<String>>(o + 38).unwrap_or_default(),
+        to_domain: r.get::<_, Option<String>>(o + 39).unwrap_or_default(),
+        ruri_user: r.get::<_, Option<String>>(o + 40).unwrap_or_default(),
+        headers: crate::fields::headers_of(r.get::<_, Option<&str>>(o + 41)),
     }
 }
 

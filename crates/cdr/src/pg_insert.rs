@@ -52,7 +52,7 @@ use postgres::{Client, Statement, Transaction};
 use crate::pg::{PgLayout, opt_i64};
 use crate::pg_partition::call_start_us;
 use crate::search::{self, StreamFigures};
-use crate::{CdrRecord, rollup};
+use crate::{CdrRecord, fields, rollup};
 
 /// A column's type: its array is `$n::{sql}[]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +82,7 @@ use Ty::{Bool, Bytes, F8, I4, I8, Text};
 
 /// `cdr`'s columns as inserted: `id`, [`crate::CALL_COLUMNS`],
 /// [`search::DERIVED_COLUMNS`], `uid`.
-const CALL: [(&str, Ty); 46] = [
+const CALL: [(&str, Ty); 52] = [
     ("id", I8),
     ("call_id", Text),
     ("caller", Text),
@@ -120,6 +120,12 @@ const CALL: [(&str, Ty); 46] = [
     ("call_group", Text),
     ("linked_by", Text),
     ("link_confidence", F8),
+    ("caller_ua", Text),
+    ("callee_ua", Text),
+    ("from_domain", Text),
+    ("to_domain", Text),
+    ("ruri_user", Text),
+    ("headers", Text),
     ("caller_rev", Text),
     ("called_rev", Text),
     ("caller_ip", Bytes),
@@ -573,7 +579,7 @@ pub(crate) const INDEXED_TEXT_BYTES_MAX: usize = 1_024;
 
 /// The text columns that are in an index, in some table of some layout: bounded to
 /// [`INDEXED_TEXT_BYTES_MAX`].
-const INDEXED_TEXT: [&str; 8] = [
+const INDEXED_TEXT: [&str; 11] = [
     "call_id",
     "uid",
     "call_group",
@@ -582,6 +588,9 @@ const INDEXED_TEXT: [&str; 8] = [
     "caller_rev",
     "called_rev",
     "username",
+    "from_domain",
+    "to_domain",
+    "ruri_user",
 ];
 
 /// `text` as stored in a column: without NUL, and for an indexed column longer than
@@ -778,6 +787,12 @@ pub(crate) fn insert(
             w.opt_str(crate::call_group_column(c, rec.call_uid()));
             w.opt_str(c.linked_by.as_deref());
             w.f8(c.link_confidence);
+            w.str(&c.caller_ua);
+            w.str(&c.callee_ua);
+            w.str(&c.from_domain);
+            w.str(&c.to_domain);
+            w.str(&c.ruri_user);
+            w.owned(fields::headers_text(&c.headers));
             w.owned(Some(d.caller_rev));
             w.owned(Some(d.called_rev));
             w.bytes(d.caller_ip);
@@ -982,7 +997,7 @@ mod tests {
                 crate::registration::REG_COLUMNS
             ))
         );
-        assert!(insert_sql("cdr", &CALL).ends_with("unnest($46::text[])"));
+        assert!(insert_sql("cdr", &CALL).ends_with("unnest($52::text[])"));
         let set = update_set(&CALL, &["uid", "start_us"], &["id"]);
         assert!(set.starts_with("call_id = excluded.call_id, caller = excluded.caller"));
         assert!(!set.contains("id = excluded.id,") && !set.contains("start_us = excluded"));

@@ -285,6 +285,9 @@ pub(crate) enum Pred {
     Contains(&'static str, String),
     /// The text column ends with the needle (ASCII).
     EndsWith(&'static str, String),
+    /// The text column contains the needle, ASCII case ignored (SQLite's LIKE, PostgreSQL's
+    /// ILIKE).
+    ContainsNoCase(&'static str, String),
     /// The integer column is one of these.
     IntIn(&'static str, Vec<i64>),
     /// The integer column lies in `lo..=hi`.
@@ -315,6 +318,14 @@ impl Pred {
                     format!("(strpos({col}, {a}) > 0)")
                 } else {
                     format!("(instr({col}, {a}) > 0)")
+                }
+            }
+            Pred::ContainsNoCase(col, needle) => {
+                let a = s.arg(Arg::Text(format!("%{}%", like_escaped(needle))));
+                if s.pg() {
+                    format!("({col} ILIKE {a})")
+                } else {
+                    format!("({col} LIKE {a} ESCAPE '\\')")
                 }
             }
             Pred::EndsWith(col, needle) => {

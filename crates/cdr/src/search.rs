@@ -5,8 +5,15 @@
 //! ```text
 //! GET /api/calls?from=&to=&caller=&called=&call_id=&ip=&response=&min_duration_s=&mos_below=
 //!     &loss_above_pct=&jitter_above_ms=&codec=&hangup_by=&sensor=&after=&limit=&fax=
-//!     &call_group=&legs=
+//!     &call_group=&legs=&group=
+//!     &ua=&caller_ua=&callee_ua=&from_domain=&to_domain=&ruri_user=&header=NAME:VALUE
 //! ```
+//!
+//! The last line's filters are [`crate::fields`]': a User-Agent contains the text (either
+//! side, or one; ASCII case ignored), a domain or a Request-URI user is a pattern as a number
+//! is (`example.com`, `sip.*`, `*.example.net`, lists, `!`; domains in any case), and a kept
+//! header has the value whole or, with a trailing `*`, its start. `group=NAME` is a
+//! `[[groups]]` entry's addresses and number prefixes ([`GroupFilter`]).
 //!
 //! # Legs and calls
 //!
@@ -32,6 +39,9 @@
 //! | `loss_max_pct` | the worst stream's loss, 100·lost/(received+lost) | `loss_above_pct=` |
 //! | `jitter_max_ms` | the largest jitter of a stream | `jitter_above_ms=` |
 //!
+//! The signalling fields (`caller_ua`, `callee_ua`, `from_domain`, `to_domain`, `ruri_user`,
+//! `headers`) are the record's own ([`crate::fields`]), stored as the call has them.
+//!
 //! # Indexes
 //!
 //! Each costs every insert a B-tree update, so there is one per filter that can pick a few rows
@@ -50,6 +60,9 @@
 //! | `called=*89` | `cdr_called_rev_start (called_rev, start_us[, id])` | the same |
 //! | `ip=` | `cdr_caller_ip_start (caller_ip, start_us[, id])`, `cdr_callee_ip_start` | a CIDR is `BETWEEN lo AND hi` on each; the union of both |
 //! | `call_id=` | `cdr_call_id (call_id)` | a Call-ID has one call, or a few |
+//! | `from_domain=`, `to_domain=` | `cdr_from_domain_start (from_domain, start_us[, id])`, `cdr_to_domain_start` | a customer's or a carrier's domain may be a few calls among millions; a prefix is a range |
+//! | `ruri_user=` | `cdr_ruri_user_start (ruri_user, start_us[, id])` | the number as routed, searched as a number is |
+//! | `ua=`, `caller_ua=`, `callee_ua=`, `header=` | none | a text inside a User-Agent, or a pair inside the headers' JSON, has no B-tree range: checked on each row of a walk, bounded per page by [`SCAN_ROWS_MAX`] |
 //! | a call page | `cdr_uid (uid)` (unique) | `call_by_uid`; also the upsert's conflict target |
 //!
 //! # Plans
@@ -88,6 +101,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::fields::FieldFilter;
 use crate::plan::{self, Arg, Bound, Branch, Cols, Exec, Kind, Plan, Pred, Scope, Table};
 use crate::query::{self, Cursor, IpNet, LIMIT_DEFAULT, NumberFilter, NumberPattern, QueryError};
 use crate::{CdrCall, CdrError, CdrStream, CdrT38};
@@ -182,6 +196,8 @@ pub struct CallQuery {
     /// Fax calls only (`fax=1`), or none of them (`fax=0`): a call with a fax result or a
     /// T.38 flow ([`fax_sql`]).
     pub fax: Option<bool>,
+    /// User-Agents, domains, Request-URI user and kept headers ([`crate::fields`]).
+    pub fields: FieldFilter,
     /// The legs of this call (`call_group=`, the uid of its first leg).
     pub call_group: Option<String>,
     /// `legs=calls`: each call once, as its first leg; `legs=legs` (the default): every leg.
@@ -303,12 +319,13 @@ impl Default for CallQuery {
             call_group: None,
             calls_only: false,
             group: None,
+            fields: FieldFilter::default(),
         }
     }
 }
 
 /// The parameters of `GET /api/calls`, in the order [`CallQuery::to_query`] writes them.
-pub const CALL_PARAMS: [&str; 20] = [
+pub const CALL_PARAMS: [&str; 27] = [
     "from",
     "to",
     "caller",
@@ -329,7 +346,19 @@ pub const CALL_PARAMS: [&str; 20] = [
     "call_group",
     "legs",
     "group",
+    // crate::fields::FIELD_PARAMS, in order.
+    "ua",
+    "caller_ua",
+    "callee_ua",
+    "from_domain",
+    "to_domain",
+    "ruri_user",
+    "header",
 ];
+
+/// Where [`crate::fields::FIELD_PARAMS`] begin in [`CALL_PARAMS`].
+const FIELD_PARAMS_AT: usize = 20;
+const _: () = assert!(FIELD_PARAMS_AT + crate::fields::FIELD_PARAMS.len() == CALL_PARAMS.len());
 
 /// At most this many items in `response`.
 pub const RESPONSE_ITEMS_MAX: usize = 32;
@@ -454,6 +483,11 @@ impl CallQuery {
                 .map(|x| GroupFilter::parse("group", x))
                 .transpose()?
                 .flatten(),
+            fields: FieldFilter::from_values(
+                &(FIELD_PARAMS_AT..CALL_PARAMS.len())
+                    .map(get)
+                    .collect::<Vec<_>>(),
+            )?,
         })
     }
 
@@ -528,6 +562,7 @@ impl CallQuery {
         if let Some(g) = &self.group {
             query::push_pair(p, "group", &g.name);
         }
+        self.fields.push_pairs(p);
         s
     }
 }
@@ -899,6 +934,7 @@ fn call_preds(q: &CallQuery, partitioned: bool) -> Vec<Pred> {
             Pred::Not(Box::new(is_fax))
         });
     }
+    q.fields.preds(&mut p);
     p
 }
 
@@ -1029,6 +1065,12 @@ pub(crate) fn call_from(c: &mut Cols) -> Result<CdrCall, CdrError> {
         linked_by: c.opt_text()?,
         link_confidence: c.opt_f64()?,
         first_leg: None,
+        caller_ua: c.opt_text()?.unwrap_or_default(),
+        callee_ua: c.opt_text()?.unwrap_or_default(),
+        from_domain: c.opt_text()?.unwrap_or_default(),
+        to_domain: c.opt_text()?.unwrap_or_default(),
+        ruri_user: c.opt_text()?.unwrap_or_default(),
+        headers: crate::fields::headers_of(c.opt_text()?.as_deref()),
     })
 }
 

@@ -331,6 +331,7 @@ fn synthetic_call(i: u64, n: u64, from_us: i64, to_us: i64, seed: u64) -> CdrRec
             });
         }
     }
+    let called_user = called.clone();
     let call = CdrCall {
         call_id,
         caller,
@@ -365,6 +366,14 @@ fn synthetic_call(i: u64, n: u64, from_us: i64, to_us: i64, seed: u64) -> CdrRec
             String::new()
         },
         sensor: site.sensor.to_string(),
+        // The signalling fields, from the call's number (no draw from `r`: the figures above
+        // stay what they were for a seed).
+        caller_ua: USER_AGENTS[(i % USER_AGENTS.len() as u64) as usize].to_string(),
+        callee_ua: "Asterisk PBX 20.5.0".to_string(),
+        from_domain: site.domain.to_string(),
+        to_domain: site.domain.to_string(),
+        ruri_user: called_user,
+        headers: [("x-account".to_string(), format!("{}", 7000 + i % 500))].into(),
         ..CdrCall::default()
     };
     let mut rec = CdrRecord::call(call, streams);
@@ -500,7 +509,8 @@ pub fn bulk_load_sqlite_grouped(
             &("registration_uid", ""),
             &crate::alerts::REGISTRATION_FIRST,
         ];
-        for (n, _) in SQLITE_INDEXES.iter().chain(later) {
+        let fields = crate::fields::SQLITE_FIELD_INDEXES.iter();
+        for (n, _) in SQLITE_INDEXES.iter().chain(later).chain(fields) {
             tx.execute_batch(&format!("DROP INDEX IF EXISTS {n}"))?;
         }
         let mut call = tx.prepare_cached(&crate::call_insert_sql(false, false))?;
@@ -567,6 +577,9 @@ pub fn bulk_load_sqlite_grouped(
         drop((call, stream, t38, reg));
         crate::rollup::sqlite_apply(&tx, changes)?;
         tx.execute_batch(&crate::sqlite_index_sql())?;
+        for (n, d) in crate::fields::SQLITE_FIELD_INDEXES {
+            tx.execute_batch(&crate::create_index_sql(n, d))?;
+        }
         tx.execute_batch(crate::alerts::SQLITE_ALERT_SCHEMA)?;
         Ok(())
     })();
@@ -764,6 +777,12 @@ impl Chunk {
             w.opt_text(crate::call_group_column(c, rec.call_uid()));
             w.opt_text(c.linked_by.as_deref());
             w.opt_real(c.link_confidence);
+            w.text(&c.caller_ua);
+            w.text(&c.callee_ua);
+            w.text(&c.from_domain);
+            w.text(&c.to_domain);
+            w.text(&c.ruri_user);
+            w.opt_text(crate::fields::headers_text(&c.headers).as_deref());
             w.text(&d.caller_rev);
             w.text(&d.called_rev);
             w.bytes(d.caller_ip.as_deref());
@@ -893,6 +912,7 @@ pub fn bulk_load_postgres_grouped(
             .collect(),
     };
     indexes.push(crate::alerts::REGISTRATION_FIRST);
+    indexes.extend(crate::fields::PG_FIELD_INDEXES);
     let wrap = |source| CdrError::Postgres {
         target: target.clone(),
         source,

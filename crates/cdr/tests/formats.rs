@@ -94,6 +94,53 @@ fn a_cdr_database_from_before_versions_is_stamped_with_its_rows() {
 }
 
 #[test]
+fn a_cdr_database_of_version_1_gets_the_call_fields_and_keeps_its_rows() {
+    use cdr::search::CallQuery;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.sqlite3");
+    let mut st = SqliteStore::open(&path).unwrap();
+    st.insert_records(&[call("a", 1, 1_000, 1)]).unwrap();
+    drop(st);
+    // What version 1 left: none of the fields' columns or indexes.
+    let c = Connection::open(&path).unwrap();
+    let mut sql = String::from("PRAGMA user_version = 1;");
+    for (name, _) in cdr::fields::SQLITE_FIELD_INDEXES {
+        sql += &format!("DROP INDEX {name};");
+    }
+    for (name, _, _) in cdr::fields::FIELD_COLUMNS {
+        sql += &format!("ALTER TABLE cdr DROP COLUMN {name};");
+    }
+    c.execute_batch(&sql).unwrap();
+    drop(c);
+    drop(SqliteStore::open(&path).unwrap());
+    assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
+    let mut st = SqliteStore::open(&path).unwrap();
+    let mut b = call("b", 2, 2_000, 0);
+    let c = b.call.as_mut().unwrap();
+    c.from_domain = "pbx.example.com".into();
+    c.headers.insert("x-account".into(), "77".into());
+    st.insert_records(&[b]).unwrap();
+    let found = |st: &mut SqliteStore, q: &str| -> Vec<String> {
+        let page = st.search(&CallQuery::from_query(q).unwrap()).unwrap();
+        page.calls.into_iter().map(|c| c.call.call_id).collect()
+    };
+    assert_eq!(found(&mut st, "").len(), 2, "the old row is still there");
+    assert_eq!(
+        found(&mut st, "from_domain=pbx.example.com"),
+        ["call-2@partitions.test"]
+    );
+    assert_eq!(
+        found(&mut st, "header=x-account:77"),
+        ["call-2@partitions.test"]
+    );
+    // The old row reads with none of the fields.
+    let page = st.search(&CallQuery::from_query("").unwrap()).unwrap();
+    let old = &page.calls[1].call;
+    assert_eq!(old.call_id, "call-1@partitions.test");
+    assert!(old.from_domain.is_empty() && old.caller_ua.is_empty() && old.headers.is_empty());
+}
+
+#[test]
 fn a_store_file_given_as_the_cdr_database_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv.sqlite3");

@@ -365,7 +365,7 @@ fn a_batch_is_stored_once_however_often_it_comes() {
     }
 }
 
-/// The version of a migration after this release's.
+/// The version of a migration after this release's (versions may skip numbers).
 const NEXT: i64 = migrate::MIGRATIONS[migrate::MIGRATIONS.len() - 1].version + 1;
 
 /// The migrations of this release and then `extra`.

@@ -294,6 +294,7 @@
 
   async function callsPage() {
     const { q, range } = searchForm(86400);
+    exportLinks("/api/calls", q);
     pager("/api/calls", q, document.querySelector("#calls tbody"), callRow, document.getElementById("status"), "calls", range, "calls");
     const totals = document.getElementById("totals");
     try {
@@ -330,6 +331,11 @@
     if (c.fax_result) add("Fax", `${c.fax_result}, ${plural(c.fax_pages ?? 0, "page")}`);
     else if (c.fax) add("Fax", "T.38 sent; no T.30 frames seen, so no pages or result (the capture may have begun late)");
     add("Sensor", c.sensor || "local");
+    if (c.caller_ua) add("Caller's User-Agent", c.caller_ua);
+    if (c.callee_ua) add("Callee's Server", c.callee_ua);
+    if (c.from_domain || c.to_domain) add("Domains", `${c.from_domain || "-"} → ${c.to_domain || "-"}`);
+    if (c.ruri_user) add("Request-URI user", c.ruri_user);
+    for (const [name, value] of Object.entries(c.headers || {})) add(name, value);
   }
 
   // One column per address: SIP hosts as ip:port. An RTP endpoint goes to the host whose SDP
@@ -725,8 +731,17 @@
       el("td", { class: "n" }, String(r.requests)), el("td", {}, r.src), el("td", {}, r.dst));
   }
 
+  // The export links of a search page: the same query, every row, as CSV or JSON lines.
+  function exportLinks(path, q) {
+    for (const format of ["csv", "jsonl"]) {
+      const a = document.getElementById(`export-${format}`);
+      if (a) a.href = `${path}?${q}&format=${format}`;
+    }
+  }
+
   function registrationsPage() {
     const { q, range } = searchForm(86400);
+    exportLinks("/api/registrations", q);
     pager("/api/registrations", q, document.querySelector("#registrations tbody"), registrationRow, document.getElementById("status"), "registrations", range, "registrations");
   }
 

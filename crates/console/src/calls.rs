@@ -127,6 +127,8 @@ pub struct Calls {
     idle: Mutex<Vec<Box<dyn CdrStore + Send>>>,
     permits: tokio::sync::Semaphore,
     pcaps: Mutex<PcapCache>,
+    /// Exports running (`web/export.rs`): each holds a reader while it runs.
+    exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl Calls {
@@ -136,8 +138,16 @@ impl Calls {
             permits: tokio::sync::Semaphore::new(readers),
             idle: Mutex::new(Vec::with_capacity(readers)),
             pcaps: Mutex::new(PcapCache::new(config.pcap_cache_bytes_max)),
+            exports: Arc::new(tokio::sync::Semaphore::new(
+                crate::web::export::EXPORTS_AT_ONCE_MAX,
+            )),
             config,
         }
+    }
+
+    /// A place for one more export, if one is free.
+    pub fn export_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.exports.clone().try_acquire_owned().ok()
     }
 
     pub fn live(&self) -> Option<&LiveFeed> {

@@ -139,6 +139,8 @@ pub struct MonitorConfig {
     /// [`legs::Linker`], run alike in every worker, and its record carries the answer
     /// ([`Dialog::link`]). Disabled (`enabled = false`) or invalid, nothing is linked.
     pub legs: legs::LegsConfig,
+    /// Headers whose values each call keeps ([`crate::dialog::CallFields::headers`]).
+    pub headers: crate::dialog::KeptHeaders,
 }
 
 /// Call starts kept between two [`Monitor::take_finished`].
@@ -181,6 +183,7 @@ impl Default for MonitorConfig {
             live_calls_min_wall_ms: crate::live_calls::LIVE_CALLS_MIN_WALL_MS,
             report_starts: false,
             legs: legs::LegsConfig::default(),
+            headers: crate::dialog::KeptHeaders::default(),
         }
     }
 }
@@ -769,6 +772,7 @@ impl CallShard {
         }
         if let Some(d) = self.dialogs.get_mut(call_id) {
             d.on_message(ts_ns, src, dst, m);
+            d.learn_fields(m, &self.cfg.headers);
             d.learn_sdp(facts, codecs.unwrap_or_default());
         } else if m.is_request() && method == "INVITE" {
             if self.dialogs.len() >= self.max_calls {
@@ -778,6 +782,7 @@ impl CallShard {
             let mut d = Dialog::from_invite(ts_ns, src, dst, m);
             d.link = link.map(|l| *l);
             d.on_message(ts_ns, src, dst, m);
+            d.learn_fields(m, &self.cfg.headers);
             d.learn_sdp(facts, codecs.unwrap_or_default());
             let call_id: Arc<str> = Arc::from(call_id);
             if self.cfg.report_starts {

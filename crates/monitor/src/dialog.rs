@@ -88,12 +88,114 @@ pub struct Dialog {
     pub streams: Vec<crate::rtp::StreamKey>,
     /// What the call's offers and answers said of its media as a whole.
     pub sdp: SdpFacts,
+    /// User-Agents, domains, Request-URI user and the configured headers' values. Boxed: a
+    /// pointer in the dialog, its strings beside it.
+    pub fields: Box<CallFields>,
     /// What few calls have: INFO digits, named dynamic payload types. Boxed, so that a call
     /// without them costs one pointer.
     extras: Option<Box<DialogExtras>>,
     /// The call this dialog is a leg of, when the linker put it in another dialog's (`None`:
     /// it is its own call, or the first leg of one).
     pub link: Option<legs::Link>,
+}
+
+/// Longest User-Agent, Server, domain and Request-URI user kept for a call, in bytes (cut at a
+/// character).
+pub const CALL_TEXT_BYTES_MAX: usize = 256;
+
+/// What a call's headers say beyond its numbers ([`Dialog::learn_fields`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallFields {
+    /// The User-Agent of the call's first INVITE (or of its retry with credentials, when the
+    /// first had none).
+    pub caller_ua: Box<str>,
+    /// The answering side's Server header, else its User-Agent, from a response to the INVITE
+    /// other than 100 (a proxy may send that one): a 2xx's replaces a provisional one's.
+    pub callee_ua: Box<str>,
+    /// The hosts of the first INVITE's From and To URIs, lower case.
+    pub from_domain: Box<str>,
+    pub to_domain: Box<str>,
+    /// The user part of the first INVITE's Request-URI; empty when it has none.
+    pub ruri_user: Box<str>,
+    /// The configured headers' values, by lower-case name, in the order they were first seen:
+    /// each from the first message of the call that carried it (several lines of one message
+    /// joined with `, `, as RFC 3261 7.3.1 allows), cut at a character to the configured bytes.
+    pub headers: Vec<(Box<str>, Box<str>)>,
+    /// `callee_ua` came from a 2xx: later responses leave it alone.
+    callee_ua_final: bool,
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub fn cut_at_char(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The user part of a Request-URI: `sip:600@pbx` → `600`, `tel:+4930123` → `+4930123`, none
+/// for `sip:pbx.example.com`.
+pub fn request_uri_user(uri: &str) -> &str {
+    let tel = uri.get(..4).is_some_and(|s| s.eq_ignore_ascii_case("tel:"));
+    if tel || uri.contains('@') {
+        sip::uri_user(uri)
+    } else {
+        ""
+    }
+}
+
+/// The headers to keep of each call, as the configuration names them
+/// ([`crate::MonitorConfig::headers`]), and the bytes of a value kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptHeaders {
+    /// Lower-case names, at most [`KEPT_HEADERS_MAX`].
+    pub names: Vec<Box<str>>,
+    pub value_bytes_max: usize,
+}
+
+impl Default for KeptHeaders {
+    fn default() -> Self {
+        KeptHeaders {
+            names: Vec::new(),
+            value_bytes_max: KEPT_HEADER_VALUE_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Headers kept per call at most (`[capture] headers`).
+pub const KEPT_HEADERS_MAX: usize = 16;
+/// Bytes kept of one header's value by default (`[capture] header_value_bytes_max`), and at
+/// most.
+pub const KEPT_HEADER_VALUE_BYTES_DEFAULT: usize = 256;
+pub const KEPT_HEADER_VALUE_BYTES_MAX: usize = 4_096;
+
+impl CallFields {
+    /// From a call's first INVITE.
+    fn of_invite(m: &Message<'_>) -> CallFields {
+        let host = |n: Option<sip::NameAddr<'_>>| -> Box<str> {
+            let h = n.map(|n| uri_host(n.uri)).unwrap_or("");
+            cut_at_char(h, CALL_TEXT_BYTES_MAX)
+                .to_ascii_lowercase()
+                .into()
+        };
+        let ruri = match m.start {
+            sip::StartLine::Request { uri, .. } => request_uri_user(uri),
+            sip::StartLine::Response { .. } => "",
+        };
+        CallFields {
+            caller_ua: text(m.header("user-agent")),
+            from_domain: host(m.from()),
+            to_domain: host(m.to()),
+            ruri_user: cut_at_char(ruri, CALL_TEXT_BYTES_MAX).into(),
+            ..CallFields::default()
+        }
+    }
+}
+
+/// A header's value as kept: cut to [`CALL_TEXT_BYTES_MAX`]; empty when absent.
+fn text(v: Option<&str>) -> Box<str> {
+    cut_at_char(v.unwrap_or(""), CALL_TEXT_BYTES_MAX).into()
 }
 
 /// The rarer parts of a dialog.
@@ -183,8 +285,61 @@ impl Dialog {
             sip_messages: 0,
             streams: Vec::new(),
             sdp: SdpFacts::default(),
+            fields: Box::new(CallFields::of_invite(m)),
             extras: None,
             link: None,
+        }
+    }
+
+    /// Takes what a message of the call says of its parties: the callee's Server or
+    /// User-Agent from the INVITE's responses, the caller's User-Agent from a retried INVITE
+    /// when the first had none, and the values of the `kept` headers not seen yet.
+    pub fn learn_fields(&mut self, m: &Message<'_>, kept: &KeptHeaders) {
+        let f = &mut *self.fields;
+        match m.start {
+            sip::StartLine::Request { method, .. } => {
+                if method == "INVITE" && f.caller_ua.is_empty() && self.answer_ns.is_none() {
+                    f.caller_ua = text(m.header("user-agent"));
+                }
+            }
+            sip::StartLine::Response { code, .. } => {
+                let invite = m.cseq().is_some_and(|(_, method)| method == "INVITE");
+                let answer = (200..300).contains(&code);
+                if invite && code > 100 && !f.callee_ua_final {
+                    let ua = m.header("server").or_else(|| m.header("user-agent"));
+                    if let Some(ua) = ua
+                        && (answer || f.callee_ua.is_empty())
+                    {
+                        f.callee_ua = text(Some(ua));
+                    }
+                    f.callee_ua_final = answer && !f.callee_ua.is_empty();
+                }
+            }
+        }
+        for name in &kept.names {
+            if f.headers.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let mut lines = m
+                .headers
+                .iter()
+                .filter(|h| sip::header_name_eq(h.name, name))
+                .peekable();
+            if lines.peek().is_none() {
+                continue;
+            }
+            let mut value = String::new();
+            for h in lines {
+                if value.len() >= kept.value_bytes_max {
+                    break;
+                }
+                if !value.is_empty() {
+                    value.push_str(", ");
+                }
+                value.push_str(cut_at_char(h.value, kept.value_bytes_max));
+            }
+            let value = cut_at_char(&value, kept.value_bytes_max);
+            f.headers.push((name.clone(), value.into()));
         }
     }
 
@@ -543,6 +698,97 @@ mod tests {
 
     fn msg(text: &str) -> Vec<u8> {
         text.replace('\n', "\r\n").into_bytes()
+    }
+
+    fn invite(cseq: u32, extra: &str) -> Vec<u8> {
+        msg(&format!(
+            "INVITE sip:600@PBX.example.com SIP/2.0\n\
+             Via: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bKi{cseq}\n\
+             From: \"A\" <sip:1001@Phones.Example.com>;tag=a\n\
+             To: <sip:2002@Carrier.example.net:5060;user=phone>\n\
+             Call-ID: fields@test\n\
+             CSeq: {cseq} INVITE\n\
+             {extra}Content-Length: 0\n\n"
+        ))
+    }
+
+    fn invite_response(code: u16, extra: &str) -> Vec<u8> {
+        msg(&format!(
+            "SIP/2.0 {code} Whatever\n\
+             Via: SIP/2.0/UDP 10.0.0.5:5060;branch=z9hG4bKi1\n\
+             From: <sip:1001@phones.example.com>;tag=a\n\
+             To: <sip:2002@carrier.example.net>;tag=b\n\
+             Call-ID: fields@test\n\
+             CSeq: 1 INVITE\n\
+             {extra}Content-Length: 0\n\n"
+        ))
+    }
+
+    #[test]
+    fn a_call_keeps_both_user_agents_its_domains_and_its_chosen_headers() {
+        let a: SocketAddr = "10.0.0.5:5060".parse().unwrap();
+        let b: SocketAddr = "10.0.0.6:5060".parse().unwrap();
+        let kept = KeptHeaders {
+            names: vec![
+                "x-account".into(),
+                "p-asserted-identity".into(),
+                "x-late".into(),
+            ],
+            value_bytes_max: 5,
+        };
+        // The first INVITE has no User-Agent; its retry with credentials has.
+        let first = invite(
+            1,
+            "X-Account: é1234\nP-Asserted-Identity: <sip:1>\nP-Asserted-Identity: <tel:2>\n",
+        );
+        let m = Message::parse(&first).unwrap();
+        let mut d = Dialog::from_invite(0, a, b, &m);
+        d.on_message(0, a, b, &m);
+        d.learn_fields(&m, &kept);
+        let feed = |d: &mut Dialog, raw: Vec<u8>| {
+            let m = Message::parse(&raw).unwrap();
+            d.on_message(1, b, a, &m);
+            d.learn_fields(&m, &kept);
+        };
+        feed(&mut d, invite_response(100, "User-Agent: a proxy\n"));
+        feed(&mut d, invite_response(401, "User-Agent: the PBX\n"));
+        feed(
+            &mut d,
+            invite(2, "User-Agent: Yealink SIP-T46S\nX-Account: other\n"),
+        );
+        feed(&mut d, invite_response(180, "User-Agent: Phone B 1.0\n"));
+        feed(
+            &mut d,
+            invite_response(
+                200,
+                "Server: Asterisk PBX 20\nUser-Agent: not this\nX-Late: v\n",
+            ),
+        );
+        feed(
+            &mut d,
+            invite_response(200, "Server: a retransmission says otherwise\n"),
+        );
+        let f = &d.fields;
+        assert_eq!(&*f.caller_ua, "Yealink SIP-T46S");
+        assert_eq!(&*f.callee_ua, "Asterisk PBX 20");
+        assert_eq!(
+            (&*f.from_domain, &*f.to_domain),
+            ("phones.example.com", "carrier.example.net")
+        );
+        assert_eq!(&*f.ruri_user, "600");
+        let h: Vec<(&str, &str)> = f.headers.iter().map(|(n, v)| (&**n, &**v)).collect();
+        // Cut at 5 bytes without splitting the é; two lines joined, then cut; the first
+        // message that carried each.
+        assert_eq!(
+            h,
+            [
+                ("x-account", "é123"),
+                ("p-asserted-identity", "<sip:"),
+                ("x-late", "v")
+            ]
+        );
+        assert_eq!(request_uri_user("sip:pbx.example.com"), "");
+        assert_eq!(request_uri_user("tel:+4930123;phone-context=x"), "+4930123");
     }
 
     fn register(cseq: u32, extra: &str) -> Vec<u8> {

@@ -195,3 +195,147 @@ fn calls_and_outcomes_checked_by_hand() {
     assert_eq!(a.streams[0].stream.packets, 236);
     assert!(a.streams[0].call_id.is_none());
 }
+
+/// What tshark says of each call's parties: per Call-ID, the User-Agent of the first INVITE
+/// that has one before the answer, the callee's Server (else User-Agent) from the INVITE's
+/// responses above 100 (a 2xx's first, else the first provisional one's), the first INVITE's
+/// From and To hosts and Request-URI user, and the first `Supported` of the call.
+fn tshark_call_fields(path: &Path) -> std::collections::BTreeMap<String, [String; 6]> {
+    let out = std::process::Command::new("tshark")
+        .args(["-n", "-r"])
+        .arg(path)
+        .args([
+            "-Y",
+            "sip",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=f",
+            "-E",
+            "separator=\t",
+        ])
+        .args([
+            "-e",
+            "sip.Call-ID",
+            "-e",
+            "sip.Method",
+            "-e",
+            "sip.Status-Code",
+        ])
+        .args([
+            "-e",
+            "sip.CSeq.method",
+            "-e",
+            "sip.User-Agent",
+            "-e",
+            "sip.Server",
+        ])
+        .args([
+            "-e",
+            "sip.from.host",
+            "-e",
+            "sip.to.host",
+            "-e",
+            "sip.r-uri.user",
+        ])
+        .args(["-e", "sip.Supported"])
+        .output()
+        .expect("run tshark");
+    assert!(out.status.success());
+    let mut calls: std::collections::BTreeMap<String, [String; 6]> = Default::default();
+    let mut answered: std::collections::BTreeSet<String> = Default::default();
+    let mut started: std::collections::BTreeSet<String> = Default::default();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [
+            id,
+            method,
+            code,
+            cseq_method,
+            ua,
+            server,
+            from,
+            to,
+            ruri,
+            supported,
+        ] = f[..]
+        else {
+            continue;
+        };
+        let e = calls.entry(id.to_string()).or_default();
+        if method == "INVITE" {
+            if started.insert(id.to_string()) {
+                e[2] = from.to_ascii_lowercase();
+                e[3] = to.to_ascii_lowercase();
+                e[4] = ruri.to_string();
+            }
+            if e[0].is_empty() && !answered.contains(id) {
+                e[0] = ua.to_string();
+            }
+        }
+        let code: u16 = code.parse().unwrap_or(0);
+        if cseq_method == "INVITE" && code > 100 && !answered.contains(id) {
+            let theirs = if server.is_empty() { ua } else { server };
+            let answer = (200..300).contains(&code);
+            if !theirs.is_empty() && (answer || e[1].is_empty()) {
+                e[1] = theirs.to_string();
+            }
+            if answer && !e[1].is_empty() {
+                answered.insert(id.to_string());
+            }
+        }
+        if e[5].is_empty() && !supported.is_empty() && started.contains(id) {
+            e[5] = supported.to_string();
+        }
+    }
+    calls
+}
+
+#[test]
+fn call_fields_equal_tshark() {
+    let Some(shared) = common::shared_dir() else {
+        return;
+    };
+    if !common::have_tshark() {
+        return;
+    }
+    let cfg = MonitorConfig {
+        headers: monitor::dialog::KeptHeaders {
+            names: vec!["supported".into()],
+            value_bytes_max: 4_096,
+        },
+        ..MonitorConfig::default()
+    };
+    let mut seen = 0;
+    for f in FILES {
+        let path = shared.join("captures").join(f);
+        let mut m = Monitor::new(cfg.clone(), 1);
+        m.read_file(&path, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let a = m.finish();
+        let theirs = tshark_call_fields(&path);
+        for c in &a.calls {
+            let d = &c.dialog;
+            let t = &theirs[&*d.call_id];
+            let ours = &d.fields;
+            let supported = ours
+                .headers
+                .iter()
+                .find(|(n, _)| &**n == "supported")
+                .map_or("", |(_, v)| &**v);
+            let ours = [
+                &*ours.caller_ua,
+                &*ours.callee_ua,
+                &*ours.from_domain,
+                &*ours.to_domain,
+                &*ours.ruri_user,
+                supported,
+            ];
+            assert_eq!(ours, t.each_ref().map(|s| s.as_str()), "{f}: {}", d.call_id);
+            seen += usize::from(!ours[0].is_empty() || !ours[1].is_empty());
+        }
+    }
+    assert!(
+        seen >= 3,
+        "calls with a User-Agent among the captures: {seen}"
+    );
+}

@@ -152,6 +152,30 @@ fn fax_json(c: &CallRecord) -> serde_json::Value {
 /// A call: `kind: "call"`, with its `uid` and `call_group` under sensor `sensor`.
 pub fn call_json(c: &CallRecord, sensor: &str) -> serde_json::Value {
     let d = &c.dialog;
+    let mut v = call_core_json(c, sensor);
+    let f = &d.fields;
+    let headers: serde_json::Map<String, serde_json::Value> = f
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), json!(&**v)))
+        .collect();
+    let extra = [
+        ("caller_ua", json!(&*f.caller_ua)),
+        ("callee_ua", json!(&*f.callee_ua)),
+        ("from_domain", json!(&*f.from_domain)),
+        ("to_domain", json!(&*f.to_domain)),
+        ("ruri_user", json!(&*f.ruri_user)),
+        ("headers", serde_json::Value::Object(headers)),
+    ];
+    if let Some(o) = v.as_object_mut() {
+        o.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
+    }
+    v
+}
+
+/// The call's keys before its signalling fields.
+fn call_core_json(c: &CallRecord, sensor: &str) -> serde_json::Value {
+    let d = &c.dialog;
     let uid = cdr::call_uid(sensor, &d.call_id, us(d.invite_ns));
     let link = d.link.as_ref();
     json!({

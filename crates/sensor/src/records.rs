@@ -53,6 +53,17 @@ pub fn cdr_call(c: &CallRecord) -> CdrCall {
         }),
         linked_by: d.link.as_ref().map(|l| l.rule.to_string()),
         link_confidence: d.link.as_ref().map(|l| link_confidence(l.confidence)),
+        caller_ua: d.fields.caller_ua.to_string(),
+        callee_ua: d.fields.callee_ua.to_string(),
+        from_domain: d.fields.from_domain.to_string(),
+        to_domain: d.fields.to_domain.to_string(),
+        ruri_user: d.fields.ruri_user.to_string(),
+        headers: d
+            .fields
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
         ..CdrCall::default()
     }
 }

@@ -72,6 +72,14 @@ pub struct Args {
     /// Most calls tracked at once.
     #[arg(long, default_value_t = sensor::config::MonitorConfig::default().max_calls)]
     pub max_calls: usize,
+    /// Keep this header's value with each call (repeat for more, at most 16: X-Account,
+    /// P-Asserted-Identity...): from the first message of the call that carries it, in the
+    /// CDR's `headers`, searchable as `header=NAME:VALUE`.
+    #[arg(long = "header", value_name = "NAME")]
+    pub headers: Vec<String>,
+    /// Bytes kept of each --header value (cut at a character), at most 4096.
+    #[arg(long, value_name = "BYTES", default_value_t = monitor::dialog::KEPT_HEADER_VALUE_BYTES_DEFAULT)]
+    pub header_value_bytes_max: usize,
     #[command(flatten)]
     pub cdr_writer: CdrWriterArgs,
     #[command(flatten)]
@@ -323,6 +331,7 @@ impl Args {
         let mut config = SensorConfig::new(source);
         config.monitor.max_calls = self.max_calls;
         config.monitor.legs = self.legs.to_config()?;
+        config.monitor.headers = kept_headers(&self.headers, self.header_value_bytes_max)?;
         config.shards = self.shards;
         config.cdr = (!self.no_store).then(|| CdrConfig {
             db: self.cdr_db.clone(),
@@ -356,6 +365,48 @@ impl Args {
         }
         Ok(config)
     }
+}
+
+/// The headers `--header` names, checked: at most [`monitor::dialog::KEPT_HEADERS_MAX`] header
+/// names (RFC 3261 tokens), each once, and a value bound within 1 to
+/// [`monitor::dialog::KEPT_HEADER_VALUE_BYTES_MAX`].
+fn kept_headers(
+    names: &[String],
+    value_bytes_max: usize,
+) -> anyhow::Result<monitor::dialog::KeptHeaders> {
+    use monitor::dialog::{KEPT_HEADER_VALUE_BYTES_MAX, KEPT_HEADERS_MAX};
+    if names.len() > KEPT_HEADERS_MAX {
+        anyhow::bail!(
+            "--header (or [capture] headers) names {} headers; at most {KEPT_HEADERS_MAX} are kept per call",
+            names.len()
+        );
+    }
+    if !(1..=KEPT_HEADER_VALUE_BYTES_MAX).contains(&value_bytes_max) {
+        anyhow::bail!(
+            "--header-value-bytes-max (or [capture] header_value_bytes_max) is {value_bytes_max}; choose 1 to {KEPT_HEADER_VALUE_BYTES_MAX}"
+        );
+    }
+    let mut out: Vec<Box<str>> = Vec::new();
+    for name in names {
+        let n = name.trim();
+        let ok = !n.is_empty()
+            && n.len() <= cdr::fields::HEADER_NAME_BYTES_MAX
+            && n.bytes().all(cdr::fields::is_token_byte);
+        if !ok {
+            anyhow::bail!(
+                "--header (or [capture] headers) {name:?} is not a SIP header name: letters, digits and -._!%*+`'~, at most {} bytes",
+                cdr::fields::HEADER_NAME_BYTES_MAX
+            );
+        }
+        let lower: Box<str> = n.to_ascii_lowercase().into();
+        if !out.contains(&lower) {
+            out.push(lower);
+        }
+    }
+    Ok(monitor::dialog::KeptHeaders {
+        names: out,
+        value_bytes_max,
+    })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -67,12 +67,24 @@ pub enum CdrCommand {
         /// Calls with a stream whose MOS is below this.
         #[arg(long)]
         mos_below: Option<f64>,
-        /// Most rows.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// One JSON object per line.
+        /// Any search of the console's Calls page, as `/api/calls` takes it:
+        /// `--query 'ua=yealink&to_domain=carrier.example.net&header=X-Account:1234'`. The
+        /// options above narrow it further.
+        #[arg(long, value_name = "QUERY")]
+        query: Option<String>,
+        /// Most rows (0: every call). Default 100, or every call with --csv and --jsonl.
         #[arg(long)]
+        limit: Option<usize>,
+        /// One JSON object per line.
+        #[arg(long, conflicts_with_all = ["csv", "jsonl"])]
         json: bool,
+        /// Every matching call as CSV with a header line (the columns of the console's
+        /// export, `format=csv`), written as the pages are read.
+        #[arg(long, conflicts_with = "jsonl")]
+        csv: bool,
+        /// Every matching call as JSON lines with the same columns.
+        #[arg(long)]
+        jsonl: bool,
     },
     /// One call and its RTP streams.
     Show {
@@ -159,6 +171,29 @@ fn all_pages<T>(
 
 /// The calls `q` matches, newest first, at most `limit` (0: all), a page at a time through the
 /// console's search (its indexes, its number syntax).
+/// Every call of `q` (at most `limit`, 0: all) as CSV or JSON lines on `out`, a page at a
+/// time ([`::cdr::export::each_call`]).
+fn export_calls(
+    store: &mut dyn ::cdr::CdrStore,
+    q: &CallQuery,
+    limit: usize,
+    format: exports::Format,
+    out: impl Write,
+) -> anyhow::Result<()> {
+    let out = std::io::BufWriter::with_capacity(64 << 10, out);
+    let columns = ::cdr::export::CALL_EXPORT_COLUMNS;
+    let mut w = exports::RowWriter::new(out, format, columns)?;
+    let max = if limit == 0 { u64::MAX } else { limit as u64 };
+    ::cdr::export::each_call(store, q, max, |c| -> anyhow::Result<()> {
+        w.row(&::cdr::export::CallExportRow::from(c))?;
+        Ok(())
+    })?;
+    w.get_mut()
+        .flush()
+        .context("writing the export to stdout")?;
+    Ok(())
+}
+
 fn search_all(
     store: &mut dyn ::cdr::CdrStore,
     mut q: CallQuery,
@@ -205,20 +240,54 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             number,
             response,
             mos_below,
+            query,
             limit,
             json,
+            csv,
+            jsonl,
         } => {
             let number = number
                 .map(|n| NumberFilter::parse("--number", &n))
                 .transpose()?
                 .flatten();
-            let base = CallQuery {
-                from_us: time_arg("since", since)?,
-                to_us: time_arg("until", until)?,
-                response: response.map(ResponseMatch::Code).into_iter().collect(),
-                mos_below,
-                ..CallQuery::default()
+            let mut base = match &query {
+                Some(raw) => {
+                    CallQuery::from_query(raw).map_err(|e| anyhow::anyhow!("--query: {e}"))?
+                }
+                None => CallQuery::default(),
             };
+            if since.is_some() {
+                base.from_us = time_arg("since", since)?;
+            }
+            if until.is_some() {
+                base.to_us = time_arg("until", until)?;
+            }
+            if let Some(code) = response {
+                base.response = vec![ResponseMatch::Code(code)];
+            }
+            if mos_below.is_some() {
+                base.mos_below = mos_below;
+            }
+            if csv || jsonl {
+                let format = if csv {
+                    exports::Format::Csv
+                } else {
+                    exports::Format::JsonLines
+                };
+                let q = match number {
+                    None => base,
+                    Some(f) if f.negate => CallQuery {
+                        caller: Some(f.clone()),
+                        called: Some(f),
+                        ..base
+                    },
+                    Some(_) => anyhow::bail!(
+                        "--number with --csv or --jsonl: name the side in --query (caller=... or called=...), so that the export is one search read in order"
+                    ),
+                };
+                return export_calls(store.as_mut(), &q, limit.unwrap_or(0), format, out);
+            }
+            let limit = limit.unwrap_or(100);
             let calls: Vec<_> = match number {
                 None => search_all(store.as_mut(), base, limit)?,
                 // None of them on either side: both filters at once.

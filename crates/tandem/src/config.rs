@@ -218,6 +218,10 @@ pub struct CaptureConfig {
     /// The group that may read the CDR database and the archive (`asterisk`). Empty: their
     /// owner only.
     pub group: String,
+    /// Headers whose values each call keeps (`--header`): `["X-Account"]`. At most 16.
+    pub headers: Vec<String>,
+    /// Bytes kept of each of those values.
+    pub header_value_bytes_max: usize,
     /// Seconds between status lines in the log (0: none).
     pub status_interval_s: u64,
     /// The capture's Prometheus metrics on their own address. Empty: off.
@@ -260,6 +264,8 @@ impl Default for CaptureConfig {
             archive_store: "headers".into(),
             archive_call_max_mib: sensor::ARCHIVE_CALL_MAX_BYTES >> 20,
             group: String::new(),
+            headers: Vec::new(),
+            header_value_bytes_max: monitor::dialog::KEPT_HEADER_VALUE_BYTES_DEFAULT,
             status_interval_s: 10,
             metrics_listen: String::new(),
             collector: String::new(),
@@ -326,6 +332,7 @@ impl CaptureConfig {
             opt("group", &self.group);
         }
         opt("status-interval-s", &self.status_interval_s);
+        opt("header-value-bytes-max", &self.header_value_bytes_max);
         if !self.metrics_listen.is_empty() {
             opt("metrics-listen", &self.metrics_listen);
         }
@@ -344,6 +351,10 @@ impl CaptureConfig {
         }
         if self.promiscuous && !self.interface.is_empty() {
             argv.push("--promiscuous".into());
+        }
+        for name in &self.headers {
+            // One argument, so that a name that starts with `-` is refused as a name.
+            argv.push(format!("--header={name}"));
         }
         if !self.hep_auth_key.is_empty() {
             // One argument, so that a key that starts with `-` is not taken for an option.

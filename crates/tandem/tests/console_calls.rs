@@ -31,7 +31,10 @@ fn now_s() -> i64 {
 }
 
 fn shared_captures() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/captures");
+    let dir = std::env::var_os("TANDEM_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+        .join("captures");
     dir.is_dir().then_some(dir)
 }
 
@@ -889,4 +892,305 @@ async fn a_live_call_appears_on_the_live_page_and_leaves_it_when_it_ends() {
     })
     .await;
     b.close().await;
+}
+
+/// Downloads `path` from the console with `cookie` through Python's `urllib` (a client that
+/// reads a chunked body as any other and raises on one cut short), and reads it back with
+/// Python's `csv` module: `{"status", "headers", "body", "rows"}`.
+fn python_download(addr: SocketAddr, path: &str, cookie: &str) -> Value {
+    const SCRIPT: &str = r#"
+import csv, io, json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"Cookie": sys.argv[2]})
+with urllib.request.urlopen(req, timeout=60) as resp:
+    body = resp.read().decode("utf-8")
+    out = {"status": resp.status, "headers": {k.lower(): v for k, v in resp.getheaders()}, "body": body}
+out["rows"] = list(csv.reader(io.StringIO(body, newline="")))
+json.dump(out, sys.stdout)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &format!("http://{addr}{path}"), cookie])
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "python3 {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every row of a JSON search, page after page (`list`: the array's key).
+fn json_pages(addr: SocketAddr, path: &str, list: &str, cookie: &str) -> Vec<Value> {
+    let mut rows = Vec::new();
+    let mut after = String::new();
+    loop {
+        let (status, _, body) = http(
+            addr,
+            "GET",
+            &format!("{path}&limit=500{after}"),
+            &[("Cookie", cookie)],
+            "",
+        )
+        .unwrap();
+        assert_eq!(status, 200, "{path}: {body}");
+        let page: Value = serde_json::from_str(&body).unwrap();
+        rows.extend(page[list].as_array().unwrap().iter().cloned());
+        match page["next"].as_str() {
+            Some(n) => after = format!("&after={n}"),
+            None => return rows,
+        }
+    }
+}
+
+/// A JSON value as the CSV export writes it in a field (crate `exports`).
+fn csv_cell(v: Option<&Value>) -> String {
+    let text = match v {
+        None | Some(Value::Null) => return String::new(),
+        Some(Value::Bool(b)) => return b.to_string(),
+        Some(Value::Number(n)) => return n.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    if exports::formula_like(&text) {
+        format!("'{text}")
+    } else {
+        text
+    }
+}
+
+/// The exported rows of `list`'s JSON rows: each column of `columns` as a CSV field.
+fn check_csv_equals_json(
+    what: &str,
+    csv: &Value,
+    json: &[Value],
+    columns: &[&str],
+    time: (&str, &str),
+) {
+    let rows = csv["rows"].as_array().unwrap();
+    let header: Vec<&str> = rows[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(header, columns, "{what}: the header line");
+    assert_eq!(rows.len() - 1, json.len(), "{what}: a CSV row per JSON row");
+    for (i, (row, want)) in rows[1..].iter().zip(json).enumerate() {
+        for (c, cell) in columns.iter().zip(row.as_array().unwrap()) {
+            let expected = if *c == time.0 {
+                utc::format_us(want[time.1].as_i64().unwrap())
+            } else {
+                csv_cell(want.get(*c))
+            };
+            assert_eq!(
+                cell.as_str().unwrap(),
+                expected,
+                "{what}: row {i}, column {c}"
+            );
+        }
+    }
+}
+
+/// `GET /api/calls?…&format=csv|jsonl` and `/api/registrations?…&format=csv`, streamed over real
+/// HTTP, give the JSON API's rows of the same search, in its order; `tandem cdr list --csv`
+/// writes the same bytes; the new signalling fields come from real captures and are searched.
+#[test]
+fn a_search_downloads_whole_as_csv_and_json_lines_with_the_rows_of_its_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let db = data.join("cdr.sqlite3");
+    // More rows than one chunk of the body, and registrations: seeded in bulk.
+    let now_us = now_s() * 1_000_000;
+    let calls = cdr::seed::synthetic_calls(3_000, now_us - 86_400_000_000, now_us, 5);
+    let regs = cdr::seed::synthetic_registrations(600, now_us - 86_400_000_000, now_us, 5);
+    cdr::seed::bulk_load_sqlite(&db, calls.chain(regs)).unwrap();
+    // Real captures with their User-Agents and a kept header.
+    let mut captured: Vec<Value> = Vec::new();
+    if let Some(s) = shared_captures() {
+        let files = [
+            "rtp_rtcp_sip_ipv4_udp.pcap",
+            "sip_ipv4_tcp.pcap",
+            "ipip0.pcap",
+        ];
+        let out = Command::new(EXE)
+            .args(["capture", "--json", "--header", "Supported", "--cdr-db"])
+            .arg(&db)
+            .arg("--read")
+            .args(files.iter().map(|f| s.join(f)))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        captured = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|l| l["kind"] == "call")
+            .collect();
+    } else {
+        test_env::skip("../shared/captures is absent: exports are tested on seeded calls only");
+    }
+    add_user(Path::new(EXE), &data, "watcher", "viewer", PASSWORD).unwrap();
+    let server = ConsoleServer::start(Path::new(EXE), &data, &[]).unwrap();
+    let cookie = login_cookie(server.web, "watcher", PASSWORD).unwrap();
+    let q = format!("from=2000-01-01T00:00:00Z&to={}", rfc3339(now_s() + 60));
+
+    let json = json_pages(server.web, &format!("/api/calls?{q}"), "calls", &cookie);
+    assert_eq!(json.len(), 3_000 + captured.len());
+    let csv = python_download(server.web, &format!("/api/calls?{q}&format=csv"), &cookie);
+    assert_eq!(csv["status"], 200);
+    assert_eq!(
+        csv["headers"]["transfer-encoding"], "chunked",
+        "streamed, not sized"
+    );
+    assert!(
+        csv["headers"]["content-type"]
+            .as_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    assert!(
+        csv["headers"]["content-disposition"]
+            .as_str()
+            .unwrap()
+            .contains(".csv")
+    );
+    let columns = cdr::export::CALL_EXPORT_COLUMNS;
+    check_csv_equals_json("calls", &csv, &json, columns, ("start", "start_us"));
+
+    // JSON lines: the same rows, the columns in order, values unchanged.
+    let jsonl = python_download(server.web, &format!("/api/calls?{q}&format=jsonl"), &cookie);
+    let lines: Vec<Value> = jsonl["body"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), json.len());
+    for (line, want) in lines.iter().zip(&json) {
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let mut sorted = columns.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(keys, sorted, "every column, and no other");
+        for c in columns.iter().filter(|c| **c != "start") {
+            assert_eq!(line[*c], want[*c], "{c}");
+        }
+    }
+
+    // The command line writes the same bytes.
+    let out = Command::new(EXE)
+        .args(["cdr", "list", "--csv", "--query", &q, "--cdr-db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8(out.stdout).unwrap() == csv["body"].as_str().unwrap(),
+        "tandem cdr list --csv and the console's export differ"
+    );
+
+    // Registrations.
+    let q_reg = format!("from=2000-01-01T00:00:00Z&to={}", rfc3339(now_s() + 86_400));
+    let regs = json_pages(
+        server.web,
+        &format!("/api/registrations?{q_reg}"),
+        "registrations",
+        &cookie,
+    );
+    assert!(regs.len() >= 600);
+    let regs_csv = python_download(
+        server.web,
+        &format!("/api/registrations?{q_reg}&format=csv"),
+        &cookie,
+    );
+    let columns = cdr::export::REGISTRATION_EXPORT_COLUMNS;
+    check_csv_equals_json(
+        "registrations",
+        &regs_csv,
+        &regs,
+        columns,
+        ("last", "last_us"),
+    );
+
+    // The search pages offer the same downloads, and the new filters.
+    for (page, inputs) in [
+        (
+            "/calls",
+            &["ua", "from_domain", "to_domain", "ruri_user", "header"][..],
+        ),
+        ("/registrations", &[][..]),
+    ] {
+        let (status, _, html) =
+            http(server.web, "GET", page, &[("Cookie", cookie.as_str())], "").unwrap();
+        assert_eq!(status, 200);
+        assert!(
+            html.contains("id=\"export-csv\"") && html.contains("id=\"export-jsonl\""),
+            "{page}"
+        );
+        for name in inputs {
+            assert!(html.contains(&format!("name=\"{name}\"")), "{page}: {name}");
+        }
+    }
+
+    // A bad format is refused, naming it.
+    let (status, _, body) = http(
+        server.web,
+        "GET",
+        &format!("/api/calls?{q}&format=xlsx"),
+        &[("Cookie", cookie.as_str())],
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("xlsx"), "{body}");
+
+    // The signalling fields of the real calls, stored and searched.
+    for c in &captured {
+        let row = json
+            .iter()
+            .find(|r| r["call_id"] == c["call_id"])
+            .expect("a captured call in the search");
+        for k in [
+            "caller_ua",
+            "callee_ua",
+            "from_domain",
+            "to_domain",
+            "ruri_user",
+            "headers",
+        ] {
+            assert_eq!(row[k], c[k], "{}: {k}", c["call_id"]);
+        }
+        let ua = c["callee_ua"].as_str().unwrap();
+        if !ua.is_empty() {
+            let word = ua.split_whitespace().next().unwrap();
+            let found = json_pages(
+                server.web,
+                &format!("/api/calls?{q}&callee_ua={}", word.replace('/', "%2F")),
+                "calls",
+                &cookie,
+            );
+            assert!(
+                found.iter().any(|r| r["call_id"] == c["call_id"]),
+                "callee_ua={word}"
+            );
+            assert!(
+                found
+                    .iter()
+                    .all(|r| r["callee_ua"].as_str().unwrap().contains(word))
+            );
+        }
+    }
 }

@@ -13,6 +13,8 @@
 //! - `GET /api/calls/{uid}/pcap`, `GET /api/calls/{uid}/audio/{stream}.wav` (or `mixed.wav`):
 //!   admins only, and each is written to the access log with its user before a byte is sent.
 //! - `GET /api/registrations?…` → `{"registrations": [...], "next": cursor, "newest_us"}`.
+//! - Either with `format=csv` or `format=jsonl`: every row of the search, streamed
+//!   (`export.rs`).
 //! - `GET /api/streams?…` → `{"streams": [...], "next": cursor, "newest_us"}`: RTP streams seen
 //!   without signalling (`cdr::lone::StreamQuery`'s filters); `GET /api/streams/{uid}` one of
 //!   them, `{"stream", "archived", "note", "streams"}` (its figures over time from its own
@@ -93,7 +95,19 @@ pub(super) async fn api_calls(
     State(state): State<Shared>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    let (format, raw) = super::export::split_format(raw)?;
     let (calls, q) = (calls_of(&state)?, query(raw)?);
+    if let Some(format) = format {
+        let columns = cdr::export::CALL_EXPORT_COLUMNS;
+        let produce: super::export::Produce = Box::new(move |store, w| {
+            let max = super::export::EXPORT_ROWS_MAX;
+            cdr::export::each_call(store, &q, max, |c| {
+                w.row(&cdr::export::CallExportRow::from(c))
+                    .map_err(super::export::ExportFail::from)
+            })
+        });
+        return super::export::stream(&calls, "calls", format, columns, produce).await;
+    }
     let first = q.after.is_none();
     page_json(&calls, "Calls", "calls", first, move |s| s.search(&q)).await
 }
@@ -413,9 +427,21 @@ pub(super) async fn api_registrations(
     State(state): State<Shared>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    let (format, raw) = super::export::split_format(raw)?;
     let calls = calls_of(&state)?;
     let q = cdr::registration::RegistrationQuery::from_query(raw.as_deref().unwrap_or(""))
         .map_err(|e| api_error(StatusCode::BAD_REQUEST, e.to_string()))?;
+    if let Some(format) = format {
+        let columns = cdr::export::REGISTRATION_EXPORT_COLUMNS;
+        let produce: super::export::Produce = Box::new(move |store, w| {
+            let max = super::export::EXPORT_ROWS_MAX;
+            cdr::export::each_registration(store, &q, max, |r| {
+                w.row(&cdr::export::RegistrationExportRow::from(r))
+                    .map_err(super::export::ExportFail::from)
+            })
+        });
+        return super::export::stream(&calls, "registrations", format, columns, produce).await;
+    }
     let first = q.after.is_none();
     let read = move |s: &mut dyn cdr::CdrStore| s.registrations(&q);
     let what = "Registrations (the REGISTER requests a capture sees)";

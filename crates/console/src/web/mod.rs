@@ -8,6 +8,7 @@ mod alerts_page;
 mod api;
 mod calls_api;
 mod calls_page;
+pub(crate) mod export;
 mod login;
 mod page;
 mod reports;
