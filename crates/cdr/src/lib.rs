@@ -654,10 +654,13 @@ fn upgrade_sqlite(conn: &Connection) -> rusqlite::Result<()> {
 /// `PRAGMA user_version`, application_id `TDCR`). Applied at open, all in one transaction with
 /// the new version. A change of the tables is a new entry here, never an edit of an applied
 /// one.
-pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[(1, "CDR tables, columns and indexes")];
+pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
+    (1, "CDR tables, columns and indexes"),
+    (4, "registrations say why they fail"),
+];
 
 /// The SQLite CDR database's format version this build writes, and the highest it reads.
-pub const SQLITE_FORMAT_VERSION: u32 = 1;
+pub const SQLITE_FORMAT_VERSION: u32 = 4;
 const _: () = assert!(SQLITE_MIGRATIONS[SQLITE_MIGRATIONS.len() - 1].0 == SQLITE_FORMAT_VERSION);
 
 /// How long a statement waits for another connection's write lock (the capture's writer and
@@ -779,6 +782,7 @@ impl SqliteStore {
         for &(version, name) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > from) {
             let r = match version {
                 1 => self.tables(),
+                4 => add_registration_columns(&self.conn).map_err(|e| self.err(e)),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -817,6 +821,22 @@ impl SqliteStore {
     pub(crate) fn conn(&mut self) -> &mut Connection {
         &mut self.conn
     }
+}
+
+/// Format version 4: `registration`'s columns of why a chain fails
+/// ([`registration::REG_LATER_COLUMNS`]), each added only where it is missing; the rows
+/// stored before keep `failure` NULL and are read by their result.
+fn add_registration_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('registration')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, ty, _) in registration::REG_LATER_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE registration ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Adds the later columns to `cdr`, `cdr_t38` and `cdr_rtp` tables created before they existed; true when
