@@ -729,6 +729,7 @@ pub const SQLITE_MIGRATIONS: &[(u32, &str)] = &[
         3,
         "calls keep their User-Agents, domains, Request-URI user and chosen headers",
     ),
+    (4, "registrations say why they fail"),
     (
         5,
         "report rollups (report_hour), the calls stored before counted in group all",
@@ -891,6 +892,7 @@ impl SqliteStore {
                 2 => self.leg_columns(),
                 5 => self.report_tables(),
                 3 => fields::sqlite_migrate(&self.conn).map_err(|e| self.err(e)),
+                4 => add_registration_columns(&self.conn).map_err(|e| self.err(e)),
                 _ => unreachable!("SQLITE_MIGRATIONS lists versions 1..={SQLITE_FORMAT_VERSION}"),
             };
             r.map_err(|source| CdrError::Migration {
@@ -991,6 +993,22 @@ impl SqliteStore {
     pub(crate) fn conn(&mut self) -> &mut Connection {
         &mut self.conn
     }
+}
+
+/// Format version 4: `registration`'s columns of why a chain fails
+/// ([`registration::REG_LATER_COLUMNS`]), each added only where it is missing; the rows
+/// stored before keep `failure` NULL and are read by their result.
+fn add_registration_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('registration')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, ty, _) in registration::REG_LATER_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE registration ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Adds the later columns to `cdr`, `cdr_t38` and `cdr_rtp` tables created before they existed; true when

@@ -108,6 +108,11 @@ pub const MIGRATIONS: &[Migration] = &[
         apply: call_fields,
     },
     Migration {
+        version: 8,
+        name: "registrations say why they fail",
+        apply: registration_failure_columns,
+    },
+    Migration {
         version: 9,
         name: "report rollups per group and hour",
         apply: report_tables,
@@ -157,6 +162,22 @@ fn stream_archive_columns(
         .map(|(name, _, ty)| format!("ADD COLUMN IF NOT EXISTS {name} {ty}"))
         .collect();
     tx.batch_execute(&format!("ALTER TABLE cdr_rtp {}", adds.join(", ")))
+        .map_err(|e| pg_error(cx.target, e))
+}
+
+/// Version 8: `registration`'s columns of why a chain fails
+/// ([`crate::registration::REG_LATER_COLUMNS`]), in either layout (a partitioned parent passes
+/// them to its days). `ADD COLUMN IF NOT EXISTS` with no default rewrites no row: the rows
+/// stored before keep `failure` NULL and are read by their result.
+fn registration_failure_columns(
+    tx: &mut Transaction<'_>,
+    cx: &MigrationContext<'_>,
+) -> Result<(), CdrError> {
+    let adds: Vec<String> = crate::registration::REG_LATER_COLUMNS
+        .iter()
+        .map(|(name, _, ty)| format!("ADD COLUMN IF NOT EXISTS {name} {ty}"))
+        .collect();
+    tx.batch_execute(&format!("ALTER TABLE registration {}", adds.join(", ")))
         .map_err(|e| pg_error(cx.target, e))
 }
 

@@ -191,7 +191,7 @@ const T38: [(&str, Ty); 16] = [
 ];
 
 /// `registration`'s: `uid`, [`crate::registration::REG_COLUMNS`], `src_ip`, `dst_ip`.
-const REG: [(&str, Ty); 17] = [
+const REG: [(&str, Ty); 21] = [
     ("uid", Text),
     ("call_id", Text),
     ("username", Text),
@@ -207,6 +207,10 @@ const REG: [(&str, Ty); 17] = [
     ("result", Text),
     ("expires_s", I8),
     ("sensor", Text),
+    ("challenges", I8),
+    ("failure", Text),
+    ("failure_reason", Text),
+    ("registered_us", I8),
     ("src_ip", Bytes),
     ("dst_ip", Bytes),
 ];
@@ -914,6 +918,10 @@ pub(crate) fn insert(
             reg.str(&g.result);
             reg.i8(g.expires_s.map(i64::from));
             reg.str(search::sensor_or_default(&g.sensor));
+            reg.int(i64::from(g.challenges));
+            reg.str(&g.failure);
+            reg.str(&g.failure_reason);
+            reg.i8(g.registered_us);
             reg.bytes(ip(&g.src));
             reg.bytes(ip(&g.dst));
             reg.end_row();

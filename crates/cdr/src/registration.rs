@@ -46,6 +46,41 @@ pub struct CdrRegistration {
     pub expires_s: Option<u32>,
     /// The sensor that saw it (`local` when stored without one).
     pub sensor: String,
+    /// Challenges (401/407) the chain received.
+    pub challenges: u32,
+    /// Why the chain is failing: `wrong-password`, `challenged`, `rejected`, `server-error`,
+    /// `timeout`, or empty when it ended well (the monitor's `RegFailure`, decided by what
+    /// came after its last 2xx). A row stored before this column existed reads as its
+    /// `result` says ([`failure_of_result`]).
+    pub failure: String,
+    /// The final response behind `failure` and how the credentials fared
+    /// (`403 Wrong password after a challenge`, `401 Unauthorized: credentials refused 2
+    /// times`), or `no final response to 3 requests`; empty when it ended well.
+    pub failure_reason: String,
+    /// When the last 2xx came, µs since the epoch: the binding's expiry runs from here.
+    pub registered_us: Option<i64>,
+}
+
+/// The failures a chain can have (`CdrRegistration::failure`), most telling first.
+pub const FAILURES: [&str; 5] = [
+    "wrong-password",
+    "challenged",
+    "rejected",
+    "server-error",
+    "timeout",
+];
+
+/// The failure of a chain stored before failures were classified, read off its result and
+/// last code: a wrong password cannot be told there (it reads as `rejected` or
+/// `challenged`).
+pub fn failure_of_result(result: &str, last_code: Option<u16>) -> &'static str {
+    match (result, last_code) {
+        ("challenged", _) => "challenged",
+        ("no-response", _) => "timeout",
+        ("failed", Some(500..=599)) => "server-error",
+        ("failed", _) => "rejected",
+        _ => "",
+    }
 }
 
 /// The outcomes a registration search can ask for.
@@ -222,7 +257,18 @@ pub(crate) const REG_TABLE: Table = Table {
 /// The columns of a registration row after `uid`, in [`CdrRegistration`]'s order (`username`:
 /// `user` is a reserved word in PostgreSQL).
 pub(crate) const REG_COLUMNS: &str = "call_id, username, domain, contact, user_agent, src, dst, \
-     first_us, last_us, requests, last_code, result, expires_s, sensor";
+     first_us, last_us, requests, last_code, result, expires_s, sensor, challenges, failure, \
+     failure_reason, registered_us";
+
+/// The columns of `registration` added after its first release: why a chain fails. SQLite
+/// files get them from format version 4, PostgreSQL from migration 8; `failure` is NULL in
+/// the rows stored before ([`failure_of_result`] reads them).
+pub const REG_LATER_COLUMNS: [(&str, &str, &str); 4] = [
+    ("challenges", "INTEGER", "BIGINT"),
+    ("failure", "TEXT", "TEXT"),
+    ("failure_reason", "TEXT", "TEXT"),
+    ("registered_us", "INTEGER", "BIGINT"),
+];
 
 /// The values of [`REG_COLUMNS`], then `src_ip`, `dst_ip`.
 pub(crate) fn reg_args(r: &CdrRegistration) -> Vec<Arg> {
@@ -243,6 +289,10 @@ pub(crate) fn reg_args(r: &CdrRegistration) -> Vec<Arg> {
         Arg::Text(r.result.clone()),
         opt(r.expires_s.map(i64::from)),
         Arg::Text(crate::search::sensor_or_default(&r.sensor).to_string()),
+        Arg::Int(i64::from(r.challenges)),
+        Arg::Text(r.failure.clone()),
+        Arg::Text(r.failure_reason.clone()),
+        opt(r.registered_us),
         ip(&r.src),
         ip(&r.dst),
     ]
@@ -267,7 +317,7 @@ fn reg_preds(q: &RegistrationQuery) -> Vec<Pred> {
 
 /// A registration from the columns of [`REG_COLUMNS`].
 pub(crate) fn registration_from(c: &mut Cols) -> Result<CdrRegistration, CdrError> {
-    Ok(CdrRegistration {
+    let mut r = CdrRegistration {
         call_id: c.text()?,
         user: c.text()?,
         domain: c.text()?,
@@ -282,7 +332,16 @@ pub(crate) fn registration_from(c: &mut Cols) -> Result<CdrRegistration, CdrErro
         result: c.text()?,
         expires_s: c.opt_u32()?,
         sensor: c.text()?,
-    })
+        ..CdrRegistration::default()
+    };
+    r.challenges = c.opt_u32()?.unwrap_or(0);
+    r.failure = match c.opt_text()? {
+        Some(f) => f,
+        None => failure_of_result(&r.result, r.last_code).to_string(),
+    };
+    r.failure_reason = c.opt_text()?.unwrap_or_default();
+    r.registered_us = c.opt_i64()?;
+    Ok(r)
 }
 
 /// [`CdrStore::registrations`](crate::CdrStore::registrations) on either backend.

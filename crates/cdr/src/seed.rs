@@ -425,6 +425,7 @@ pub fn synthetic_registrations(
             93..=95 => (Some(403), "failed", 2),
             _ => (None, "no-response", 3),
         };
+        let last_us = first_us + r.range(2_000.0, 900_000.0) as i64;
         let reg = CdrRegistration {
             call_id: format!("{:016x}@{}", r.next_u64(), site.domain),
             contact: format!("sip:{user}@{src};transport=udp"),
@@ -434,12 +435,21 @@ pub fn synthetic_registrations(
             src,
             user,
             first_us,
-            last_us: first_us + r.range(2_000.0, 900_000.0) as i64,
+            last_us,
             requests,
             last_code: code,
             result: result.to_string(),
             expires_s: code.map(|_| [3600, 600, 120][r.below(3) as usize]),
             sensor: site.sensor.to_string(),
+            challenges: u32::from(code.is_some()),
+            failure: crate::registration::failure_of_result(result, code).to_string(),
+            failure_reason: match code {
+                Some(401) => "401 Unauthorized: no credentials sent".into(),
+                Some(403) => "403 Forbidden".into(),
+                None => format!("no final response to {requests} requests"),
+                _ => String::new(),
+            },
+            registered_us: (code == Some(200)).then_some(last_us),
         };
         let mut rec = CdrRecord::registration(reg);
         rec.uid = rec.identity(site.sensor);
@@ -872,6 +882,10 @@ impl Chunk {
             w.text(&r.result);
             w.opt_int(r.expires_s.map(i64::from));
             w.text(search::sensor_or_default(&r.sensor));
+            w.int(i64::from(r.challenges));
+            w.text(&r.failure);
+            w.text(&r.failure_reason);
+            w.opt_int(r.registered_us);
             w.bytes(crate::query::ip_bytes(&r.src).as_ref().map(|b| &b[..]));
             w.bytes(crate::query::ip_bytes(&r.dst).as_ref().map(|b| &b[..]));
             w.end_row();

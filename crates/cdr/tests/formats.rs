@@ -44,14 +44,18 @@ fn a_cdr_database_from_a_newer_tandem_is_refused_untouched() {
     let CdrError::Format(fileformat::FormatError::TooNew { found, known, .. }) = &e else {
         panic!("{e:?}")
     };
-    assert_eq!(*found, i64::from(cdr::SQLITE_FORMAT_VERSION) + 1);
-    assert_eq!(*known, cdr::SQLITE_FORMAT_VERSION);
+    assert_eq!(
+        (*found, *known),
+        (
+            i64::from(cdr::SQLITE_FORMAT_VERSION) + 1,
+            cdr::SQLITE_FORMAT_VERSION
+        )
+    );
     let msg = e.to_string();
     assert!(
         msg.starts_with(&format!(
-            "{} is a CDR database in format version {}",
-            path.display(),
-            cdr::SQLITE_FORMAT_VERSION + 1
+            "{} is a CDR database in format version {found}",
+            path.display()
         )) && msg.contains("Run the newer Tandem again")
             && msg.contains("Rolling back"),
         "{msg}"
@@ -91,6 +95,64 @@ fn a_cdr_database_from_before_versions_is_stamped_with_its_rows() {
         )
         .unwrap();
     assert_eq!(filled, 2, "the search column was added and filled");
+}
+
+/// Format version 1's registrations (no failure columns) upgraded to 4: the columns are added,
+/// the rows stored before read their failure off their result, and new rows keep theirs.
+#[test]
+fn registrations_of_format_version_1_gain_their_failure_columns() {
+    use cdr::registration::RegistrationQuery;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cdr.sqlite3");
+    let mut st = SqliteStore::open(&path).unwrap();
+    let mut old = common::registration(1, 1_000_000);
+    let reg = old.registration.as_mut().unwrap();
+    (reg.result, reg.last_code) = ("failed".into(), Some(403));
+    st.insert_records(&[old]).unwrap();
+    drop(st);
+    let c = Connection::open(&path).unwrap();
+    let mut drop_columns = String::from("PRAGMA user_version = 1;");
+    for (name, _, _) in cdr::registration::REG_LATER_COLUMNS {
+        drop_columns += &format!("ALTER TABLE registration DROP COLUMN {name};");
+    }
+    c.execute_batch(&drop_columns).unwrap();
+    drop(c);
+    let mut st = SqliteStore::open(&path).unwrap();
+    let mut new = common::registration(2, 2_000_000);
+    let reg = new.registration.as_mut().unwrap();
+    (reg.result, reg.last_code, reg.challenges) = ("challenged".into(), Some(401), 3);
+    reg.failure = "wrong-password".into();
+    reg.failure_reason = "401 Unauthorized: credentials refused 2 times".into();
+    reg.registered_us = Some(1_500_000);
+    st.insert_records(&[new]).unwrap();
+    let page = st.registrations(&RegistrationQuery::default()).unwrap();
+    let got: Vec<_> = page
+        .registrations
+        .iter()
+        .map(|r| {
+            let r = &r.registration;
+            (
+                r.challenges,
+                r.failure.as_str(),
+                r.failure_reason.as_str(),
+                r.registered_us,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                3,
+                "wrong-password",
+                "401 Unauthorized: credentials refused 2 times",
+                Some(1_500_000)
+            ),
+            (0, "rejected", "", None),
+        ]
+    );
+    drop(st);
+    assert_eq!(header_i32(&path, 60), cdr::SQLITE_FORMAT_VERSION as i32);
 }
 
 #[test]

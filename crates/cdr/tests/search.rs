@@ -581,6 +581,10 @@ fn registration(i: i64, user: &str, src: &str, code: Option<u16>, result: &str) 
         result: result.into(),
         expires_s: code.map(|_| 3600),
         sensor: String::new(),
+        challenges: u32::from(result == "challenged"),
+        failure: cdr::registration::failure_of_result(result, code).into(),
+        failure_reason: String::new(),
+        registered_us: None,
     });
     r.uid = r.identity("local");
     r

@@ -547,11 +547,92 @@ pub struct Registration {
     pub expires_s: Option<u32>,
     /// What the last request asked for (its Contact's `expires`, else its Expires header).
     pub requested_expires_s: Option<u32>,
+    /// When the last 2xx came, ns; `None` before one. Its expiry runs from here.
+    pub registered_ns: Option<i64>,
+    /// Why the chain is failing, when it is: see [`Registration::failure`].
+    failure: Option<RegFailure>,
+    /// The final response behind `failure`: its code and reason phrase, at most
+    /// [`REASON_BYTES_MAX`] bytes.
+    failure_response: Option<(u16, Box<str>)>,
+    /// Challenges since the last 2xx, and those among them that answered a request carrying
+    /// credentials (a `stale=true` one excepted: the nonce lapsed, the password was right).
+    challenges_since_ok: u32,
+    credentials_refused: u32,
+    /// The CSeq number of the last request that carried Authorization or
+    /// Proxy-Authorization, so that its response is known to answer credentials.
+    credentials_cseq: Option<u32>,
+}
+
+/// Longest reason phrase kept for a registration's failure, in bytes.
+pub const REASON_BYTES_MAX: usize = 64;
+
+/// Credentials refused this many times in a chain, with no 2xx after them, is a wrong
+/// password (or user name): a phone that computed its digest from the right secret would have
+/// been let in by the second try.
+pub const CREDENTIALS_REFUSED_WRONG: u32 = 2;
+
+/// Why a REGISTER chain failed, told from the shape of the chain:
+///
+/// - `WrongPassword`: a 403 after a challenge (the server read the credentials and refused
+///   them, as Asterisk's chan_sip and many carriers do), or credentials refused
+///   [`CREDENTIALS_REFUSED_WRONG`] times by a new challenge (Asterisk's PJSIP, Kamailio and
+///   Tandem's registrar challenge again), with no 2xx after. A registrar that answers an
+///   unknown user the same way (`alwaysauthreject`) is read the same: the two cannot be told
+///   apart on the wire, by design.
+/// - `Challenged`: the chain ended on a challenge with no 2xx before it, and no credentials
+///   sent or refused only once (a nonce that lapsed while the phone was slow is refused once,
+///   and a phone without a password never answers). A challenge then a 2xx is normal digest
+///   authentication, no failure.
+/// - `Rejected`: another 4xx or a 6xx (404 unknown domain, 423 interval too brief...).
+/// - `ServerError`: a 5xx.
+/// - `Timeout`: no final response at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegFailure {
+    WrongPassword,
+    Challenged,
+    Rejected,
+    ServerError,
+    Timeout,
+}
+
+impl RegFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegFailure::WrongPassword => "wrong-password",
+            RegFailure::Challenged => "challenged",
+            RegFailure::Rejected => "rejected",
+            RegFailure::ServerError => "server-error",
+            RegFailure::Timeout => "timeout",
+        }
+    }
+}
+
+/// Whether a challenge says its nonce merely lapsed (`stale=true`, RFC 7616 3.3).
+fn stale_challenge(m: &Message<'_>) -> bool {
+    m.headers
+        .iter()
+        .filter(|h| {
+            h.name.eq_ignore_ascii_case("www-authenticate")
+                || h.name.eq_ignore_ascii_case("proxy-authenticate")
+        })
+        .any(|h| {
+            sip::split_outside(h.value, b',').any(|p| {
+                p.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("stale")
+                        && v.trim().trim_matches('"').eq_ignore_ascii_case("true")
+                })
+            })
+        })
 }
 
 /// At most `REGISTRATION_TEXT_BYTES_MAX` bytes of `s`, cut at a character boundary.
 fn bounded(s: &str) -> Box<str> {
-    let mut end = s.len().min(REGISTRATION_TEXT_BYTES_MAX);
+    bounded_to(s, REGISTRATION_TEXT_BYTES_MAX)
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn bounded_to(s: &str, max: usize) -> Box<str> {
+    let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -620,6 +701,12 @@ impl Registration {
             challenged_cseq: None,
             expires_s: None,
             requested_expires_s: None,
+            registered_ns: None,
+            failure: None,
+            failure_response: None,
+            challenges_since_ok: 0,
+            credentials_refused: 0,
+            credentials_cseq: None,
         };
         r.on_request(ts_ns, m);
         r
@@ -644,6 +731,24 @@ impl Registration {
         self.requested_expires_s = contact
             .and_then(contact_expires)
             .or_else(|| m.header("expires").and_then(|v| v.trim().parse().ok()));
+        let credentials = m.headers.iter().any(|h| {
+            h.name.eq_ignore_ascii_case("authorization")
+                || h.name.eq_ignore_ascii_case("proxy-authorization")
+        });
+        if credentials {
+            self.credentials_cseq = m.cseq().map(|c| c.0);
+        }
+    }
+
+    /// Notes a final response that is not a 2xx: the failure it makes of the chain, and its
+    /// code and reason phrase.
+    fn failed(&mut self, m: &Message<'_>, code: u16, failure: RegFailure) {
+        self.failure = Some(failure);
+        let reason = match m.start {
+            sip::StartLine::Response { reason, .. } => bounded_to(reason, REASON_BYTES_MAX),
+            sip::StartLine::Request { .. } => "".into(),
+        };
+        self.failure_response = Some((code, reason));
     }
 
     /// A response of the chain: a final one is its result (a challenge only while no other
@@ -658,7 +763,16 @@ impl Registration {
             let cseq = m.cseq().map(|c| c.0);
             if cseq.is_none() || cseq != self.challenged_cseq {
                 self.challenges = self.challenges.saturating_add(1);
+                self.challenges_since_ok = self.challenges_since_ok.saturating_add(1);
                 self.challenged_cseq = cseq;
+                if cseq.is_some() && cseq == self.credentials_cseq && !stale_challenge(m) {
+                    self.credentials_refused = self.credentials_refused.saturating_add(1);
+                }
+            }
+            if self.credentials_refused >= CREDENTIALS_REFUSED_WRONG {
+                self.failed(m, code, RegFailure::WrongPassword);
+            } else if self.registered_ns.is_none() && matches!(self.last_code, 0 | 401 | 407) {
+                self.failed(m, code, RegFailure::Challenged);
             }
             if matches!(self.last_code, 0 | 401 | 407) {
                 self.last_code = code;
@@ -667,8 +781,19 @@ impl Registration {
         }
         self.last_code = code;
         if !(200..300).contains(&code) {
+            let failure = match code {
+                403 if self.challenges_since_ok > 0 => RegFailure::WrongPassword,
+                500..=599 => RegFailure::ServerError,
+                _ => RegFailure::Rejected,
+            };
+            self.failed(m, code, failure);
             return;
         }
+        self.registered_ns = Some(ts_ns);
+        self.failure = None;
+        self.failure_response = None;
+        self.challenges_since_ok = 0;
+        self.credentials_refused = 0;
         let ours = uri_base(&self.contact);
         let granted = m
             .header_values("contact")
@@ -688,6 +813,50 @@ impl Registration {
             200..=299 => "registered",
             401 | 407 => "challenged",
             _ => "failed",
+        }
+    }
+
+    /// Why the chain is failing ([`RegFailure`]): decided by what came since its last 2xx, so
+    /// a chain that registered and then had its credentials refused is failing, while a
+    /// refresh challenged once and not answered yet is not. `None` for a chain that ended
+    /// well.
+    pub fn failure(&self) -> Option<RegFailure> {
+        match self.last_code {
+            0 => Some(RegFailure::Timeout),
+            _ => self.failure,
+        }
+    }
+
+    /// What a person reads beside [`Registration::failure`]: the final response
+    /// (`403 Wrong password`), with how the credentials fared (`credentials refused 2 times`),
+    /// or `no final response to 3 requests`. Empty for a chain that ended well.
+    pub fn failure_reason(&self) -> String {
+        let Some(failure) = self.failure() else {
+            return String::new();
+        };
+        let response = match &self.failure_response {
+            Some((code, reason)) if reason.is_empty() => code.to_string(),
+            Some((code, reason)) => format!("{code} {reason}"),
+            None => String::new(),
+        };
+        match failure {
+            RegFailure::Timeout => format!(
+                "no final response to {} request{}",
+                self.requests,
+                if self.requests == 1 { "" } else { "s" }
+            ),
+            RegFailure::WrongPassword if self.credentials_refused >= CREDENTIALS_REFUSED_WRONG => {
+                format!(
+                    "{response}: credentials refused {} times",
+                    self.credentials_refused
+                )
+            }
+            RegFailure::WrongPassword => format!("{response} after a challenge"),
+            RegFailure::Challenged if self.credentials_refused > 0 => {
+                format!("{response}: credentials refused once")
+            }
+            RegFailure::Challenged => format!("{response}: no credentials sent"),
+            RegFailure::Rejected | RegFailure::ServerError => response,
         }
     }
 }
@@ -881,6 +1050,165 @@ mod tests {
         assert_eq!((r.outcome(), r.last_code), ("challenged", 407));
         let r = chain(&[response(100, "")]);
         assert_eq!((r.outcome(), r.last_code), ("no-response", 0));
+    }
+
+    /// A chain of requests, each followed by its responses: `(credentials?, [responses])`.
+    fn exchange(steps: &[(bool, &[&str])]) -> Registration {
+        let a = "10.0.0.5:5060".parse().unwrap();
+        let b = "10.0.0.1:5060".parse().unwrap();
+        let mut r: Option<Registration> = None;
+        let mut t = 1;
+        for (i, (credentials, responses)) in steps.iter().enumerate() {
+            let cseq = i as u32 + 1;
+            let auth = if *credentials {
+                "Authorization: Digest username=\"1001\", realm=\"pbx\", nonce=\"n\", \
+                 uri=\"sip:pbx.example.com\", response=\"0\"\n"
+            } else {
+                ""
+            };
+            let req = register(cseq, auth);
+            let m = Message::parse(&req).unwrap();
+            match r.as_mut() {
+                None => r = Some(Registration::from_request(t, a, b, "reg-1@10.0.0.5", &m)),
+                Some(r) => r.on_request(t, &m),
+            }
+            for status in *responses {
+                t += 1;
+                let (line, extra) = status.split_once('|').unwrap_or((status, ""));
+                let code: u16 = line[..3].parse().unwrap();
+                let text = response_to(cseq, code, &extra.replace('~', "\n"));
+                let text = String::from_utf8(text).unwrap().replacen(
+                    " X\r\n",
+                    &format!(" {}\r\n", line[3..].trim()),
+                    1,
+                );
+                r.as_mut()
+                    .unwrap()
+                    .on_response(t, &Message::parse(text.as_bytes()).unwrap());
+            }
+            t += 1;
+        }
+        r.unwrap()
+    }
+
+    fn verdict(r: &Registration) -> (&'static str, Option<&'static str>, String) {
+        (
+            r.outcome(),
+            r.failure().map(RegFailure::as_str),
+            r.failure_reason(),
+        )
+    }
+
+    #[test]
+    fn a_wrong_password_is_told_apart_from_a_normal_challenge() {
+        // Digest as it should go: challenged, then answered.
+        let r = exchange(&[(false, &["401 Unauthorized"]), (true, &["200 OK"])]);
+        assert_eq!(verdict(&r), ("registered", None, String::new()));
+        assert_eq!((r.challenges, r.registered_ns), (1, Some(4)));
+        // chan_sip and carriers: the credentials are refused with a 403.
+        let r = exchange(&[
+            (false, &["401 Unauthorized"]),
+            (true, &["403 Wrong password"]),
+        ]);
+        assert_eq!(
+            verdict(&r),
+            (
+                "failed",
+                Some("wrong-password"),
+                "403 Wrong password after a challenge".into()
+            )
+        );
+        // PJSIP, Kamailio, Tandem: challenged again, twice.
+        let r = exchange(&[
+            (false, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+        ]);
+        assert_eq!(
+            verdict(&r),
+            (
+                "challenged",
+                Some("wrong-password"),
+                "401 Unauthorized: credentials refused 2 times".into()
+            )
+        );
+        // Refused once (a nonce that lapsed while the phone was slow): challenged, not yet
+        // a wrong password; and a stale=true challenge is no refusal at all.
+        let r = exchange(&[
+            (false, &["401 Unauthorized"]),
+            (true, &["401 nonce has changed"]),
+        ]);
+        assert_eq!(
+            verdict(&r),
+            (
+                "challenged",
+                Some("challenged"),
+                "401 nonce has changed: credentials refused once".into()
+            )
+        );
+        let stale =
+            "401 Unauthorized|WWW-Authenticate: Digest realm=\"pbx\", nonce=\"m\", stale=TRUE~";
+        let r = exchange(&[
+            (false, &["407 Proxy Authentication Required"]),
+            (true, &[stale]),
+            (true, &[stale]),
+        ]);
+        assert_eq!(r.failure(), Some(RegFailure::Challenged));
+        // A phone with no password never answers.
+        let r = exchange(&[(false, &["100 Trying", "401 Unauthorized"])]);
+        assert_eq!(
+            verdict(&r),
+            (
+                "challenged",
+                Some("challenged"),
+                "401 Unauthorized: no credentials sent".into()
+            )
+        );
+        // A 403 with no challenge before it is a refusal of another kind (an address list).
+        let r = exchange(&[(false, &["403 Forbidden"])]);
+        assert_eq!(r.failure(), Some(RegFailure::Rejected));
+    }
+
+    #[test]
+    fn other_failures_keep_their_reason_and_a_later_2xx_clears_them() {
+        let r = exchange(&[(false, &["404 Not Found"])]);
+        assert_eq!(
+            verdict(&r),
+            ("failed", Some("rejected"), "404 Not Found".into())
+        );
+        let r = exchange(&[(false, &["503 Service Unavailable"])]);
+        assert_eq!(r.failure(), Some(RegFailure::ServerError));
+        let r = exchange(&[(false, &["100 Trying"]), (false, &[])]);
+        assert_eq!(
+            verdict(&r),
+            (
+                "no-response",
+                Some("timeout"),
+                "no final response to 2 requests".into()
+            )
+        );
+        // Failing, then let in: it ended well.
+        let r = exchange(&[
+            (false, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+            (true, &["200 OK"]),
+        ]);
+        assert_eq!(verdict(&r), ("registered", None, String::new()));
+        // Registered, then a refresh challenged and not answered yet: no failure; then its
+        // credentials refused twice: failing, though the binding it had still runs.
+        let r = exchange(&[(false, &["200 OK"]), (false, &["401 Unauthorized"])]);
+        assert_eq!(verdict(&r), ("registered", None, String::new()));
+        let r = exchange(&[
+            (false, &["200 OK"]),
+            (false, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+            (true, &["401 Unauthorized"]),
+        ]);
+        assert_eq!(
+            (r.outcome(), r.failure()),
+            ("registered", Some(RegFailure::WrongPassword))
+        );
     }
 
     #[test]

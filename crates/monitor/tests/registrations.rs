@@ -204,4 +204,76 @@ fn the_chains_of_a_real_phone_checked_by_hand() {
     );
     assert_eq!(r[4].requested_expires_s, Some(0));
     assert_eq!((r[6].challenges, r[6].expires_s), (3, Some(1200)));
+    // What each chain's failure is, and why: frame 32's "403 Wrong password" after the
+    // challenge of frame 20; the others refused once (frames 122, 155, 432, 454: "401 nonce
+    // has changed", stale=false, to credentials) or not answered, which is no wrong password
+    // (the same phone registers with the same credentials minutes later).
+    let failures: Vec<_> = r
+        .iter()
+        .map(|r| (r.failure().map(|f| f.as_str()), r.failure_reason()))
+        .collect();
+    let once = "401 nonce has changed: credentials refused once";
+    assert_eq!(
+        failures,
+        [
+            (
+                Some("wrong-password"),
+                "403 Wrong password after a challenge".into()
+            ),
+            (Some("challenged"), once.into()),
+            (Some("challenged"), once.into()),
+            (None, String::new()),
+            (Some("challenged"), once.into()),
+            (Some("challenged"), once.into()),
+            (None, String::new()),
+            (None, String::new()),
+        ]
+    );
+}
+
+/// ipip0.pcap (raw IP): user 1154 answers the challenge twice with credentials, and is
+/// challenged again each time: a wrong password. tshark reads the same three transactions:
+/// each a REGISTER, the second and third with an Authorization header, each answered 401.
+#[test]
+fn credentials_challenged_again_and_again_are_a_wrong_password() {
+    let Some(shared) = common::shared_dir() else {
+        return;
+    };
+    let path = shared.join("captures/ipip0.pcap");
+    let r = chains(&path, 1);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let r = &r[0];
+    assert_eq!(
+        (&*r.user, r.requests, r.challenges, r.outcome()),
+        ("1154", 3, 3, "challenged")
+    );
+    assert_eq!(
+        (r.failure().map(|f| f.as_str()), r.failure_reason().as_str()),
+        (
+            Some("wrong-password"),
+            "401 Unauthorized: credentials refused 2 times"
+        )
+    );
+    if let Some(lines) = common::tshark_fields(
+        &path,
+        "sip.CSeq.method == \"REGISTER\"",
+        &["sip.CSeq.seq", "sip.Status-Code", "sip.Authorization"],
+    ) {
+        let got: Vec<(String, String, bool)> = lines
+            .iter()
+            .map(|l| (l[0].clone(), l[1].clone(), !l[2].is_empty()))
+            .collect();
+        let want: Vec<(String, String, bool)> = [
+            ("1", "", false),
+            ("1", "401", false),
+            ("2", "", true),
+            ("2", "401", false),
+            ("3", "", true),
+            ("3", "401", false),
+        ]
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), *c))
+        .collect();
+        assert_eq!(got, want, "tshark's reading of {}", path.display());
+    }
 }

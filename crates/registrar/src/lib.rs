@@ -23,6 +23,7 @@
 //! maximum), or lets one AOR's requests overtake each other.
 
 pub mod binding;
+pub mod devices;
 pub mod digest;
 pub mod guard;
 pub mod location;

@@ -3,6 +3,7 @@
 //! before answer); everything else is answered at once from memory.
 
 use crate::binding::{self, Binding, Policy, Update};
+use crate::devices::{DEVICE_LOG_ENTRIES_MAX, DEVICES_MAX, Device, DeviceLog};
 use crate::digest::{self, Algorithm, Credentials, NonceCounts, NonceKey, Verdict};
 use crate::guard::{FailedAttempts, Transactions, TxVerdict, transaction_key};
 use crate::location::{self, Aor, AorQuery, Location};
@@ -120,6 +121,8 @@ pub struct Registrar {
     nonce_key: NonceKey,
     nonce_counts: Mutex<NonceCounts>,
     failures: Mutex<FailedAttempts>,
+    /// Failed attempts and lapsed bindings per user and address, for the device list.
+    device_log: Mutex<DeviceLog>,
     transactions: Mutex<Transactions>,
     /// The AOR queues being drained by tasks of their own.
     drains: Arc<Drains>,
@@ -195,6 +198,7 @@ impl Registrar {
                 config.auth_failure_window_s,
                 config.sources_tracked_max,
             )),
+            device_log: Mutex::new(DeviceLog::new(DEVICE_LOG_ENTRIES_MAX)),
             transactions: Mutex::new(Transactions::new(config.transactions_max)),
             drains: Arc::default(),
             config,
@@ -537,11 +541,23 @@ impl Registrar {
                 .any(|d| d.eq_ignore_ascii_case(domain))
     }
 
-    fn failed(&self, source: SocketAddr, reason: &'static str) {
+    /// A failed digest attempt: counted by reason, logged for the device list, and held
+    /// against its source address.
+    fn failed(&self, attempt: &Attempt<'_>, reason: &'static str) {
+        let source = attempt.source;
         self.metrics
             .auth_failures
             .get_or_create(&ReasonLabel { reason })
             .inc();
+        self.device_log.lock().failed(
+            attempt.req.user,
+            &attempt.req.domain,
+            source.ip(),
+            &format!("{}:{source}", attempt.transport.name()),
+            attempt.req.user_agent,
+            reason,
+            now_ms(),
+        );
         if self.failures.lock().failed(source.ip(), now_ms() / 1000) {
             tracing::warn!(source = %source.ip(), "too many failed SIP digest attempts; requests from this address are dropped for a while");
         }
@@ -567,10 +583,10 @@ impl Registrar {
     fn authenticate(
         &self,
         msg: &Message<'_>,
-        req: &Register<'_>,
+        attempt: &Attempt<'_>,
         method: &str,
-        source: SocketAddr,
     ) -> Result<(), (u16, Vec<u8>)> {
+        let (req, source) = (attempt.req, attempt.source);
         if self.config.algorithms.is_empty() {
             return Ok(());
         }
@@ -593,7 +609,7 @@ impl Registrar {
         // SIP URIs (RFC 3261 19.1.4), not as text: a phone may write the same URI another way.
         let request_uri = request::request_line(msg).map_or("", |(_, u)| u);
         if !sip::uri_eq(cred.uri, request_uri) {
-            self.failed(source, "uri_mismatch");
+            self.failed(attempt, "uri_mismatch");
             return Err((
                 400,
                 response::build(msg, 400, DIGEST_URI_MISMATCH, "", source),
@@ -604,12 +620,12 @@ impl Registrar {
             Verdict::Accepted => {}
             Verdict::Stale => return Err(self.challenge(msg, source, true)),
             Verdict::Rejected(reason) => {
-                self.failed(source, reason);
+                self.failed(attempt, reason);
                 return Err(self.challenge(msg, source, false));
             }
         }
         if cred.username != req.user {
-            self.failed(source, "wrong_aor");
+            self.failed(attempt, "wrong_aor");
             return Err((403, response::build(msg, 403, "Forbidden", "", source)));
         }
         Ok(())
@@ -678,7 +694,12 @@ impl Registrar {
         if !self.serves(&req.domain) {
             return (404, response::build(&msg, 404, "Not Found", "", source));
         }
-        if let Err(r) = self.authenticate(&msg, &req, "REGISTER", source) {
+        let attempt = Attempt {
+            req: &req,
+            source,
+            transport: job.transport,
+        };
+        if let Err(r) = self.authenticate(&msg, &attempt, "REGISTER") {
             return r;
         }
         let now = now_ms();
@@ -771,6 +792,18 @@ impl Registrar {
             let lapsed = slot.bindings().len() - live.len();
             if lapsed > 0 {
                 self.metrics.expired.inc_by(lapsed as u64);
+                let gone: Vec<Binding> = slot
+                    .bindings()
+                    .iter()
+                    .filter(|b| !b.is_live(now))
+                    .cloned()
+                    .collect();
+                if let (Some(user), Some(domain)) = (
+                    location::user_of(&slot.name),
+                    location::domain_of(&slot.name),
+                ) {
+                    self.device_log.lock().lapsed(user, domain, &gone, now);
+                }
                 // Expiry needs no fsync: a restart drops lapsed bindings on load anyway.
                 if let Err(e) = self.location.commit(&slot, &live, Durability::Async) {
                     tracing::warn!(aor = %slot.name, error = %e, "cannot store an expiry");
@@ -790,6 +823,83 @@ impl Registrar {
             }
         }
         self.refresh_gauges();
+    }
+}
+
+/// A REGISTER whose credentials are being checked, and where it came from.
+struct Attempt<'a> {
+    req: &'a Register<'a>,
+    source: SocketAddr,
+    transport: Transport,
+}
+
+impl Registrar {
+    /// Every device the registrar knows now, at most [`DEVICES_MAX`]: each live binding (a
+    /// user at a source address), and each (user, address) of its log that has no live binding
+    /// (failed attempts, a binding that lapsed). A failure logged for a pair with a live
+    /// binding rides on that binding's row. From memory; walks every AOR.
+    pub fn devices(&self, now_ms: u64) -> Vec<Device> {
+        use std::collections::HashMap;
+        let mut rows: HashMap<(String, String), Device> = HashMap::new();
+        'aors: for aor in self.location.aors() {
+            let (Some(user), Some(domain)) =
+                (location::user_of(&aor.name), location::domain_of(&aor.name))
+            else {
+                continue;
+            };
+            for b in aor.live(now_ms) {
+                if rows.len() >= DEVICES_MAX {
+                    break 'aors;
+                }
+                let address = crate::devices::source_ip(&b.source)
+                    .map_or_else(|| b.source.clone(), |ip| ip.to_string());
+                let row = rows.entry((user.to_string(), address.clone())).or_default();
+                // Of several bindings of one user at one address, the one written last.
+                if row.registered_ms.is_some_and(|t| t > b.updated_at_ms) {
+                    continue;
+                }
+                *row = Device {
+                    user: user.to_string(),
+                    domain: domain.to_string(),
+                    address,
+                    source: b.source.clone(),
+                    contact: b.uri.clone(),
+                    user_agent: b.user_agent.clone(),
+                    registered_ms: Some(b.updated_at_ms),
+                    expires_ms: Some(b.expires_at_ms),
+                    live: true,
+                    ..Device::default()
+                };
+            }
+        }
+        let log = self.device_log.lock();
+        for (ip, e) in log.entries() {
+            let key = (e.user.clone(), ip.to_string());
+            if !rows.contains_key(&key) && rows.len() >= DEVICES_MAX {
+                continue;
+            }
+            let row = rows.entry(key).or_insert_with(|| Device {
+                user: e.user.clone(),
+                domain: e.domain.clone(),
+                address: ip.to_string(),
+                source: e.source.clone(),
+                user_agent: e.user_agent.clone(),
+                ..Device::default()
+            });
+            if !row.live
+                && let Some((contact, lapsed_ms)) = &e.lapsed
+            {
+                row.contact = contact.clone();
+                row.expires_ms = Some(*lapsed_ms);
+            }
+            row.failures = e.failures;
+            row.last_failure_ms = e.last_failure_ms;
+            if e.last_failure_ms.is_some() {
+                (row.last_failure, row.last_failure_reason) =
+                    crate::devices::failure_of(e.last_reason);
+            }
+        }
+        rows.into_values().collect()
     }
 }
 

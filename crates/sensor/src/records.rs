@@ -122,6 +122,10 @@ pub fn cdr_registration(r: &Registration) -> CdrRegistration {
         expires_s: r.expires_s,
         // The writer fills in its sensor.
         sensor: String::new(),
+        challenges: r.challenges,
+        failure: r.failure().map_or("", |f| f.as_str()).to_string(),
+        failure_reason: r.failure_reason(),
+        registered_us: r.registered_ns.map(us),
     }
 }
 

@@ -207,3 +207,31 @@ pub fn assert_streams_match(name: &str, ours: &[&monitor::StreamRecord], theirs:
         }
     }
 }
+
+/// `tshark -T fields` for the packets `filter` shows: one line of `fields` each (an absent field
+/// empty). `None`, skipped with a reason, without tshark.
+pub fn tshark_fields(file: &Path, filter: &str, fields: &[&str]) -> Option<Vec<Vec<String>>> {
+    if !have_tshark() {
+        return None;
+    }
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r"])
+        .arg(file)
+        .args(["-Y", filter, "-T", "fields", "-E", "separator=\t"]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = cmd.output().expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark failed on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(
+        text.lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect(),
+    )
+}
