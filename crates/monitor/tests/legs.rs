@@ -30,6 +30,17 @@ fn run(cfg: &B2buaConfig, legs: legs::LegsConfig, workers: usize, hep: bool) -> 
     m.finish()
 }
 
+/// Linking with the prefix rule that drops the phones' outside-line 9.
+fn outside_line_nine() -> legs::LegsConfig {
+    legs::LegsConfig {
+        prefix_rules: vec![legs::PrefixRule {
+            strip: "9".into(),
+            add: String::new(),
+        }],
+        ..legs::LegsConfig::default()
+    }
+}
+
 /// Call-ID to (group's Call-ID, group's start, rule, confidence) of every linked record, and
 /// Call-ID to start of every record.
 type Links = HashMap<String, (String, i64, String, f32)>;
@@ -87,13 +98,7 @@ fn b2bua_pairs_link_alike_with_one_two_and_three_workers() {
         same_number_every: 7,
         ..B2buaConfig::default()
     };
-    let legs = legs::LegsConfig {
-        prefix_rules: vec![legs::PrefixRule {
-            strip: "9".into(),
-            add: String::new(),
-        }],
-        ..legs::LegsConfig::default()
-    };
+    let legs = outside_line_nine();
     let (_, pairs) = b2bua_calls(&cfg);
     let mut seen = Vec::new();
     for workers in 1..=3 {
@@ -217,13 +222,7 @@ fn a_thousand_concurrent_calls_through_one_pbx_link_every_pair_right() {
         ..B2buaConfig::default()
     };
     let (_, pairs) = b2bua_calls(&busy);
-    let legs = legs::LegsConfig {
-        prefix_rules: vec![legs::PrefixRule {
-            strip: "9".into(),
-            add: String::new(),
-        }],
-        ..legs::LegsConfig::default()
-    };
+    let legs = outside_line_nine();
     let a = run(&busy, legs.clone(), 2, false);
     assert_eq!(
         tally(&a, &pairs),
