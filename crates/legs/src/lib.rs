@@ -68,6 +68,7 @@
 
 pub mod config;
 pub mod number;
+mod pending;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -75,6 +76,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::{ConfigError, LegsConfig, PbxAddr, PrefixRule};
+use pending::{Pending, PendingTable};
 
 /// The first INVITE of a dialog (or any INVITE: the linker tells a known Call-ID itself).
 #[derive(Debug, Clone, Copy)]
@@ -162,18 +164,6 @@ struct Known {
     link: Option<Link>,
 }
 
-/// An INVITE that started a dialog, waiting `window_ms` for its outbound leg.
-struct Pending {
-    call_id: Arc<str>,
-    /// Its latest INVITE without a To tag (a retry after a 401 moves it on).
-    last_ns: i64,
-    dst: SocketAddr,
-    caller: Vec<Box<str>>,
-    called: Vec<Box<str>>,
-    /// An outbound leg was linked to it.
-    claimed: bool,
-}
-
 /// What an address did, for learning PBXs.
 #[derive(Default)]
 struct Seen {
@@ -193,7 +183,7 @@ pub struct Linker {
     known_order: VecDeque<(Arc<str>, i64)>,
     tokens: HashMap<Box<str>, (LegRef, i64)>,
     token_order: VecDeque<(Box<str>, i64)>,
-    pending: VecDeque<Pending>,
+    pending: PendingTable,
     addresses: HashMap<SocketAddr, Seen>,
     last_sweep_ns: i64,
     counters: LinkCounters,
@@ -225,7 +215,7 @@ impl Linker {
             known_order: VecDeque::new(),
             tokens: HashMap::new(),
             token_order: VecDeque::new(),
-            pending: VecDeque::new(),
+            pending: PendingTable::default(),
             addresses: HashMap::new(),
             last_sweep_ns: i64::MIN,
             counters: LinkCounters::default(),
@@ -247,14 +237,8 @@ impl Linker {
         self.forget(inv.ts_ns);
         if let Some(k) = self.known.get(inv.call_id) {
             let link = k.link.clone();
-            if inv.initial
-                && let Some(p) = self
-                    .pending
-                    .iter_mut()
-                    .rev()
-                    .find(|p| *p.call_id == *inv.call_id)
-            {
-                p.last_ns = p.last_ns.max(inv.ts_ns);
+            if inv.initial {
+                self.pending.touch(inv.call_id, inv.ts_ns);
             }
             return link;
         }
@@ -399,9 +383,14 @@ impl Linker {
             return None;
         }
         let since = inv.ts_ns.saturating_sub(self.window_ns);
-        // (index in pending, score, configured)
-        let mut scored: Vec<(usize, u8, bool)> = Vec::new();
-        for (i, p) in self.pending.iter().enumerate() {
+        // (seq in pending, score, configured), oldest first.
+        let mut scored: Vec<(u64, u8, bool)> = Vec::new();
+        // Only INVITEs to the PBX's IP can be its inbound legs (a PBX known by IP and port
+        // is matched on the port below).
+        for seq in self.pending.sharing(inv.src.ip(), &called, &caller) {
+            let Some(p) = self.pending.get(seq) else {
+                continue;
+            };
             if p.last_ns < since || p.last_ns > inv.ts_ns || *p.call_id == *inv.call_id {
                 continue;
             }
@@ -411,15 +400,18 @@ impl Linker {
             let score = 2 * u8::from(number::same(&called, &p.called))
                 + u8::from(number::same(&caller, &p.caller));
             if score > 0 {
-                scored.push((i, score, configured));
+                scored.push((seq, score, configured));
             }
         }
         let best = scored.iter().map(|s| s.1).max()?;
-        let top: Vec<&(usize, u8, bool)> = scored.iter().filter(|s| s.1 == best).collect();
+        let top: Vec<&(u64, u8, bool)> = scored.iter().filter(|s| s.1 == best).collect();
         let (chosen, mut confidence) = if top.len() == 1 {
             (*top[0], 1.0)
         } else {
-            let free: Vec<_> = top.iter().filter(|s| !self.pending[s.0].claimed).collect();
+            let free: Vec<_> = top
+                .iter()
+                .filter(|s| self.pending.get(s.0).is_some_and(|p| !p.claimed))
+                .collect();
             if free.len() != 1 {
                 self.counters.ties += 1;
                 return None;
@@ -436,7 +428,7 @@ impl Linker {
         }
         let others = (scored.len() as i32 - 1).min(OTHERS_COUNTED_MAX);
         confidence *= PER_OTHER_FACTOR.powi(others);
-        let p = &mut self.pending[chosen.0];
+        let p = self.pending.get_mut(chosen.0)?;
         p.claimed = true;
         let call_id = p.call_id.clone();
         Some(Link {
@@ -458,7 +450,7 @@ impl Linker {
                 called.push(f);
             }
         }
-        self.pending.push_back(Pending {
+        self.pending.push(Pending {
             call_id,
             last_ns: inv.ts_ns,
             dst: inv.dst,

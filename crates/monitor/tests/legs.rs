@@ -30,6 +30,17 @@ fn run(cfg: &B2buaConfig, legs: legs::LegsConfig, workers: usize, hep: bool) -> 
     m.finish()
 }
 
+/// Linking with the prefix rule that drops the phones' outside-line 9.
+fn outside_line_nine() -> legs::LegsConfig {
+    legs::LegsConfig {
+        prefix_rules: vec![legs::PrefixRule {
+            strip: "9".into(),
+            add: String::new(),
+        }],
+        ..legs::LegsConfig::default()
+    }
+}
+
 /// Call-ID to (group's Call-ID, group's start, rule, confidence) of every linked record, and
 /// Call-ID to start of every record.
 type Links = HashMap<String, (String, i64, String, f32)>;
@@ -87,13 +98,7 @@ fn b2bua_pairs_link_alike_with_one_two_and_three_workers() {
         same_number_every: 7,
         ..B2buaConfig::default()
     };
-    let legs = legs::LegsConfig {
-        prefix_rules: vec![legs::PrefixRule {
-            strip: "9".into(),
-            add: String::new(),
-        }],
-        ..legs::LegsConfig::default()
-    };
+    let legs = outside_line_nine();
     let (_, pairs) = b2bua_calls(&cfg);
     let mut seen = Vec::new();
     for workers in 1..=3 {
@@ -185,4 +190,55 @@ fn a_hep_correlation_id_naming_the_a_leg_links() {
         ..legs::LegsConfig::default()
     };
     assert!(links(&run(&cfg, off, 2, true)).0.is_empty());
+}
+
+/// (linked right, linked wrong, missed) over `pairs`, and A legs linked at all.
+fn tally(a: &Analysis, pairs: &[LegPair]) -> (usize, usize, usize, usize) {
+    let (linked, _) = links(a);
+    let (mut right, mut wrong, mut missed) = (0, 0, 0);
+    for p in pairs {
+        match linked.get(&p.b_call_id) {
+            Some(l) if l.0 == p.a_call_id => right += 1,
+            Some(_) => wrong += 1,
+            None => missed += 1,
+        }
+    }
+    let a_linked = pairs
+        .iter()
+        .filter(|p| linked.contains_key(&p.a_call_id))
+        .count();
+    (right, wrong, missed, a_linked)
+}
+
+#[test]
+fn a_thousand_concurrent_calls_through_one_pbx_link_every_pair_right() {
+    // 200 calls a second, each up about 5.6 s: a thousand at once at the peak.
+    let busy = B2buaConfig {
+        calls: 1_000,
+        spacing_ms: 5,
+        leg_delay_ms: 80,
+        talk_ms: 5_000,
+        same_number_every: 50,
+        ..B2buaConfig::default()
+    };
+    let (_, pairs) = b2bua_calls(&busy);
+    let legs = outside_line_nine();
+    let a = run(&busy, legs.clone(), 2, false);
+    assert_eq!(
+        tally(&a, &pairs),
+        (1_000, 0, 0, 0),
+        "learned PBX, caller and number"
+    );
+    // The trunk's one caller number: calls to the number of the call before are ties while
+    // both wait, and are left unlinked, never linked wrong.
+    let cli = B2buaConfig {
+        trunk_caller: Some("+4930555000".into()),
+        ..busy
+    };
+    let a = run(&cli, legs, 2, false);
+    let (right, wrong, missed, a_linked) = tally(&a, &pairs);
+    eprintln!("trunk caller number: {right} right, {wrong} wrong, {missed} missed");
+    assert_eq!((wrong, a_linked), (0, 0));
+    assert_eq!(right + missed, 1_000);
+    assert!(right >= 960, "{right}");
 }

@@ -174,30 +174,43 @@ fn truncated_capture_reports_file_and_offset_and_keeps_calls() {
     );
 }
 
-/// A call sent as HEP v3 (as Kamailio's siptrace or heplify would send it) comes out as a call,
-/// and a datagram that is not HEP is skipped.
-#[test]
-fn hep_listen_builds_calls_from_hep_packets() {
-    use std::io::{BufRead, BufReader};
-
-    let port = common::free_udp_port();
+/// `tandem capture --hep-listen 127.0.0.1:PORT --json --no-store` taking `packets` HEP
+/// packets, with `extra` options, once it says it listens; its stderr after that line.
+fn hep_capture(
+    port: u16,
+    packets: usize,
+    extra: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["capture", "--hep-listen", &format!("127.0.0.1:{port}")])
         .args([
-            "capture",
-            "--hep-listen",
-            &format!("127.0.0.1:{port}"),
             "--json",
             "--no-store",
+            "--hep-max-packets",
+            &packets.to_string(),
         ])
-        .args(["--hep-max-packets", "7"])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     assert!(line.contains("listening for HEP v3"), "{line}");
+    (child, stderr)
+}
+
+/// A call sent as HEP v3 (as Kamailio's siptrace or heplify would send it) comes out as a call,
+/// and a datagram that is not HEP is skipped.
+#[test]
+fn hep_listen_builds_calls_from_hep_packets() {
+    let port = common::free_udp_port();
+    let (child, mut stderr) = hep_capture(port, 7, &[]);
 
     let call_id = "hep-test-call@192.0.2.10";
     let mut datagrams = vec![b"not a HEP packet".to_vec()];
@@ -740,7 +753,6 @@ fn b2bua_legs_are_linked_in_json_and_cdrs() {
 #[test]
 fn hep_correlation_ids_link_legs() {
     use monitor::synth::b2bua::{B2buaConfig, b2bua_calls};
-    use std::io::{BufRead, BufReader};
 
     let (packets, pairs) = b2bua_calls(&B2buaConfig {
         calls: 2,
@@ -748,18 +760,7 @@ fn hep_correlation_ids_link_legs() {
         ..B2buaConfig::default()
     });
     let port = common::free_udp_port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tandem"))
-        .args(["capture", "--hep-listen", &format!("127.0.0.1:{port}")])
-        .args(["--json", "--no-store", "--no-legs-learn"])
-        .args(["--hep-max-packets", &packets.len().to_string()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("listening for HEP v3"), "{line}");
+    let (child, _stderr) = hep_capture(port, packets.len(), &["--no-legs-learn"]);
     let datagrams: Vec<Vec<u8>> = packets
         .iter()
         .map(|p| {
