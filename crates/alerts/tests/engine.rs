@@ -591,3 +591,51 @@ fn the_example_rule_set_is_valid() {
     let set = RuleSet::new(&cfg).unwrap_or_else(|e| panic!("{e:#?}"));
     assert_eq!(set.rules.len(), 20);
 }
+
+/// A rule's scope `group=NAME` (tandem.toml's `[[groups]]`) decides on that group's calls
+/// only: the failing trunk's group fires, the healthy one's stays quiet.
+#[test]
+fn a_scope_by_group_counts_only_the_groups_calls() {
+    let group = |name: &str, address: &str| groups::GroupConfig {
+        name: name.into(),
+        addresses: vec![address.into()],
+        numbers: vec![],
+    };
+    cdr::search::set_search_groups(Arc::new(
+        groups::Groups::new(&[
+            group("trunk-a", "198.51.100.20"),
+            group("trunk-b", "198.51.100.30/32"),
+        ])
+        .unwrap(),
+    ));
+    let rule = |name: &str, g: &str| {
+        format!(
+            "[[alerts.rule]]\nname = \"{name}\"\nkind = \"sip.response\"\nclasses = [\"5xx\"]\n\
+             group_by = \"none\"\nwindow_s = 300\nthreshold_pct = 20\nmin_calls = 10\n\
+             scope = \"group={g}\"\n"
+        )
+    };
+    let mut e = engine(&(rule("a", "trunk-a") + &rule("b", "trunk-b")));
+    let mut out = Vec::new();
+    for i in 0..30 {
+        let code = if i % 3 == 0 { 503 } else { 200 };
+        let failing = call(
+            &format!("t{i}"),
+            "198.51.100.20",
+            T0 + i * 5 * S,
+            code,
+            vec![],
+        );
+        e.observe(Event::CallEnd(&failing), &mut out);
+        let healthy = call(
+            &format!("h{i}"),
+            "198.51.100.30",
+            T0 + i * 5 * S,
+            200,
+            vec![],
+        );
+        e.observe(Event::CallEnd(&healthy), &mut out);
+    }
+    let fired: Vec<&str> = out.iter().map(|a| a.rule.as_str()).collect();
+    assert_eq!(fired, ["a"]);
+}

@@ -1,7 +1,9 @@
 //! The measurement behind `tandem bench report`, built alone (`cargo run --release -p cdr
-//! --example report_bench -- CDRS DAYS READS DIR`): seeds DIR/cdr.sqlite3 with CDRS synthetic
-//! calls over the last DAYS days and their rollups (once; a file already there is reused), then
-//! prints each group's report time against its `GROUP BY` as one JSON object.
+//! --example report_bench -- CDRS DAYS READS DIR [postgres]`): seeds DIR/cdr.sqlite3 (or, with
+//! `postgres`, a throwaway PostgreSQL server's database in DIR) with CDRS synthetic calls over
+//! the last DAYS days and their rollups (an SQLite file already there is reused), then prints
+//! each group's report time against its `GROUP BY` as one JSON object. `rebuild` instead of
+//! `postgres` times `SqliteStore::rebuild_reports` over the SQLite file's calls.
 
 use std::time::Instant;
 
@@ -23,6 +25,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         * day_us;
     let from_us = to_us - days * day_us;
     let mut load_s = None;
+    if arg(4, "") == "postgres" {
+        let server = pg_scratch::PgServer::start(&pg_scratch::Options {
+            fsync: true,
+            shared_buffers_mib: Some(512),
+            ..pg_scratch::Options::default()
+        })?;
+        let conninfo = server.conninfo();
+        let t = Instant::now();
+        let records = cdr::seed::synthetic_calls(cdrs, from_us, to_us, 7);
+        let groups = cdr::report_bench::bench_groups();
+        cdr::seed::bulk_load_postgres_grouped(&conninfo, records, &groups)?;
+        let load_s = t.elapsed().as_secs_f64();
+        let groups = cdr::report_bench::postgres(&conninfo, from_us, to_us, reads)?;
+        let out = serde_json::json!({
+            "backend": "postgres",
+            "cdrs": cdrs,
+            "days": days,
+            "reads": reads,
+            "load_with_rollups_s": load_s,
+            "groups": groups,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    if arg(4, "") == "rebuild" {
+        // How long `tandem report --rebuild` takes over the seeded calls.
+        let mut store = cdr::SqliteStore::open(&path)?;
+        store.set_groups(std::sync::Arc::new(cdr::report_bench::bench_groups()));
+        let t = Instant::now();
+        let calls = store.rebuild_reports()?;
+        let rebuild_s = t.elapsed().as_secs_f64();
+        println!(
+            "{}",
+            serde_json::json!({"rebuild_calls": calls, "rebuild_s": rebuild_s})
+        );
+        return Ok(());
+    }
     if !path.exists() {
         let t = Instant::now();
         let records = cdr::seed::synthetic_calls(cdrs, from_us, to_us, 7);

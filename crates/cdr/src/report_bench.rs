@@ -56,6 +56,31 @@ pub fn sqlite(
     reads: usize,
 ) -> Result<Vec<GroupTiming>, CdrError> {
     let mut store = SqliteStore::open(path)?;
+    measure(&mut store, from_us, to_us, reads, group_by)
+}
+
+/// [`sqlite`] on a PostgreSQL database already seeded with its rollups
+/// ([`crate::seed::bulk_load_postgres_grouped`]).
+pub fn postgres(
+    conninfo: &str,
+    from_us: i64,
+    to_us: i64,
+    reads: usize,
+) -> Result<Vec<GroupTiming>, CdrError> {
+    let mut store = crate::PgStore::connect(conninfo)?;
+    measure(&mut store, from_us, to_us, reads, pg_group_by)
+}
+
+type GroupBy<S> =
+    fn(&mut S, &groups::Groups, &str, i64, i64) -> Result<Vec<(i64, [i64; 9])>, CdrError>;
+
+fn measure<S: CdrStore>(
+    store: &mut S,
+    from_us: i64,
+    to_us: i64,
+    reads: usize,
+    group_by: GroupBy<S>,
+) -> Result<Vec<GroupTiming>, CdrError> {
     let groups = bench_groups();
     let mut out = Vec::new();
     let names: Vec<String> = std::iter::once(groups::ALL.to_string())
@@ -79,7 +104,7 @@ pub fn sqlite(
         times.sort_by(f64::total_cmp);
         let (from, to) = q.range()?;
         let t = Instant::now();
-        let rows = group_by(&mut store, &groups, &name, from, to)?;
+        let rows = group_by(store, &groups, &name, from, to)?;
         let group_by_ms = t.elapsed().as_secs_f64() * 1e3;
         for (day, counts) in rows {
             let row = report
@@ -115,6 +140,67 @@ pub fn sqlite(
         });
     }
     Ok(out)
+}
+
+/// [`group_by`] in PostgreSQL's words.
+fn pg_group_by(
+    store: &mut crate::PgStore,
+    groups: &groups::Groups,
+    name: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<(i64, [i64; 9])>, CdrError> {
+    let (filter, args) = group_filter(groups, name);
+    // The SQLite text with `$n` for `?n` and integer sums of the conditions.
+    let mut filter = filter;
+    for i in (1..=args.len() + 2).rev() {
+        filter = filter.replace(&format!("?{i}"), &format!("${i}"));
+    }
+    let sql = format!(
+        "SELECT start_us / 86400000000 * 86400000000 AS day, COUNT(*), \
+           SUM((answer_us IS NOT NULL)::int), SUM((mos_min IS NOT NULL)::int), \
+           SUM((ringing_us IS NOT NULL AND ringing_us >= start_us)::int), \
+           SUM((answer_us IS NULL AND (last_response IN (486, 487, 600, 603) \
+               OR state = 'cancelled' OR (ringing_us IS NOT NULL AND last_response IN (480, 408))))::int), \
+           SUM(CASE WHEN answer_us IS NOT NULL AND end_us IS NOT NULL \
+               THEN (end_us - answer_us) / 1000 ELSE 0 END)::bigint, \
+           SUM((answer_us IS NOT NULL AND end_us IS NOT NULL)::int), \
+           SUM((mos_min < 3.6)::int), SUM((mos_min < 3.1)::int) \
+         FROM cdr WHERE start_us >= $1 AND start_us < $2 AND {filter} GROUP BY day ORDER BY day"
+    );
+    let mut params: Vec<Box<dyn postgres::types::ToSql + Sync>> =
+        vec![Box::new(from), Box::new(to)];
+    for a in args {
+        match a {
+            rusqlite::types::Value::Blob(b) => params.push(Box::new(b)),
+            rusqlite::types::Value::Text(t) => params.push(Box::new(t)),
+            rusqlite::types::Value::Integer(i) => params.push(Box::new(i as i32)),
+            _ => unreachable!("group_filter makes blobs, text and integers"),
+        }
+    }
+    let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = params.iter().map(|p| &**p).collect();
+    let name_db = store.name().to_string();
+    let rows = store
+        .client()
+        .query(&sql, &refs)
+        .map_err(|source| CdrError::Postgres {
+            target: name_db,
+            source,
+        })?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let mut c = [0i64; 9];
+            for (i, v) in c.iter_mut().enumerate() {
+                *v = if i == 0 {
+                    r.get::<_, i64>(1)
+                } else {
+                    r.get::<_, Option<i64>>(i + 1).unwrap_or(0)
+                };
+            }
+            (r.get(0), c)
+        })
+        .collect())
 }
 
 /// Per day of `[from, to)`: calls, answered, with MOS, that rang; ended by the user, talk

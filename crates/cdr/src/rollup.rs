@@ -567,6 +567,28 @@ impl StoredFacts {
     }
 }
 
+/// SQLite: a stored call's facts from a row of `SELECT {FACT_COLUMNS}` (its streams' flow
+/// still to be read).
+fn stored_from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredFacts> {
+    Ok(StoredFacts {
+        id: r.get(0)?,
+        caller: r.get(1)?,
+        called: r.get(2)?,
+        caller_addr: r.get(3)?,
+        callee_addr: r.get(4)?,
+        start_us: r.get(5)?,
+        ringing_us: r.get(6)?,
+        answer_us: r.get(7)?,
+        end_us: r.get(8)?,
+        state: r.get(9)?,
+        last_response: r.get(10)?,
+        mos_min: r.get(11)?,
+        loss_max_pct: r.get(12)?,
+        jitter_max_ms: r.get(13)?,
+        media: Media::None,
+    })
+}
+
 /// SQLite: the stored facts of the call under `uid`, if any.
 pub(crate) fn sqlite_stored(
     conn: &rusqlite::Connection,
@@ -574,28 +596,7 @@ pub(crate) fn sqlite_stored(
 ) -> rusqlite::Result<Option<StoredFacts>> {
     use rusqlite::OptionalExtension;
     let mut st = conn.prepare_cached(&format!("SELECT {FACT_COLUMNS} FROM cdr WHERE uid = ?1"))?;
-    let Some(mut f) = st
-        .query_row([uid], |r| {
-            Ok(StoredFacts {
-                id: r.get(0)?,
-                caller: r.get(1)?,
-                called: r.get(2)?,
-                caller_addr: r.get(3)?,
-                callee_addr: r.get(4)?,
-                start_us: r.get(5)?,
-                ringing_us: r.get(6)?,
-                answer_us: r.get(7)?,
-                end_us: r.get(8)?,
-                state: r.get(9)?,
-                last_response: r.get(10)?,
-                mos_min: r.get(11)?,
-                loss_max_pct: r.get(12)?,
-                jitter_max_ms: r.get(13)?,
-                media: Media::None,
-            })
-        })
-        .optional()?
-    else {
+    let Some(mut f) = st.query_row([uid], stored_from_sqlite).optional()? else {
         return Ok(None);
     };
     let mut st = conn.prepare_cached("SELECT src, dst, packets FROM cdr_rtp WHERE cdr_id = ?1")?;
@@ -731,23 +732,7 @@ pub(crate) fn sqlite_rebuild(
     while let Some(r) = rows.next()? {
         let id: i64 = r.get(0)?;
         if current.as_ref().is_none_or(|(f, _)| f.id != id) {
-            let f = StoredFacts {
-                id,
-                caller: r.get(1)?,
-                called: r.get(2)?,
-                caller_addr: r.get(3)?,
-                callee_addr: r.get(4)?,
-                start_us: r.get(5)?,
-                ringing_us: r.get(6)?,
-                answer_us: r.get(7)?,
-                end_us: r.get(8)?,
-                state: r.get(9)?,
-                last_response: r.get(10)?,
-                mos_min: r.get(11)?,
-                loss_max_pct: r.get(12)?,
-                jitter_max_ms: r.get(13)?,
-                media: Media::None,
-            };
+            let f = stored_from_sqlite(r)?;
             finish(current.replace((f, Vec::new())), &mut changes)?;
         }
         if let (Some(src), Some((_, streams))) = (r.get::<_, Option<String>>(14)?, current.as_mut())

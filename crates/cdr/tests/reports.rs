@@ -213,7 +213,7 @@ struct Script {
 
 fn script() -> Script {
     let mut rng = Rng::new(33);
-    let calls: Vec<CdrRecord> = (0..2400).map(|n| synthetic(&mut rng, n)).collect();
+    let calls: Vec<CdrRecord> = (0..1200).map(|n| synthetic(&mut rng, n)).collect();
     let mut batches: Vec<Vec<CdrRecord>> = calls.chunks(200).map(|c| c.to_vec()).collect();
     // A journal replayed: batches stored again as they were.
     batches.push(calls[200..600].to_vec());
@@ -232,7 +232,7 @@ fn script() -> Script {
     batches.push(calls[..150].to_vec());
     Script {
         batches,
-        restart_before: vec![4, 12, 14],
+        restart_before: vec![3, 6, 8],
     }
 }
 

@@ -92,6 +92,20 @@ impl Ord for Pending {
 }
 
 fn test(store: &mut dyn cdr::CdrStore, t: TestArgs) -> anyhow::Result<()> {
+    // The rules' `group=NAME` scopes name the `[[groups]]` of the same file (tandem.toml).
+    let text = std::fs::read_to_string(&t.rules)
+        .with_context(|| format!("reading {}", t.rules.display()))?;
+    if let Ok(table) = toml::from_str::<toml::Table>(&text)
+        && let Some(list) = table.get("groups")
+    {
+        let configs: Vec<groups::GroupConfig> = list
+            .clone()
+            .try_into()
+            .with_context(|| format!("{}: [[groups]]", t.rules.display()))?;
+        let groups =
+            groups::Groups::new(&configs).with_context(|| format!("{}", t.rules.display()))?;
+        ::cdr::search::set_search_groups(std::sync::Arc::new(groups));
+    }
     let (mut cfg, _) = crate::alerts::load_rules(&t.rules)?;
     if !t.rule.is_empty() {
         let names: Vec<String> = cfg.rule.iter().map(|r| r.name.clone()).collect();
