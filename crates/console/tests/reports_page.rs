@@ -362,6 +362,30 @@ async fn the_reports_page_in_a_browser_draws_charts_and_the_table_and_picks_grou
         b.screenshot(&dir.join("reports.png")).await.unwrap();
     }
 
+    // A range from the form keeps the group and the period (the script sends seconds).
+    b.client
+        .goto(&format!("{base}reports?group=carrier-a&period=day"))
+        .await
+        .unwrap();
+    wait_for(&b, "#panel-report[data-group='carrier-a']").await;
+    b.click(Locator::Css("#absolute button[type='submit']"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let url = b.client.current_url().await.unwrap().to_string();
+        if url.contains("&from=") && !url.contains("T00") {
+            assert!(
+                url.contains("/reports?group=carrier-a&period=day&from="),
+                "{url}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the form did not go: {url}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for(&b, "#panel-report[data-group='carrier-a']").await;
+
     // Per hour: the period picker keeps the group.
     b.click(Locator::Css("#periods a[data-period='hour']"))
         .await

@@ -3,6 +3,8 @@
 //! kept as in production), `tandem report send-now` to a real SMTP server (aiosmtpd, Debian's
 //! `python3-aiosmtpd`, which parses each message with Python's `email` package), and `tandem
 //! serve`'s `/api/reports` over HTTP for the same days: the attached CSV's rows are the API's.
+//!
+//! With `TANDEM_SCREENSHOT_DIR` set, the email's HTML is saved there, to be looked at.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -84,7 +86,8 @@ fn smtp(dir: &Path, port: u16) -> Smtp {
         .spawn()
         .unwrap();
     let s = Smtp(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Python starts slowly on a loaded machine: a poll, not a sleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "aiosmtpd did not listen");
         std::thread::sleep(Duration::from_millis(50));
@@ -215,6 +218,9 @@ from = "Tandem <tandem@pbx.example.com>"
         !html.contains("<svg") && !html.contains("<img"),
         "bars as tables"
     );
+    if let Some(dir) = std::env::var_os("TANDEM_SCREENSHOT_DIR") {
+        std::fs::write(Path::new(&dir).join("reports-email.html"), html).unwrap();
+    }
     let text = part("text/plain")["text"].as_str().unwrap();
     assert!(
         text.contains("carrier-a:") && text.contains("ASR"),
