@@ -32,6 +32,7 @@ pub mod hep_replay;
 pub mod kv;
 mod registrar;
 pub mod report;
+mod reports;
 pub mod rollup;
 mod taskpool;
 
@@ -76,6 +77,9 @@ pub enum BenchCommand {
     /// Alert rules: CPU per call with no rules, the 20 example rules and 200, as a share of
     /// the monitor's analysis of the same calls; memory per tracked key at 1,000,000 keys.
     Alerts(alerts::Args),
+    /// Reports: a 30-day report per group over 10,000,000 CDRs from the rollups, against the
+    /// same figures by a GROUP BY over the calls (the ratio).
+    Report(reports::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -97,5 +101,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Registrar(args) => registrar::run(args),
         BenchCommand::Collector(args) => collector::run(args),
         BenchCommand::Alerts(args) => alerts::run(args),
+        BenchCommand::Report(args) => reports::run(args),
     }
 }

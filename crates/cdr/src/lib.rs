@@ -82,6 +82,7 @@ mod record;
 pub mod registration;
 pub mod replay;
 pub mod report;
+pub mod report_bench;
 mod rollup;
 pub mod search;
 pub mod seed;

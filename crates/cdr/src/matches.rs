@@ -126,6 +126,24 @@ impl CallQuery {
         {
             return false;
         }
+        if let Some(g) = &self.group {
+            let inside = |a: &str| {
+                ip_bytes(a).is_some_and(|b| {
+                    g.networks.iter().any(|n| {
+                        let (lo, hi) = n.range();
+                        b >= lo && b <= hi
+                    })
+                })
+            };
+            let numbered = |n: &str| g.prefixes.iter().any(|p| n.starts_with(p.as_str()));
+            if !inside(&c.caller_addr)
+                && !inside(&c.callee_addr)
+                && !numbered(&c.caller)
+                && !numbered(&c.called)
+            {
+                return false;
+            }
+        }
         true
     }
 

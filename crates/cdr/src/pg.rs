@@ -290,6 +290,8 @@ pub struct PgStore {
     /// Batches still to write as upserts: records stored before came lately (see
     /// `pg_insert`); [`UPSERT_BATCHES_AFTER_CONFLICT`] after the last one met.
     upserting: u32,
+    /// The groups whose report rollups this store keeps as it stores calls (`all` always).
+    groups: std::sync::Arc<groups::Groups>,
 }
 
 /// Batches written as upserts after one met a record stored before, before trying plain
@@ -376,6 +378,11 @@ fn of_call<'a>(
 }
 
 impl PgStore {
+    /// The groups whose report rollups this store keeps from now on, besides `all`.
+    pub fn set_groups(&mut self, groups: std::sync::Arc<groups::Groups>) {
+        self.groups = groups;
+    }
+
     /// Connects with a libpq-style connection string (`host=... port=... user=... dbname=...`)
     /// and applies the schema migrations the database lacks ([`crate::migrate`]): a new
     /// database gets the plain tables, an existing one keeps its layout (a database from an
@@ -413,6 +420,7 @@ impl PgStore {
             maintained: None,
             statements: None,
             upserting: 0,
+            groups: Default::default(),
         };
         if store.layout == PgLayout::Partitioned {
             store.reload_days()?;
@@ -613,13 +621,14 @@ impl PgStore {
             client,
             statements: Some(st),
             layout,
+            groups,
             ..
         } = self
         else {
             unreachable!("prepared above")
         };
         let mut tx = client.transaction()?;
-        let out = pg_insert::insert(&mut tx, st, *layout, mode, records)?;
+        let out = pg_insert::insert(&mut tx, st, *layout, mode, records, groups)?;
         tx.commit()?;
         Ok(out)
     }
@@ -992,5 +1001,16 @@ impl CdrStore for PgStore {
 
     fn replay_source(&mut self) -> Option<&mut dyn crate::replay::ReplaySource> {
         Some(self)
+    }
+
+    fn report(&mut self, q: &crate::ReportQuery) -> Result<crate::Report, CdrError> {
+        let range = q.range()?;
+        let hours = crate::rollup::pg_read(&mut self.client, &q.group, range.0, range.1)
+            .map_err(|e| self.err(e))?;
+        Ok(crate::report::assemble(q, range, hours))
+    }
+
+    fn report_groups(&mut self) -> Result<Vec<String>, CdrError> {
+        crate::rollup::pg_groups(&mut self.client).map_err(|e| self.err(e))
     }
 }

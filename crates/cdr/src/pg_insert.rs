@@ -49,10 +49,10 @@ use std::collections::HashMap;
 use postgres::types::ToSql;
 use postgres::{Client, Statement, Transaction};
 
-use crate::CdrRecord;
 use crate::pg::{PgLayout, opt_i64};
 use crate::pg_partition::call_start_us;
 use crate::search::{self, StreamFigures};
+use crate::{CdrRecord, rollup};
 
 /// A column's type: its array is `$n::{sql}[]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -659,6 +659,7 @@ pub(crate) fn insert(
     layout: PgLayout,
     mode: Mode,
     records: &[CdrRecord],
+    groups: &groups::Groups,
 ) -> Result<Outcome, postgres::Error> {
     let mut out = Outcome::default();
     let part = layout == PgLayout::Partitioned;
@@ -698,6 +699,37 @@ pub(crate) fn insert(
         let r = &records[i];
         (r.uid.is_empty(), lock_time(r), r.uid.as_str())
     });
+
+    // The report rollups' changes ([`crate::rollup`]): in upsert mode, the calls stored before
+    // are taken away as stored, read under the exclusive report lock; every call is added as
+    // it comes now.
+    let mut changes = rollup::Rollup::default();
+    if calls > 0 {
+        let lock = match mode {
+            Mode::New => "SELECT pg_advisory_xact_lock_shared($1)",
+            Mode::Upsert => "SELECT pg_advisory_xact_lock($1)",
+        };
+        tx.execute(lock, &[&rollup::PG_REPORT_LOCK_KEY])?;
+        if mode == Mode::Upsert {
+            let (mut uids, mut starts) = (Vec::new(), Vec::new());
+            for &i in &order {
+                if let (Some(c), Some(uid)) = (&records[i].call, records[i].call_uid()) {
+                    uids.push(storable(Cow::Borrowed(uid), true).into_owned());
+                    starts.push(c.start_us);
+                }
+            }
+            let stored = rollup::pg_stored(tx, part, &uids, &starts)?;
+            for f in stored.values() {
+                changes.call(groups, &f.facts(), -1);
+            }
+        }
+        for &i in &order {
+            if let Some(c) = &records[i].call {
+                let facts = rollup::CallFacts::of_record(c, &records[i].streams);
+                changes.call(groups, &facts, 1);
+            }
+        }
+    }
 
     if calls > 0 {
         let mut w = Rows::new(&CALL, mode);
@@ -874,6 +906,7 @@ pub(crate) fn insert(
             pair.write(tx, mode, rows)?;
         }
     }
+    rollup::pg_apply(tx, changes)?;
     Ok(out)
 }
 

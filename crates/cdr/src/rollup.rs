@@ -793,6 +793,212 @@ pub(crate) fn sort_groups(names: &mut [String]) {
     names.sort_by(|a, b| (a != groups::ALL, a).cmp(&(b != groups::ALL, b)));
 }
 
+/// PostgreSQL: the transaction-level advisory lock ("TNDMRPRT") that keeps the rollups exact
+/// when writers race: a batch that may store calls again (the upsert) holds it exclusively
+/// from before it reads their stored facts to its commit, and a batch of new calls (`COPY`)
+/// holds it shared. So an upsert never reads the facts of a call while another transaction
+/// that stores the same call is still open, and batches of new calls run side by side.
+pub(crate) const PG_REPORT_LOCK_KEY: i64 = 0x544E_444D_5250_5254;
+
+/// PostgreSQL: the stored facts of the calls under `keys` (uid as stored, start), by uid.
+pub(crate) fn pg_stored(
+    tx: &mut postgres::Transaction<'_>,
+    partitioned: bool,
+    uids: &[String],
+    starts: &[i64],
+) -> Result<HashMap<String, StoredFacts>, postgres::Error> {
+    let mut out = HashMap::new();
+    if uids.is_empty() {
+        return Ok(out);
+    }
+    let rows = tx.query(
+        &format!(
+            "SELECT {FACT_COLUMNS}, uid FROM cdr \
+             WHERE (uid, start_us) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))"
+        ),
+        &[&uids, &starts],
+    )?;
+    let mut ids: Vec<i64> = Vec::new();
+    let mut id_starts: Vec<i64> = Vec::new();
+    let mut by_id: HashMap<i64, String> = HashMap::new();
+    for r in rows {
+        let f = StoredFacts {
+            id: r.get(0),
+            caller: r.get(1),
+            called: r.get(2),
+            caller_addr: r.get(3),
+            callee_addr: r.get(4),
+            start_us: r.get(5),
+            ringing_us: r.get(6),
+            answer_us: r.get(7),
+            end_us: r.get(8),
+            state: r.get(9),
+            last_response: r.get::<_, Option<i32>>(10).map(|v| v as u16),
+            mos_min: r.get(11),
+            loss_max_pct: r.get(12),
+            jitter_max_ms: r.get(13),
+            media: Media::None,
+        };
+        let uid: String = r.get(14);
+        ids.push(f.id);
+        id_starts.push(f.start_us);
+        by_id.insert(f.id, uid.clone());
+        out.insert(uid, f);
+    }
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let sql = if partitioned {
+        "SELECT cdr_id, src, dst, packets FROM cdr_rtp WHERE (cdr_id, call_start_us) IN \
+         (SELECT * FROM unnest($1::bigint[], $2::bigint[]))"
+    } else {
+        "SELECT cdr_id, src, dst, packets FROM cdr_rtp WHERE cdr_id = ANY($1) \
+         AND $2::bigint[] IS NOT NULL"
+    };
+    let mut streams: HashMap<i64, Vec<(String, String, u64)>> = HashMap::new();
+    for r in tx.query(sql, &[&ids, &id_starts])? {
+        let packets: i64 = r.get(3);
+        streams
+            .entry(r.get(0))
+            .or_default()
+            .push((r.get(1), r.get(2), packets.max(0) as u64));
+    }
+    for (id, uid) in by_id {
+        if let (Some(f), Some(s)) = (out.get_mut(&uid), streams.get(&id)) {
+            f.media = Media::of(s.iter().map(|(a, b, p)| (a.as_str(), b.as_str(), *p)));
+        }
+    }
+    Ok(out)
+}
+
+/// PostgreSQL: applies a batch's changes in the caller's transaction: the rows made if
+/// missing, locked in (group, hour) order (so writers of the same hours wait for each other
+/// and never deadlock), read, changed and written back, three statements in all.
+pub(crate) fn pg_apply(
+    tx: &mut postgres::Transaction<'_>,
+    rollup: Rollup,
+) -> Result<(), postgres::Error> {
+    let changes = rollup.sorted();
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let groups: Vec<&str> = changes.iter().map(|((g, _), _)| g.as_str()).collect();
+    let hours: Vec<i64> = changes.iter().map(|((_, h), _)| *h).collect();
+    let cols = COUNT_COLUMNS.join(", ");
+    let zeros = vec!["0"; COUNT_COLUMNS.len()].join(", ");
+    let empty = HourBucket::default().sketch_bytes();
+    tx.execute(
+        &format!(
+            "INSERT INTO report_hour (group_name, hour_us, {cols}, sketches) \
+             SELECT g, h, {zeros}, $3 FROM unnest($1::text[], $2::bigint[]) AS k(g, h) \
+             ORDER BY g, h ON CONFLICT (group_name, hour_us) DO NOTHING"
+        ),
+        &[&groups, &hours, &empty],
+    )?;
+    let rows = tx.query(
+        &format!(
+            "SELECT group_name, hour_us, {cols}, sketches FROM report_hour \
+             WHERE (group_name, hour_us) IN (SELECT * FROM unnest($1::text[], $2::bigint[])) \
+             ORDER BY group_name, hour_us FOR UPDATE"
+        ),
+        &[&groups, &hours],
+    )?;
+    let mut stored: HashMap<(String, i64), HourBucket> = HashMap::new();
+    for r in rows {
+        let mut c = [0i64; 10];
+        for (i, v) in c.iter_mut().enumerate() {
+            *v = r.get(i + 2);
+        }
+        let s: Vec<u8> = r.get(12);
+        // A row this release cannot read is counted afresh rather than failing every batch.
+        let b = HourBucket::from_counts(c, &s).unwrap_or_else(|e| {
+            tracing::warn!(problem = %e, "report_hour row unreadable, counted afresh");
+            HourBucket::default()
+        });
+        stored.insert((r.get(0), r.get(1)), b);
+    }
+    let mut columns: Vec<Vec<i64>> = vec![Vec::with_capacity(changes.len()); COUNT_COLUMNS.len()];
+    let mut sketches: Vec<Vec<u8>> = Vec::with_capacity(changes.len());
+    for (key, change) in &changes {
+        let mut b = stored.remove(key).unwrap_or_default();
+        b.add(change, 1);
+        for (col, v) in columns.iter_mut().zip(b.counts()) {
+            col.push(v);
+        }
+        sketches.push(b.sketch_bytes());
+    }
+    let sets = COUNT_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{c} = v.c{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unnest = (0..COUNT_COLUMNS.len())
+        .map(|i| format!("${}::bigint[]", i + 3))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let names = (0..COUNT_COLUMNS.len())
+        .map(|i| format!("c{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sk = COUNT_COLUMNS.len() + 3;
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&groups, &hours];
+    for c in &columns {
+        params.push(c);
+    }
+    params.push(&sketches);
+    tx.execute(
+        &format!(
+            "UPDATE report_hour r SET {sets}, sketches = v.sk \
+             FROM unnest($1::text[], $2::bigint[], {unnest}, ${sk}::bytea[]) \
+             AS v(g, h, {names}, sk) WHERE r.group_name = v.g AND r.hour_us = v.h"
+        ),
+        &params,
+    )?;
+    Ok(())
+}
+
+/// PostgreSQL: the hour buckets of `group` in `[from, to)`.
+pub(crate) fn pg_read(
+    client: &mut postgres::Client,
+    group: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<(i64, HourBucket)>, postgres::Error> {
+    let rows = client.query(
+        &format!(
+            "SELECT hour_us, {}, sketches FROM report_hour \
+             WHERE group_name = $1 AND hour_us >= $2 AND hour_us < $3 ORDER BY hour_us",
+            COUNT_COLUMNS.join(", ")
+        ),
+        &[&group, &from, &to],
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let mut c = [0i64; 10];
+        for (i, v) in c.iter_mut().enumerate() {
+            *v = r.get(i + 1);
+        }
+        let s: Vec<u8> = r.get(11);
+        match HourBucket::from_counts(c, &s) {
+            Ok(b) => out.push((r.get(0), b)),
+            Err(e) => tracing::warn!(problem = %e, group, "report_hour row unreadable, left out"),
+        }
+    }
+    Ok(out)
+}
+
+/// PostgreSQL: the groups with rollups, `all` first.
+pub(crate) fn pg_groups(client: &mut postgres::Client) -> Result<Vec<String>, postgres::Error> {
+    let rows = client.query(
+        "SELECT DISTINCT group_name FROM report_hour ORDER BY group_name LIMIT $1",
+        &[&(crate::report::REPORT_GROUPS_MAX as i64)],
+    )?;
+    let mut names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    sort_groups(&mut names);
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

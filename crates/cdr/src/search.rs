@@ -172,6 +172,98 @@ pub struct CallQuery {
     /// Fax calls only (`fax=1`), or none of them (`fax=0`): a call with a fax result or a
     /// T.38 flow ([`fax_sql`]).
     pub fax: Option<bool>,
+    /// The calls of a configured group (`group=NAME`, [`GroupFilter`]).
+    pub group: Option<GroupFilter>,
+}
+
+/// A `[[groups]]` entry as a search filter: a call whose caller's or callee's address lies in
+/// one of `networks`, or whose caller or called number starts with one of `prefixes` — the
+/// IP ranges and number prefixes the search indexes, so the group is read through those
+/// indexes (each branch counted) like any other filter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFilter {
+    pub name: String,
+    pub networks: Vec<IpNet>,
+    pub prefixes: Vec<String>,
+}
+
+/// Most networks and prefixes (together) a group may have to be searched by: each is an
+/// index branch of the search, counted and read apart.
+pub const GROUP_SEARCH_ITEMS_MAX: usize = 256;
+
+/// The groups `group=NAME` names (tandem.toml's `[[groups]]`), for this process: set once by
+/// the binary at start ([`set_search_groups`]); none until then.
+static SEARCH_GROUPS: std::sync::RwLock<Option<std::sync::Arc<groups::Groups>>> =
+    std::sync::RwLock::new(None);
+
+/// The groups the calls search and the alert rules' scopes know by name (`group=NAME`).
+pub fn set_search_groups(groups: std::sync::Arc<groups::Groups>) {
+    *SEARCH_GROUPS.write().unwrap_or_else(|e| e.into_inner()) = Some(groups);
+}
+
+impl GroupFilter {
+    /// The filter of group `name` among the configured groups; `all` is no filter.
+    pub fn parse(param: &str, name: &str) -> Result<Option<GroupFilter>, QueryError> {
+        if name == groups::ALL {
+            return Ok(None);
+        }
+        let known = SEARCH_GROUPS
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        let Some(g) = known.get(name) else {
+            let names: Vec<&str> = known.groups().iter().map(|g| g.name.as_str()).collect();
+            let shown: String = name.chars().take(64).collect();
+            return Err(QueryError::new(
+                param,
+                if names.is_empty() {
+                    format!(
+                        "no group {shown:?}: no [[groups]] are configured (\"all\" is every call)"
+                    )
+                } else {
+                    format!(
+                        "no group {shown:?}; the groups are all, {}",
+                        names.join(", ")
+                    )
+                },
+            ));
+        };
+        let items = g.addresses.len() + g.numbers.len();
+        if items > GROUP_SEARCH_ITEMS_MAX {
+            return Err(QueryError::new(
+                param,
+                format!(
+                    "group {name:?} has {items} addresses and numbers; a search takes groups of \
+                     at most {GROUP_SEARCH_ITEMS_MAX} (reports take any)"
+                ),
+            ));
+        }
+        Ok(Some(GroupFilter {
+            name: g.name.clone(),
+            networks: g
+                .addresses
+                .iter()
+                .map(|n| IpNet {
+                    addr: n.addr,
+                    prefix: n.prefix,
+                })
+                .collect(),
+            prefixes: g.numbers.clone(),
+        }))
+    }
+
+    /// The filter as a number filter of its prefixes (none without prefixes).
+    pub(crate) fn number_filter(&self) -> Option<NumberFilter> {
+        (!self.prefixes.is_empty()).then(|| NumberFilter {
+            negate: false,
+            items: self
+                .prefixes
+                .iter()
+                .map(|p| NumberPattern::Prefix(p.clone()))
+                .collect(),
+        })
+    }
 }
 
 impl Default for CallQuery {
@@ -194,12 +286,13 @@ impl Default for CallQuery {
             after: None,
             limit: LIMIT_DEFAULT,
             fax: None,
+            group: None,
         }
     }
 }
 
 /// The parameters of `GET /api/calls`, in the order [`CallQuery::to_query`] writes them.
-pub const CALL_PARAMS: [&str; 17] = [
+pub const CALL_PARAMS: [&str; 18] = [
     "from",
     "to",
     "caller",
@@ -217,6 +310,7 @@ pub const CALL_PARAMS: [&str; 17] = [
     "after",
     "limit",
     "fax",
+    "group",
 ];
 
 /// At most this many items in `response`.
@@ -330,6 +424,10 @@ impl CallQuery {
                 .transpose()?
                 .unwrap_or(LIMIT_DEFAULT),
             fax: get(16).map(|x| query::parse_flag("fax", x)).transpose()?,
+            group: get(17)
+                .map(|x| GroupFilter::parse("group", x))
+                .transpose()?
+                .flatten(),
         })
     }
 
@@ -394,6 +492,9 @@ impl CallQuery {
         }
         if let Some(v) = self.fax {
             query::push_pair(p, "fax", if v { "1" } else { "0" });
+        }
+        if let Some(g) = &self.group {
+            query::push_pair(p, "group", &g.name);
         }
         s
     }
@@ -682,14 +783,20 @@ fn call_preds(q: &CallQuery, partitioned: bool) -> Vec<Pred> {
             Some(("called_rev", "cdr_called_rev_start")),
         ));
     }
+    let ip_columns = [
+        ("caller_ip", Some("cdr_caller_ip_start")),
+        ("callee_ip", Some("cdr_callee_ip_start")),
+    ];
     if let Some(net) = &q.ip {
-        p.push(ip_pred(
-            net,
-            [
-                ("caller_ip", Some("cdr_caller_ip_start")),
-                ("callee_ip", Some("cdr_callee_ip_start")),
-            ],
-        ));
+        p.push(ip_pred(net, ip_columns));
+    }
+    if let Some(g) = &q.group {
+        let mut any: Vec<Pred> = g.networks.iter().map(|n| ip_pred(n, ip_columns)).collect();
+        if let Some(f) = g.number_filter() {
+            any.push(number_pred(&f, "caller", "cdr_caller_start", None));
+            any.push(number_pred(&f, "called", "cdr_called_start", None));
+        }
+        p.push(Pred::any(any));
     }
     if !q.response.is_empty() {
         let codes: Vec<i64> = q

@@ -470,6 +470,16 @@ pub fn bulk_load_sqlite(
     path: &Path,
     records: impl IntoIterator<Item = CdrRecord>,
 ) -> Result<Loaded, CdrError> {
+    bulk_load_sqlite_grouped(path, records, &groups::Groups::none())
+}
+
+/// [`bulk_load_sqlite`] with the report rollups of `groups` (and `all`), computed by the
+/// store's own code as the calls go in, in the same transaction.
+pub fn bulk_load_sqlite_grouped(
+    path: &Path,
+    records: impl IntoIterator<Item = CdrRecord>,
+    groups: &groups::Groups,
+) -> Result<Loaded, CdrError> {
     let mut store = SqliteStore::open(path)?;
     let name = path.display().to_string();
     let wrap = |source| CdrError::Sqlite {
@@ -504,9 +514,18 @@ pub fn bulk_load_sqlite(
             "registration",
             &format!("uid, {REG_COLUMNS}, src_ip, dst_ip"),
         ))?;
+        let mut changes = crate::rollup::Rollup::default();
         for rec in records {
             let mut cdr_id = None;
             if let Some(c) = &rec.call {
+                changes.call(
+                    groups,
+                    &crate::rollup::CallFacts::of_record(c, &rec.streams),
+                    1,
+                );
+                if loaded.calls % BULK_CHUNK_RECORDS as u64 == 0 {
+                    crate::rollup::sqlite_apply(&tx, std::mem::take(&mut changes))?;
+                }
                 cdr_id = Some(crate::sqlite_insert_call(
                     &mut call,
                     c,
@@ -546,6 +565,7 @@ pub fn bulk_load_sqlite(
             }
         }
         drop((call, stream, t38, reg));
+        crate::rollup::sqlite_apply(&tx, changes)?;
         tx.execute_batch(&crate::sqlite_index_sql())?;
         tx.execute_batch(crate::alerts::SQLITE_ALERT_SCHEMA)?;
         Ok(())
@@ -848,6 +868,16 @@ pub fn bulk_load_postgres(
     conninfo: &str,
     records: impl IntoIterator<Item = CdrRecord>,
 ) -> Result<Loaded, CdrError> {
+    bulk_load_postgres_grouped(conninfo, records, &groups::Groups::none())
+}
+
+/// [`bulk_load_postgres`] with the report rollups of `groups` (and `all`), computed by the
+/// store's own code as the calls go in, in the same transaction.
+pub fn bulk_load_postgres_grouped(
+    conninfo: &str,
+    records: impl IntoIterator<Item = CdrRecord>,
+    groups: &groups::Groups,
+) -> Result<Loaded, CdrError> {
     let mut store = PgStore::connect(conninfo)?;
     let layout = store.layout();
     let target = store.name().to_string();
@@ -889,12 +919,21 @@ pub fn bulk_load_postgres(
     while records.peek().is_some() {
         let mut chunk = Chunk::new(layout);
         let mut need = std::collections::BTreeSet::new();
+        let mut changes = crate::rollup::Rollup::default();
         for rec in records.by_ref().take(BULK_CHUNK_RECORDS) {
             if layout == PgLayout::Partitioned {
                 pg_partition::record_days(&rec, &mut need);
             }
+            if let Some(c) = &rec.call {
+                changes.call(
+                    groups,
+                    &crate::rollup::CallFacts::of_record(c, &rec.streams),
+                    1,
+                );
+            }
             chunk.add(&rec, &mut next_id, &mut loaded);
         }
+        crate::rollup::pg_apply(&mut tx, changes).map_err(wrap)?;
         need.retain(|d: &Day| !days.contains(d));
         if !need.is_empty() {
             pg_partition::create_days_in(&mut tx, &need).map_err(wrap)?;

@@ -1280,3 +1280,75 @@ fn a_stream_without_a_call_keeps_its_archive_columns() {
         assert!(streams.iter().all(|s| !s.archived()), "{db}");
     });
 }
+
+/// `group=NAME` finds the calls of the group's networks and number prefixes, through the same
+/// indexes (union of the single filters), and the in-memory check of the alert rules' scopes
+/// agrees with it call by call.
+#[test]
+fn a_group_finds_the_calls_of_its_addresses_and_numbers() {
+    let configs = vec![
+        groups::GroupConfig {
+            name: "site".into(),
+            addresses: vec!["10.1.0.0/16".into(), "2001:db8:4::/48".into()],
+            numbers: vec!["+4930".into()],
+        },
+        groups::GroupConfig {
+            name: "trunk".into(),
+            addresses: vec!["203.0.113.10".into()],
+            numbers: vec![],
+        },
+    ];
+    cdr::search::set_search_groups(std::sync::Arc::new(groups::Groups::new(&configs).unwrap()));
+    let e = CallQuery::from_query("group=nowhere").unwrap_err();
+    assert_eq!(e.param, "group");
+    assert!(e.problem.contains("the groups are all, site, trunk"), "{e}");
+    assert_eq!(
+        CallQuery::from_query("group=all").unwrap(),
+        CallQuery::default()
+    );
+    let q = CallQuery::from_query("group=site&from=1795000000").unwrap();
+    assert_eq!(CallQuery::from_query(&q.to_query()).unwrap(), q);
+    let pg = PgServer::start();
+    on_both(&pg, |st, db| {
+        let calls = ten_calls();
+        st.insert_records(&calls).unwrap();
+        let mut union = |parts: &[&str]| {
+            let mut all: Vec<char> = parts
+                .iter()
+                .flat_map(|p| letters(st, p).chars().collect::<Vec<_>>())
+                .collect();
+            all.sort_unstable_by(|a, b| b.cmp(a));
+            all.dedup();
+            all.into_iter().collect::<String>()
+        };
+        let site = union(&[
+            "ip=10.1.0.0/16",
+            "ip=2001:db8:4::/48",
+            "caller=%2B4930*",
+            "called=%2B4930*",
+        ]);
+        assert!(site.len() >= 3, "{site}");
+        assert_eq!(letters(st, "group=site"), site, "{db}");
+        assert_eq!(
+            letters(st, "group=trunk"),
+            letters(st, "ip=203.0.113.10"),
+            "{db}"
+        );
+        assert_eq!(letters(st, "group=all"), "jihgfedcba", "{db}");
+        let q = CallQuery::from_query("group=site").unwrap();
+        let in_memory: String = calls
+            .iter()
+            .rev()
+            .filter(|r| q.matches(r))
+            .map(|r| {
+                r.call
+                    .as_ref()
+                    .unwrap()
+                    .call_id
+                    .trim_end_matches("@test")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(in_memory, site);
+    });
+}

@@ -69,6 +69,10 @@ pub use uplink::PcapCall;
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
+    /// The groups whose report rollups the writers keep (tandem.toml's `[[groups]]`, given by
+    /// the binary; `all` always).
+    #[serde(skip)]
+    pub groups: std::sync::Arc<groups::Groups>,
     /// Where sensors connect, `HOST:PORT` (9575 by convention). Empty: no collector.
     pub listen: String,
     /// The PostgreSQL the CDRs go to (libpq-style `host=... user=... dbname=...`). Required.
@@ -130,6 +134,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
+            groups: Default::default(),
             listen: String::new(),
             postgres: String::new(),
             tls_cert: String::new(),

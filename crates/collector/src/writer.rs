@@ -86,8 +86,9 @@ pub(crate) fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Batch>) {
         }
         if store.is_none() && Instant::now() >= h.retry_at {
             match PgStore::connect_with(&s.postgres, &s.pg_options()) {
-                Ok(st) => {
+                Ok(mut st) => {
                     h.up(&shared);
+                    st.set_groups(s.groups.clone());
                     store = Some(st);
                 }
                 Err(e) => h.failed(&shared, &e),

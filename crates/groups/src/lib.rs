@@ -189,6 +189,13 @@ pub struct Groups {
     by_number: Vec<(usize, HashMap<String, GroupSet>)>,
 }
 
+/// Two sets of groups are equal when they were configured alike (the lookup tables follow).
+impl PartialEq for Groups {
+    fn eq(&self, other: &Groups) -> bool {
+        self.groups == other.groups
+    }
+}
+
 impl Groups {
     /// No groups: every call is in [`ALL`] only.
     pub fn none() -> Groups {

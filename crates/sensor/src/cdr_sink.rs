@@ -91,8 +91,11 @@ impl CdrSink {
         let writer = match postgres {
             Some(conninfo) => {
                 let conninfo = conninfo.to_string();
+                let groups = config.groups.clone();
                 CdrWriter::start(cfg, move || {
-                    Ok(Box::new(PgStore::connect(&conninfo)?) as Box<dyn CdrStore>)
+                    let mut st = PgStore::connect(&conninfo)?;
+                    st.set_groups(groups.clone());
+                    Ok(Box::new(st) as Box<dyn CdrStore>)
                 })
             }
             None => {
@@ -101,8 +104,11 @@ impl CdrSink {
                 SqliteStore::check_format(&config.db)?;
                 create_parent(&config.db, access)?;
                 let (db, access) = (config.db.clone(), access.clone());
+                let groups = config.groups.clone();
                 CdrWriter::start(cfg, move || {
-                    Ok(Box::new(SqliteStore::open_with(&db, &access)?) as Box<dyn CdrStore>)
+                    let mut st = SqliteStore::open_with(&db, &access)?;
+                    st.set_groups(groups.clone());
+                    Ok(Box::new(st) as Box<dyn CdrStore>)
                 })
             }
         }?;

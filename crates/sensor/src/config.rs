@@ -127,6 +127,9 @@ pub struct CdrConfig {
     /// Deliver the CDRs to a collector instead of a database here (`--collector`); the journal
     /// then defaults to `cdr-collector.journal` beside `db`.
     pub collector: Option<crate::uplink::CollectorLink>,
+    /// The groups whose report rollups the database keeps besides `all` (tandem.toml's
+    /// `[[groups]]`); a collector keeps its own.
+    pub groups: std::sync::Arc<groups::Groups>,
 }
 
 impl CdrConfig {
@@ -140,6 +143,7 @@ impl CdrConfig {
             queue_records_max: DEFAULT_QUEUE_RECORDS_MAX,
             sensor_id: cdr::writer::DEFAULT_SENSOR.to_string(),
             collector: None,
+            groups: Default::default(),
         }
     }
 }

@@ -278,6 +278,7 @@ impl Args {
                 .clone()
                 .unwrap_or_else(|| ::cdr::writer::DEFAULT_SENSOR.to_string()),
             collector: self.collector.link(),
+            groups: Default::default(),
         });
         config.archive = self.archive.archive.as_ref().map(|dir| ArchiveSettings {
             dir: dir.clone(),

@@ -24,7 +24,8 @@ pub struct Config {
     pub collector: collector::Settings,
     /// Alert rules and where alerts go (`alerts` crate; README, "Alerts").
     pub alerts: alerts::AlertsConfig,
-    /// `[[groups]]`: named groups of addresses and number prefixes (`groups` crate).
+    /// `[[groups]]`: named groups of addresses and numbers, for reports, searches and rules
+    /// (`groups` crate; README, "Reports").
     pub groups: Vec<groups::GroupConfig>,
     /// The daily report by email (README, "Reports").
     pub reports: crate::reports::ReportsSettings,
@@ -357,6 +358,11 @@ impl CaptureConfig {
 }
 
 impl Config {
+    /// The `[[groups]]`, checked (every problem named with its entry).
+    pub fn groups(&self) -> Result<std::sync::Arc<groups::Groups>, groups::GroupsError> {
+        groups::Groups::new(&self.groups).map(std::sync::Arc::new)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
@@ -374,6 +380,9 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("configuration file {}: {e}", path.display()))?;
         config
+            .groups()
+            .with_context(|| format!("configuration file {}", path.display()))?;
+        config
             .dialparties
             .rules()
             .with_context(|| format!("configuration file {}", path.display()))?;
@@ -385,8 +394,6 @@ impl Config {
         }
         crate::alerts::rule_set(&config.alerts)
             .with_context(|| format!("configuration file {}: [alerts]", path.display()))?;
-        groups::Groups::new(&config.groups)
-            .with_context(|| format!("configuration file {}", path.display()))?;
         config
             .reports
             .report_groups(&crate::serve::group_names(&config))

@@ -91,7 +91,9 @@ enum Command {
     Sensor(sensor_cmd::Args),
     /// Alert rules tried on stored CDRs (`test`), and the alerts kept (`list`).
     Alerts(alerts_cmd::Args),
-    /// The daily report of `[reports]`: `send-now` sends it at once.
+    /// A group's call figures per hour, day or week (ASR, NER, ACD, PDD, MOS, loss, jitter,
+    /// failures, peak calls), from the CDR database's rollups: a table, --json or --csv;
+    /// `--send-now` sends `[reports]`' daily email at once.
     Report(report_cmd::Args),
     /// Check what an installation gets wrong (configuration, ports, files, capture rights,
     /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check
@@ -144,6 +146,7 @@ fn main() -> ExitCode {
             | Command::Sip(_)
             | Command::Sensor(_)
             | Command::Alerts(_)
+            | Command::Report(_)
     ) {
         // SAFETY: called before any other thread exists; restores the default disposition.
         unsafe {

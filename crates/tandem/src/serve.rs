@@ -69,6 +69,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = args.collector_postgres {
         config.collector.postgres = p;
     }
+    // The groups: the collector's rollups, the capture's (below), and `group=NAME` in the
+    // calls search and the alert rules' scopes.
+    config.collector.groups = config.groups()?;
+    ::cdr::search::set_search_groups(config.collector.groups.clone());
     cdr_db_in_data_dir(&mut config);
     if let Some(a) = args.sip_listen {
         let r = config.registrar.get_or_insert_with(Default::default);
@@ -259,7 +263,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let server = fastagi::Server::bind(config.fastagi.clone(), router, metrics)?;
     // The call monitor, when configured, on threads of its own.
     let capture = if config.capture.enabled() {
-        let sensor_config = config.capture.to_sensor()?;
+        let mut sensor_config = config.capture.to_sensor()?;
+        if let Some(cdr) = sensor_config.cdr.as_mut() {
+            cdr.groups = config.groups()?;
+        }
         info!(interface = %config.capture.interface, hep = %config.capture.hep_listen, "call monitor starting");
         let sensor_alerts = alerts
             .as_ref()

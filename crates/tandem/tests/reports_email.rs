@@ -1,6 +1,6 @@
 //! The daily report by email, as an operator sets it up: `tandem.toml` with `[[groups]]` and
 //! `[reports]`, a CDR database whose calls were stored with those groups (so the rollups were
-//! kept as in production), `tandem report send-now` to a real SMTP server (aiosmtpd, Debian's
+//! kept as in production), `tandem report --send-now` to a real SMTP server (aiosmtpd, Debian's
 //! `python3-aiosmtpd`, which parses each message with Python's `email` package), and `tandem
 //! serve`'s `/api/reports` over HTTP for the same days: the attached CSV's rows are the API's.
 //!
@@ -147,6 +147,9 @@ fn send_now_mails_html_and_the_csv_whose_rows_are_the_apis() {
     let _smtp = smtp(dir.path(), port);
     let config = format!(
         r#"{GROUPS}
+[kv]
+data_dir = "{data}"
+
 [reports]
 email_to = ["noc@example.com", "Night Desk <night@example.com>"]
 email_at = "06:00"
@@ -157,17 +160,16 @@ console_url = "https://pbx.example.com:9574/reports"
 server = "127.0.0.1:{port}"
 security = "none"
 from = "Tandem <tandem@pbx.example.com>"
-"#
+"#,
+        data = data.display()
     );
     let config_path = dir.path().join("tandem.toml");
     std::fs::write(&config_path, &config).unwrap();
     seed(&data.join("cdr.sqlite3"), &config, 2_000);
 
     let out = Command::new(EXE)
-        .args(["report", "send-now", "--config"])
+        .args(["report", "--send-now", "--config"])
         .arg(&config_path)
-        .arg("--data-dir")
-        .arg(&data)
         .env("TANDEM_LOG", "warn")
         .output()
         .unwrap();
@@ -279,7 +281,7 @@ from = "Tandem <tandem@pbx.example.com>"
     let bad = config.replace("security = \"none\"", "security = \"smoke-signals\"");
     std::fs::write(&config_path, bad).unwrap();
     let out = Command::new(EXE)
-        .args(["report", "send-now", "--config"])
+        .args(["report", "--send-now", "--config"])
         .arg(&config_path)
         .output()
         .unwrap();
