@@ -1,9 +1,9 @@
 //! What the web console reads from a request or from its files: a time in a query (`utc`: epoch
 //! or ISO 8601), a range query, a series name's labels, a stored latency sketch, and the text exposition
 //! the history's histograms are read from, a SIP message's credentials redacted for a viewer
-//! (a second pass changes nothing), and the Alerts page's input: its search query, a silence as
-//! JSON, a rules text. None may panic; a time that reads must be a time that the calendar
-//! functions give back; a silence that is accepted is one the store takes.
+//! (a second pass changes nothing), the Alerts page's input: its search query, a silence as
+//! JSON, a rules text, and a report's query. None may panic; a time that reads must be a time
+//! that the calendar functions give back; a silence that is accepted is one the store takes.
 #![no_main]
 
 use console::dashboard::split_name;
@@ -49,6 +49,13 @@ fuzz_target!(|data: &[u8]| {
         let _ = console::alert_board::silence_covers(&s.rule, &s.key, &text, &text);
     }
     let _ = console::alert_rules::check_text(data);
+    // A report query that reads is whole periods, forwards, within the bounds.
+    if let Ok(q) = console::reports::ParsedQuery::from_query(&text, 1_800_000_000) {
+        let len_s = q.period.len_us() / 1_000_000;
+        assert!(q.from_s < q.to_s && (q.to_s - q.from_s) % len_s == 0);
+        assert!((q.to_s - q.from_s) / len_s <= console::reports::PERIODS_MAX);
+        assert!(q.group.as_ref().is_none_or(|g| !g.is_empty() && g.len() <= 64));
+    }
     let _ = metrics_http::histograms(&text);
     let mut deltas = metrics_http::HistogramDeltas::default();
     let _ = deltas.observe(metrics_http::histograms(&text));

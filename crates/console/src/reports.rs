@@ -392,12 +392,15 @@ fn figures_table(h: &mut String, rows: &[ReportRow]) {
         let cells = row_cells(r);
         h.push_str("<tr>");
         for (i, c) in cells.iter().enumerate() {
-            let align = if i == 0 || i == cells.len() - 1 {
-                "left"
+            let last = i == cells.len() - 1;
+            let align = if i == 0 || last { "left" } else { "right" };
+            // The failure codes wrap rather than widen the table past a phone's screen.
+            let style = if last {
+                td.replace("white-space:nowrap", "white-space:normal;min-width:140px")
             } else {
-                "right"
+                td.to_owned()
             };
-            let _ = write!(h, "<td align=\"{align}\" style=\"{td}\">{}</td>", esc(c));
+            let _ = write!(h, "<td align=\"{align}\" style=\"{style}\">{}</td>", esc(c));
         }
         h.push_str("</tr>");
     }

@@ -47,6 +47,10 @@ fn group_configs() -> Vec<groups::GroupConfig> {
 fn seed(db: &Path, n: u64) {
     let mut s = SqliteStore::open(db).unwrap();
     s.set_groups(Arc::new(groups::Groups::new(&group_configs()).unwrap()));
+    seed_into(&mut s, n);
+}
+
+fn seed_into(s: &mut dyn CdrStore, n: u64) {
     let to_us = now_s() * 1_000_000;
     let from_us = to_us - 8 * DAY_S * 1_000_000;
     let records: Vec<cdr::CdrRecord> = cdr::seed::synthetic_calls(n, from_us, to_us, 7).collect();
@@ -66,6 +70,11 @@ struct Running {
 /// A console over a SQLite CDR file in its directory (not created yet), with the groups, and
 /// a viewer signed in.
 async fn start(groups: Vec<String>) -> Running {
+    start_on(groups, None).await
+}
+
+/// The same over `source` (`None`: the SQLite file).
+async fn start_on(groups: Vec<String>, source: Option<CdrSource>) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
@@ -77,7 +86,7 @@ async fn start(groups: Vec<String>) -> Running {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         ..WebConfig::default()
     };
-    let calls = CallsConfig::new(CdrSource::Sqlite(db.clone()));
+    let calls = CallsConfig::new(source.unwrap_or_else(|| CdrSource::Sqlite(db.clone())));
     let mut console = Console::bind(&cfg, &data, None, Some(calls)).await.unwrap();
     console.show_reports(Some(ReportsConfig { groups }));
     let addr = console.local_addr().unwrap();
@@ -112,11 +121,45 @@ fn names() -> Vec<String> {
 async fn the_api_answers_each_group_as_json_csv_and_json_lines_and_names_bad_parameters() {
     let c = start(names()).await;
     seed(&c.db, 3_000);
+    let db = c.db.clone();
+    api_answers(&c, move || Box::new(SqliteStore::open(&db).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgresql_the_api_answers_the_same() {
+    let pg = match pg_scratch::PgServer::start(&pg_scratch::Options::default()) {
+        Ok(s) => s,
+        Err(pg_scratch::PgError::NotInstalled) => {
+            test_env::skip("PostgreSQL is not installed (CI installs Debian's postgresql)");
+            return;
+        }
+        Err(e) => panic!("PostgreSQL: {e}"),
+    };
+    let conninfo = pg.conninfo();
+    {
+        let conninfo = conninfo.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut s = cdr::PgStore::connect(&conninfo).unwrap();
+            s.set_groups(Arc::new(groups::Groups::new(&group_configs()).unwrap()));
+            seed_into(&mut s, 3_000);
+        })
+        .await
+        .unwrap();
+    }
+    let c = start_on(names(), Some(CdrSource::Postgres(conninfo.clone()))).await;
+    api_answers(&c, move || {
+        Box::new(cdr::PgStore::connect(&conninfo).unwrap())
+    })
+    .await;
+}
+
+/// The API of a console whose database holds the seeded calls, against `open`'s store.
+async fn api_answers(c: &Running, open: impl FnOnce() -> Box<dyn CdrStore> + Send + 'static) {
     let day = |t: i64| utc::format_s(t)[..10].to_owned();
     let (from, to) = (day(now_s() - 7 * DAY_S), day(now_s() + DAY_S));
     let q = format!("/api/reports?group=carrier-a&period=day&from={from}&to={to}");
 
-    let (status, _, body) = get(&c, &q).await;
+    let (status, _, body) = get(c, &q).await;
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["group"], "carrier-a");
@@ -134,14 +177,13 @@ async fn the_api_answers_each_group_as_json_csv_and_json_lines_and_names_bad_par
     assert!(v.get("hint").is_none(), "{v}");
     // The figures are the store's own report of the same query.
     let direct = {
-        let db = c.db.clone();
         let q = ReportQuery {
             group: "carrier-a".into(),
             period: PeriodKind::Day,
             from_us: utc::parse_s(&from).unwrap() * 1_000_000,
             to_us: utc::parse_s(&to).unwrap() * 1_000_000,
         };
-        tokio::task::spawn_blocking(move || SqliteStore::open(&db).unwrap().report(&q).unwrap())
+        tokio::task::spawn_blocking(move || open().report(&q).unwrap())
             .await
             .unwrap()
     };
@@ -162,7 +204,7 @@ async fn the_api_answers_each_group_as_json_csv_and_json_lines_and_names_bad_par
     assert_eq!(v["total"]["calls"], direct.total.calls);
 
     // CSV: a header line of the documented columns, then the same rows.
-    let (status, headers, csv) = get(&c, &format!("{q}&format=csv")).await;
+    let (status, headers, csv) = get(c, &format!("{q}&format=csv")).await;
     assert_eq!(status, 200, "{csv}");
     let headers = headers.to_ascii_lowercase();
     assert!(headers.contains("content-type: text/csv"), "{headers}");
@@ -191,7 +233,7 @@ async fn the_api_answers_each_group_as_json_csv_and_json_lines_and_names_bad_par
     }
 
     // JSON lines: one object per row, the group on each.
-    let (status, headers, jsonl) = get(&c, &format!("{q}&format=jsonl")).await;
+    let (status, headers, jsonl) = get(c, &format!("{q}&format=jsonl")).await;
     assert_eq!(status, 200);
     assert!(
         headers
@@ -214,13 +256,13 @@ async fn the_api_answers_each_group_as_json_csv_and_json_lines_and_names_bad_par
         ("period=hour&from=2025-01-01&to=2025-12-31", "at most 1000"),
         ("limit=5", "limit: not a report parameter"),
     ] {
-        let (status, _, body) = get(&c, &format!("/api/reports?{bad}")).await;
+        let (status, _, body) = get(c, &format!("/api/reports?{bad}")).await;
         assert_eq!(status, 400, "{bad}: {body}");
         let e: Value = serde_json::from_str(&body).unwrap();
         let msg = e["error"].as_str().unwrap();
         assert!(msg.contains(named), "{bad}: {msg}");
     }
-    let (_, _, body) = get(&c, "/api/reports?group=nobody").await;
+    let (_, _, body) = get(c, "/api/reports?group=nobody").await;
     assert!(body.contains("all, carrier-a, carrier-b, berlin"), "{body}");
 
     // Without a login: 401, no figures.
@@ -361,6 +403,30 @@ async fn the_reports_page_in_a_browser_draws_charts_and_the_table_and_picks_grou
         std::fs::create_dir_all(&dir).unwrap();
         b.screenshot(&dir.join("reports.png")).await.unwrap();
     }
+
+    // A range from the form keeps the group and the period (the script sends seconds).
+    b.client
+        .goto(&format!("{base}reports?group=carrier-a&period=day"))
+        .await
+        .unwrap();
+    wait_for(&b, "#panel-report[data-group='carrier-a']").await;
+    b.click(Locator::Css("#absolute button[type='submit']"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let url = b.client.current_url().await.unwrap().to_string();
+        if url.contains("&from=") && !url.contains("T00") {
+            assert!(
+                url.contains("/reports?group=carrier-a&period=day&from="),
+                "{url}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the form did not go: {url}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for(&b, "#panel-report[data-group='carrier-a']").await;
 
     // Per hour: the period picker keeps the group.
     b.click(Locator::Css("#periods a[data-period='hour']"))

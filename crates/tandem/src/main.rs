@@ -15,7 +15,6 @@ mod db;
 mod doctor;
 mod replay;
 mod report_cmd;
-mod report_send;
 mod reports;
 mod sensor_cmd;
 mod serve;
@@ -94,7 +93,7 @@ enum Command {
     Alerts(alerts_cmd::Args),
     /// A group's call figures per hour, day or week (ASR, NER, ACD, PDD, MOS, loss, jitter,
     /// failures, peak calls), from the CDR database's rollups: a table, --json or --csv;
-    /// `send-now` sends the daily report of `[reports]` at once.
+    /// `--send-now` sends `[reports]`' daily email at once.
     Report(report_cmd::Args),
     /// Check what an installation gets wrong (configuration, ports, files, capture rights,
     /// console user, clock, databases, collector), each with its fix; exit 0, 1 (a check

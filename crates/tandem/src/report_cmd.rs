@@ -2,8 +2,8 @@
 //! rollups the CDR database keeps as calls are stored: a table, one JSON object (`--json`) or
 //! CSV (`--csv`, the columns of `cdr::ReportRow::COLUMNS`, the total last). `--groups` lists
 //! the groups with figures; `--rebuild` counts every stored call again into the groups of
-//! `--config` (for groups added after their calls were stored; SQLite). `tandem report
-//! send-now` sends the daily email at once (`report_send.rs`).
+//! `--config` (for groups added after their calls were stored; SQLite). `--send-now` sends the
+//! daily report of `--config`'s `[reports]` at once (`crate::reports`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,10 +12,7 @@ use ::cdr::report::{PeriodKind, Report, ReportQuery, ReportRow};
 use anyhow::Context;
 
 #[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
-    #[command(subcommand)]
-    pub command: Option<crate::report_send::ReportCommand>,
     #[command(flatten)]
     pub db: crate::cdr::CdrDatabase,
     /// The group: `all` (every call) or a `[[groups]]` name of tandem.toml.
@@ -44,14 +41,22 @@ pub struct Args {
     /// the figures kept (a scan of every call: for groups added after their calls). SQLite.
     #[arg(long, requires = "config")]
     pub rebuild: bool,
-    /// tandem.toml, for its `[[groups]]` (--rebuild).
+    /// tandem.toml, for its `[[groups]]` (--rebuild), or its `[reports]` (--send-now).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// Send `[reports]`' daily email of --config now: each group's last `email_days` days up
+    /// to the end of yesterday (UTC), read from the CDR database serve uses with that file.
+    #[arg(long, requires = "config", conflicts_with_all = ["json", "csv", "groups", "rebuild"])]
+    pub send_now: bool,
+    /// With --send-now: to this address instead of `email_to` (repeat for several).
+    #[arg(long, value_name = "ADDRESS", requires = "send_now")]
+    pub email_to: Vec<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if let Some(command) = args.command {
-        return crate::report_send::run(command);
+    if args.send_now {
+        let path = args.config.as_deref().expect("clap requires --config");
+        return crate::reports::send_now(path, args.email_to);
     }
     if args.rebuild {
         anyhow::ensure!(

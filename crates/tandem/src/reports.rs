@@ -1,5 +1,5 @@
 //! `[reports]`: the daily report by email, sent by `serve` at `email_at` (UTC) and at once by
-//! `tandem report send-now`.
+//! `tandem report --send-now`.
 //!
 //! The report is each group's last `email_days` days, per day, read from the rollups of the
 //! CDR database (`CdrStore::report`): an HTML body drawn with tables and bars every mail
@@ -355,6 +355,43 @@ fn plain_text(title: &str, reports: &[console::reports::Report]) -> String {
     }
     t.push_str("The figures of every day are attached as CSV.\n");
     t
+}
+
+/// `tandem report --send-now`: the daily report of `config`'s `[reports]`, now, to its
+/// `email_to` or to `to`; prints what was sent.
+pub fn send_now(config: &std::path::Path, to: Vec<String>) -> anyhow::Result<()> {
+    let mut c = crate::config::Config::load(config)?;
+    if !to.is_empty() {
+        c.reports.email_to = to;
+    }
+    if c.reports.email_to.is_empty() {
+        anyhow::bail!(
+            "[reports] email_to is empty in {}: set the recipients there, or give --email-to ADDRESS",
+            config.display()
+        );
+    }
+    let daily = crate::serve::daily_report(&c)?.context("the daily report has no SMTP settings")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let sent = rt.block_on(daily.send(now_s()))?;
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            one.to_owned()
+        } else {
+            many.to_owned()
+        }
+    };
+    println!(
+        "sent the daily report of {} to {} {} ({} {}, {} calls)",
+        sent.day,
+        sent.recipients,
+        plural(sent.recipients, "recipient", "recipients"),
+        sent.groups,
+        plural(sent.groups, "group", "groups"),
+        sent.calls
+    );
+    Ok(())
 }
 
 fn now_s() -> i64 {

@@ -1,8 +1,10 @@
 //! The daily report by email, as an operator sets it up: `tandem.toml` with `[[groups]]` and
 //! `[reports]`, a CDR database whose calls were stored with those groups (so the rollups were
-//! kept as in production), `tandem report send-now` to a real SMTP server (aiosmtpd, Debian's
+//! kept as in production), `tandem report --send-now` to a real SMTP server (aiosmtpd, Debian's
 //! `python3-aiosmtpd`, which parses each message with Python's `email` package), and `tandem
 //! serve`'s `/api/reports` over HTTP for the same days: the attached CSV's rows are the API's.
+//!
+//! With `TANDEM_SCREENSHOT_DIR` set, the email's HTML is saved there, to be looked at.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -84,7 +86,8 @@ fn smtp(dir: &Path, port: u16) -> Smtp {
         .spawn()
         .unwrap();
     let s = Smtp(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Python starts slowly on a loaded machine: a poll, not a sleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "aiosmtpd did not listen");
         std::thread::sleep(Duration::from_millis(50));
@@ -144,6 +147,9 @@ fn send_now_mails_html_and_the_csv_whose_rows_are_the_apis() {
     let _smtp = smtp(dir.path(), port);
     let config = format!(
         r#"{GROUPS}
+[kv]
+data_dir = "{data}"
+
 [reports]
 email_to = ["noc@example.com", "Night Desk <night@example.com>"]
 email_at = "06:00"
@@ -154,17 +160,16 @@ console_url = "https://pbx.example.com:9574/reports"
 server = "127.0.0.1:{port}"
 security = "none"
 from = "Tandem <tandem@pbx.example.com>"
-"#
+"#,
+        data = data.display()
     );
     let config_path = dir.path().join("tandem.toml");
     std::fs::write(&config_path, &config).unwrap();
     seed(&data.join("cdr.sqlite3"), &config, 2_000);
 
     let out = Command::new(EXE)
-        .args(["report", "send-now", "--config"])
+        .args(["report", "--send-now", "--config"])
         .arg(&config_path)
-        .arg("--data-dir")
-        .arg(&data)
         .env("TANDEM_LOG", "warn")
         .output()
         .unwrap();
@@ -215,6 +220,9 @@ from = "Tandem <tandem@pbx.example.com>"
         !html.contains("<svg") && !html.contains("<img"),
         "bars as tables"
     );
+    if let Some(dir) = std::env::var_os("TANDEM_SCREENSHOT_DIR") {
+        std::fs::write(Path::new(&dir).join("reports-email.html"), html).unwrap();
+    }
     let text = part("text/plain")["text"].as_str().unwrap();
     assert!(
         text.contains("carrier-a:") && text.contains("ASR"),
@@ -273,7 +281,7 @@ from = "Tandem <tandem@pbx.example.com>"
     let bad = config.replace("security = \"none\"", "security = \"smoke-signals\"");
     std::fs::write(&config_path, bad).unwrap();
     let out = Command::new(EXE)
-        .args(["report", "send-now", "--config"])
+        .args(["report", "--send-now", "--config"])
         .arg(&config_path)
         .output()
         .unwrap();
