@@ -66,6 +66,7 @@
 //! records into rows.
 
 pub mod alerts;
+pub mod devices;
 pub mod journal;
 pub mod lone;
 mod matches;
