@@ -13,7 +13,8 @@
 //!
 //! **Bounded.** The monitor's rows come from the newest REGISTER chains since `since`, at most
 //! [`CHAINS_SCANNED_MAX`] of them, read newest first through the registration search
-//! ([`crate::CdrStore::registrations`]: its indexes, its pages; `user` and `ip` go down to it),
+//! ([`crate::CdrStore::registrations`]: its indexes, its pages; `user` goes down to it, `ip`
+//! is checked on each chain's source, since the search's `ip` also matches the destination),
 //! folded into one row per (user, domain, source address): the newest chain gives the row's
 //! contact, User-Agent and state, the newest failing chain its last failure, and every failing
 //! chain counts. A scan cut at the cap says so (`scanned_to_us`). Rows are ordered by user,
