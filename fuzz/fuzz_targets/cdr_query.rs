@@ -1,10 +1,11 @@
 //! The console's call, registration and stream searches read their filters from a query string
 //! (`cdr::search::CallQuery`, `cdr::registration::RegistrationQuery`,
-//! `cdr::lone::StreamQuery`): any bytes are read or
+//! `cdr::lone::StreamQuery`, `cdr::devices::DeviceQuery`): any bytes are read or
 //! refused with an error, never a panic, and a query that reads writes itself back
 //! (`to_query`) as a string that reads as the same query, and writes the same string again.
 #![no_main]
 
+use cdr::devices::DeviceQuery;
 use cdr::lone::StreamQuery;
 use cdr::registration::RegistrationQuery;
 use cdr::search::CallQuery;
@@ -36,6 +37,16 @@ fuzz_target!(|data: &[u8]| {
         Ok(q) => {
             let text = q.to_query();
             let back = StreamQuery::from_query(&text)
+                .unwrap_or_else(|e| panic!("{text:?}, written from {q:?}, does not read: {e}"));
+            assert_eq!(back, q, "{text:?}");
+            assert_eq!(back.to_query(), text);
+        }
+        Err(e) => assert!(!e.param.is_empty() && !e.problem.is_empty()),
+    }
+    match DeviceQuery::from_query(&raw) {
+        Ok(q) => {
+            let text = q.to_query();
+            let back = DeviceQuery::from_query(&text)
                 .unwrap_or_else(|e| panic!("{text:?}, written from {q:?}, does not read: {e}"));
             assert_eq!(back, q, "{text:?}");
             assert_eq!(back.to_query(), text);

@@ -68,6 +68,7 @@
 pub mod alerts;
 pub mod export;
 pub mod fields;
+pub mod devices;
 pub mod journal;
 pub mod lone;
 mod matches;

@@ -231,6 +231,77 @@ pub const PANELS: &[PanelDef] = &[
         ],
     },
     PanelDef {
+        id: "registrar",
+        title: "Registrar",
+        source: "Tandem's SIP registrar: tandem_registrar_* (the Devices page lists each phone)",
+        charts: &[
+            ChartDef {
+                id: "registrar-registers",
+                title: "REGISTERs answered per minute",
+                unit: Unit::PerMinute,
+                kind: Kind::Rate,
+                select: &[
+                    Select {
+                        metric: "tandem_registrar_requests_total",
+                        labels: &[("method", "REGISTER"), ("code", "200")],
+                        legend_label: None,
+                        legend: "200 registered",
+                    },
+                    Select {
+                        metric: "tandem_registrar_requests_total",
+                        labels: &[("method", "REGISTER"), ("code", "401")],
+                        legend_label: None,
+                        legend: "401 challenged",
+                    },
+                    Select {
+                        metric: "tandem_registrar_requests_total",
+                        labels: &[("method", "REGISTER"), ("code", "403")],
+                        legend_label: None,
+                        legend: "403 forbidden",
+                    },
+                ],
+            },
+            ChartDef {
+                id: "registrar-bindings",
+                title: "Bindings",
+                unit: Unit::Plain,
+                kind: Kind::Gauge,
+                select: &[
+                    one("tandem_registrar_bindings", "bindings"),
+                    one("tandem_registrar_aors", "addresses of record"),
+                ],
+            },
+            ChartDef {
+                id: "registrar-auth-failures",
+                title: "Refused credentials per minute by reason",
+                unit: Unit::PerMinute,
+                kind: Kind::Rate,
+                select: &[by("tandem_registrar_auth_failures_total", "reason", "")],
+            },
+            ChartDef {
+                id: "registrar-expired",
+                title: "Bindings lapsed per minute",
+                unit: Unit::PerMinute,
+                kind: Kind::Rate,
+                select: &[one("tandem_registrar_expired_total", "lapsed")],
+            },
+            ChartDef {
+                id: "registrar-commit",
+                title: "Binding commit time, mean",
+                unit: Unit::Seconds,
+                kind: Kind::Mean,
+                select: &[one("tandem_registrar_commit_seconds", "mean")],
+            },
+            ChartDef {
+                id: "registrar-commit-p99",
+                title: "Binding commit time p99",
+                unit: Unit::Seconds,
+                kind: Kind::Quantile(0.99),
+                select: &[one("tandem_registrar_commit_seconds", "p99")],
+            },
+        ],
+    },
+    PanelDef {
         id: "store",
         title: "Store",
         source: "the key-value store's own counters (tandem_kv_*)",

@@ -20,6 +20,8 @@
 //!   the Reports page and `/api/reports` (`web/reports.rs`) read them through the calls'
 //!   CDR readers ([`Console::show_reports`]).
 //! - [`redact`]: the credentials in a call's SIP messages, replaced for a viewer.
+//! - [`devices`]: every user seen registering, by the monitor and by the registrar, for the
+//!   Devices page and `/api/devices` ([`Console::show_registrar_devices`]).
 //! - [`sensors`]: the remote sensors of `serve`'s collector, for the dashboard's Sensors panel
 //!   and `/api/sensors` ([`Console::show_sensors`]).
 //! - [`web::router`]: the routes. Pages are askama templates (checked at compile time), and
@@ -35,6 +37,7 @@ pub mod alert_rules;
 pub mod calls;
 pub mod chart;
 pub mod dashboard;
+pub mod devices;
 mod listen;
 pub mod login_form;
 pub mod password_checks;
@@ -241,6 +244,7 @@ impl Console {
             first_admin_hint: hint,
             calls: calls.map(|c| Arc::new(calls::Calls::new(c))),
             sensors: None,
+            registrar_devices: None,
             alert_rules: None,
             reports: None,
             badge: alert_board::BadgeCache::default(),
@@ -260,6 +264,12 @@ impl Console {
     /// `/api/sensors` answers; without, neither exists.
     pub fn show_sensors(&mut self, sensors: Option<sensors::SensorsConfig>) {
         self.state.sensors = sensors;
+    }
+
+    /// With `feed` (when `serve` runs its registrar), the Devices page and `/api/devices` show
+    /// the registrar's devices beside the REGISTER chains the capture saw.
+    pub fn show_registrar_devices(&mut self, feed: Option<devices::RegistrarFeed>) {
+        self.state.registrar_devices = feed;
     }
 
     /// With `rules`, an admin reads and edits the alert rules on the Alerts page (the

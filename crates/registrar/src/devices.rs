@@ -55,10 +55,19 @@ pub struct LogEntry {
     /// The last failure: when (ms since the epoch) and its reason label.
     pub last_failure_ms: Option<u64>,
     pub last_reason: &'static str,
-    /// The last binding of this pair that lapsed: its contact and when it lapsed.
-    pub lapsed: Option<(String, u64)>,
+    /// The last binding of this pair that lapsed: its contact, when it was last written and
+    /// when it lapsed (ms since the epoch).
+    pub lapsed: Option<Lapsed>,
     /// When the entry was last touched, ms: the oldest goes first when the log is full.
     pub touched_ms: u64,
+}
+
+/// A binding that lapsed, as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lapsed {
+    pub contact: String,
+    pub written_ms: u64,
+    pub expired_ms: u64,
 }
 
 /// Failed attempts and lapsed bindings per (user, source address), bounded.
@@ -157,7 +166,11 @@ impl DeviceLog {
                 continue;
             };
             let e = self.entry(user, domain, ip, &b.source, now_ms);
-            e.lapsed = Some((bounded(&b.uri), b.expires_at_ms));
+            e.lapsed = Some(Lapsed {
+                contact: bounded(&b.uri),
+                written_ms: b.updated_at_ms,
+                expired_ms: b.expires_at_ms,
+            });
             e.user_agent = bounded(&b.user_agent);
         }
     }

@@ -887,10 +887,11 @@ impl Registrar {
                 ..Device::default()
             });
             if !row.live
-                && let Some((contact, lapsed_ms)) = &e.lapsed
+                && let Some(lapsed) = &e.lapsed
             {
-                row.contact = contact.clone();
-                row.expires_ms = Some(*lapsed_ms);
+                row.contact = lapsed.contact.clone();
+                row.registered_ms = Some(lapsed.written_ms);
+                row.expires_ms = Some(lapsed.expired_ms);
             }
             row.failures = e.failures;
             row.last_failure_ms = e.last_failure_ms;

@@ -263,6 +263,8 @@ pub fn write_json_as(a: &Analysis, sensor: &str, out: &mut dyn Write) -> std::io
             "challenges": r.challenges,
             "last_response": (r.last_code != 0).then_some(r.last_code),
             "outcome": r.outcome(),
+            "failure": r.failure().map(|f| f.as_str()),
+            "failure_reason": r.failure().map(|_| r.failure_reason()),
         });
         serde_json::to_writer(&mut out, &v)?;
         writeln!(out)?;

@@ -372,6 +372,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         )
         .await?;
         console.show_sensors(collector_handle.clone().map(|h| sensors_config(&config, h)));
+        console.show_registrar_devices(sip.as_ref().map(|(reg, _, _)| registrar_devices(reg)));
         console.manage_alert_rules(console_rules.map(|r| {
             let r: Arc<dyn console::alert_rules::AlertRules> = r;
             r
@@ -533,6 +534,30 @@ fn calls_config(
 
 /// The collector's sensors for the console (the dashboard's Sensors panel, `/api/sensors`), as
 /// the console's own rows.
+/// The registrar's devices as the console's Devices page takes them.
+fn registrar_devices(reg: &Arc<registrar::Registrar>) -> console::devices::RegistrarFeed {
+    let reg = reg.clone();
+    Arc::new(move || {
+        let rows = reg.devices(registrar::now_ms()).into_iter();
+        rows.map(|d| console::devices::RegistrarDevice {
+            user: d.user,
+            domain: d.domain,
+            address: d.address,
+            source: d.source,
+            contact: d.contact,
+            user_agent: d.user_agent,
+            registered_ms: d.registered_ms,
+            expires_ms: d.expires_ms,
+            live: d.live,
+            failures: d.failures,
+            last_failure_ms: d.last_failure_ms,
+            last_failure: d.last_failure.to_string(),
+            last_failure_reason: d.last_failure_reason.to_string(),
+        })
+        .collect()
+    })
+}
+
 fn sensors_config(
     config: &Config,
     handle: collector::CollectorHandle,

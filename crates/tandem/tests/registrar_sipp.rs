@@ -6,7 +6,7 @@
 
 mod common;
 mod registrar_common;
-use common::free_port;
+use common::{free_port, have_sipp};
 use registrar_common::{REALM, Tandem, agi_call, with_user};
 
 use registrar::digest::{self, Algorithm, NonceKey};
@@ -14,21 +14,6 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
-
-/// Whether SIPp can run here; skips (fails under CI) when it cannot.
-#[track_caller]
-fn have_sipp() -> bool {
-    let found = Command::new("sipp")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        test_env::skip("`sipp` is not installed (Debian package `sip-tester`)");
-    }
-    found
-}
 
 /// A new server (see [`Tandem::serve`]); `None` when SIPp is missing: the test is skipped.
 #[track_caller]

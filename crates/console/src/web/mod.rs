@@ -9,6 +9,7 @@ mod api;
 mod calls_api;
 mod calls_page;
 pub(crate) mod export;
+mod devices_page;
 mod login;
 mod page;
 mod reports;
@@ -47,6 +48,9 @@ pub struct ConsoleState {
     pub calls: Option<Arc<crate::calls::Calls>>,
     /// The collector's sensors (`None`: `serve` runs no collector; no panel, no data).
     pub sensors: Option<crate::sensors::SensorsConfig>,
+    /// The registrar's devices (`None`: `serve` runs no registrar; the Devices page shows the
+    /// monitor's alone).
+    pub registrar_devices: Option<crate::devices::RegistrarFeed>,
     /// The alert rules an admin edits (`None`: alerts are not enabled; the page says so).
     pub alert_rules: Option<Arc<dyn crate::alert_rules::AlertRules>>,
     /// The groups and their reports (`None`: `serve` hands none; the page says how they come).
@@ -78,6 +82,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/calls/{uid}/pcap", get(calls_api::api_pcap))
         .route("/api/calls/{uid}/audio/{file}", get(calls_api::api_audio))
         .route("/api/registrations", get(calls_api::api_registrations))
+        .route("/api/devices", get(devices_page::api_devices))
         .route("/api/streams", get(calls_api::api_streams))
         .route("/api/streams/{uid}", get(calls_api::api_stream))
         .route("/api/streams/{uid}/pcap", get(calls_api::api_stream_pcap))
@@ -106,6 +111,7 @@ pub fn router(state: Shared) -> Router {
         .route("/calls/{uid}", get(calls_page::call_page))
         .route("/live", get(calls_page::live_page))
         .route("/registrations", get(calls_page::registrations_page))
+        .route("/devices", get(devices_page::devices_page))
         .route("/streams", get(calls_page::streams_page))
         .route("/streams/{uid}", get(calls_page::stream_page))
         .route("/logout", post(login::logout))
@@ -388,6 +394,7 @@ mod tests {
             first_admin_hint: String::new(),
             calls: None,
             sensors,
+            registrar_devices: None,
             alert_rules: None,
             reports: None,
             badge: Default::default(),

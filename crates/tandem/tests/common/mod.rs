@@ -340,3 +340,18 @@ impl Drop for ServeChild {
         let _ = self.child.wait();
     }
 }
+
+/// Whether SIPp can run here; skips (fails under CI) when it cannot.
+#[track_caller]
+pub fn have_sipp() -> bool {
+    let found = std::process::Command::new("sipp")
+        .arg("-v")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        test_env::skip("`sipp` is not installed (Debian package `sip-tester`)");
+    }
+    found
+}
