@@ -102,7 +102,16 @@ fn bridges_answers_refusals_cancels_and_unrouted_calls() {
         )
         .unwrap(),
     ];
-    std::thread::sleep(Duration::from_millis(300));
+    for (ip, port) in [
+        ("127.0.0.31", answer_port),
+        ("127.0.0.32", busy_port),
+        ("127.0.0.33", ring_port),
+    ] {
+        assert!(
+            sipp::wait_bound(at(ip, port), Duration::from_secs(10)),
+            "SIPp on {ip}:{port}"
+        );
+    }
     let mut calls = dials(3, "9");
     calls.extend(dials(2, "8"));
     calls.push(Dial {
@@ -314,7 +323,8 @@ fn a_phone_call_with_media_is_relayed_both_ways() {
         ]),
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let trunk_at = format!("127.0.0.41:{trunk_port}").parse().unwrap();
+    assert!(sipp::wait_bound(trunk_at, Duration::from_secs(10)));
     let placed = asterisk_emu::pbx::phone::PhoneCall {
         pbx: pbx.sip_addr(),
         ip: "127.0.0.42".parse().unwrap(),

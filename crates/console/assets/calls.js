@@ -220,11 +220,25 @@
     return td;
   }
 
+  // A leg linked into a call says so, and by which rule; a call's first leg says how many
+  // legs its call has when the API counted them (`legs`).
+  function legBadge(c) {
+    const legs = c.legs || 0;
+    if (c.linked_by) {
+      const sure = c.link_confidence != null ? `, confidence ${num(c.link_confidence, 2)}` : "";
+      return el("span", { class: "badge leg", title: `a leg of a linked call: linked by ${c.linked_by}${sure}` }, "leg");
+    }
+    if (legs > 1) return el("span", { class: "badge linked", title: `the first leg of a call of ${legs} legs: its page shows them all` }, `${legs} legs`);
+    return null;
+  }
+
   function callRow(c) {
-    const tr = el("tr", { "data-uid": c.uid, class: c.fax ? "fax" : null });
+    const linked = c.linked_by || (c.legs || 0) > 1;
+    const tr = el("tr", { "data-uid": c.uid, "data-group": c.call_group || c.uid, class: [c.fax ? "fax" : "", linked ? "linked" : ""].join(" ").trim() || null });
     const link = el("a", { href: `/calls/${encodeURIComponent(c.uid)}` }, timeEl(c.start_us));
+    const badge = legBadge(c);
     tr.append(
-      el("td", {}, link),
+      el("td", {}, link, ...(badge ? [" ", badge] : [])),
       el("td", { class: "caller" }, c.caller),
       el("td", { class: "called" }, c.called),
       el("td", { class: "n" }, duration(c.duration_s)),
@@ -372,6 +386,47 @@
     return text.length > n ? `${text.slice(0, n - 1)}…` : text;
   }
 
+  // Legs are lettered A, B, … in the order they started; a message or stream names its leg
+  // by Call-ID (the ladder) or by the uid of the leg whose row holds it (the streams).
+  const legLetter = (i) => (i < 26 ? String.fromCharCode(65 + i) : `L${i + 1}`);
+  function legOf(view, callId) {
+    const legs = view.legs || [];
+    if (legs.length < 2) return null;
+    const i = legs.findIndex((l) => l.call_id === callId);
+    return i < 0 ? null : { i, letter: legLetter(i) };
+  }
+  function legByUid(view, uid) {
+    const i = (view.legs || []).findIndex((l) => l.uid === uid);
+    return i < 0 ? "" : legLetter(i);
+  }
+
+  // Every leg's row, the rule that linked it, and its worst figures; the leg with the worst
+  // loss or jitter is marked: where the trouble was.
+  function legsPanel(view) {
+    const legs = view.legs || [];
+    if (legs.length < 2) return;
+    document.getElementById("legs-panel").hidden = false;
+    const quality = new Map((view.leg_quality || []).map((q) => [q.uid, q]));
+    const tbody = document.querySelector("#legs tbody");
+    legs.forEach((l, i) => {
+      const q = quality.get(l.uid) || {};
+      const worst = view.worst_leg === l.uid;
+      const rule = l.linked_by ? `${l.linked_by}${l.link_confidence != null ? ` (${num(l.link_confidence, 2)})` : ""}` : "first leg";
+      const here = el("a", { href: `/calls/${encodeURIComponent(l.uid)}` }, legLetter(i));
+      tbody.append(el("tr", { "data-leg": legLetter(i), "data-uid": l.uid, class: worst ? "worst" : null },
+        el("td", { class: "leg" }, here, worst ? el("span", { class: "badge bad", title: "the most loss or jitter of the call's legs" }, " loss here") : ""),
+        el("td", {}, timeEl(l.start_us, true)), el("td", { class: "call-id" }, l.call_id),
+        el("td", {}, l.caller), el("td", {}, l.called), el("td", {}, l.caller_addr), el("td", {}, l.callee_addr),
+        el("td", {}, resultText(l)), el("td", { class: "linked-by" }, rule),
+        el("td", { class: `n ${worst ? "bad" : ""}` }, num(q.loss_pct_max, 2)), el("td", { class: "n" }, num(q.jitter_max_ms, 2)),
+        el("td", { class: "n" }, num(q.mos_min, 2))));
+    });
+    const worst = legs.findIndex((l) => l.uid === view.worst_leg);
+    document.getElementById("legs-note").textContent = worst >= 0
+      ? `One call in ${legs.length} legs, on one ladder below. Leg ${legLetter(worst)} had the worst loss and jitter.`
+      : `One call in ${legs.length} legs, on one ladder below. No leg lost packets or jittered.`;
+  }
+
   function drawLadder(view) {
     const box = document.getElementById("ladder");
     const note = document.getElementById("ladder-note");
@@ -428,11 +483,13 @@
         const m = row.m;
         const a = cx(col(m.src)), b = cx(col(m.dst));
         const cls = `msg${m.code ? " response" : " request"}${m.code >= 400 ? " failure" : ""}${m.resent ? " resent" : ""}`;
-        const g = svgEl("g", { class: cls, "data-index": row.i, "data-label": m.label, "data-sdp": m.sdp ? "1" : "0", "data-resent": m.resent ? "1" : "0", tabindex: 0 });
+        const leg = legOf(view, m.call_id);
+        const g = svgEl("g", { class: `${cls}${leg ? ` leg${leg.i}` : ""}`, "data-index": row.i, "data-label": m.label, "data-leg": leg ? leg.letter : "", "data-sdp": m.sdp ? "1" : "0", "data-resent": m.resent ? "1" : "0", tabindex: 0 });
         const resent = m.resent ? " (resent: a retransmission of the one before)" : "";
         g.append(svgEl("title", {}, `${m.label} ${m.src} → ${m.dst} (${m.transport})${resent}`));
         g.append(svgEl("text", { x: 4, y: y - 2, class: "when" }, localText(m.ts_us, true).slice(11)));
         g.append(svgEl("text", { x: 4, y: y + 10, class: "delta" }, r === 0 ? "" : `+${(m.delta_us / 1000).toFixed(1)} ms`));
+        if (leg) g.append(svgEl("text", { x: left - 16, y: y + 4, class: `leg-tag leg${leg.i}`, "text-anchor": "middle" }, leg.letter));
         const [x1, x2] = span(g, a, b, y, "arrow", "arrow");
         g.append(svgEl("rect", { x: x1, y: y - 12, width: Math.max(x2 - x1, 40), height: 16, class: "hit" }));
         g.append(centred(m.resent ? `↻ ${m.label} (resent)` : m.label, (x1 + x2) / 2, x2 - x1, y - 4, "label"));
@@ -465,7 +522,9 @@
     });
     box.replaceChildren(svg);
     const resent = view.ladder.filter((m) => m.resent).length;
-    note.textContent = `${view.ladder.length} SIP messages between ${cols.length} addresses${resent ? `, ${resent} of them resent (↻, dashed)` : ""}; click a message to read it. Times in ${zoneLabel()}.`;
+    const legs = (view.legs || []).length;
+    const across = legs > 1 ? ` across ${legs} legs (${(view.legs || []).map((l, i) => `${legLetter(i)}: ${l.call_id}`).join("; ")})` : "";
+    note.textContent = `${view.ladder.length} SIP messages between ${cols.length} addresses${across}${resent ? `, ${resent} of them resent (↻, dashed)` : ""}; click a message to read it. Times in ${zoneLabel()}.`;
     function showMessage(m, g) {
       svg.querySelectorAll("g.msg.selected").forEach((x) => x.classList.remove("selected"));
       g.classList.add("selected");
@@ -486,10 +545,12 @@
       else if (!admin) listen = el("span", { class: "muted" }, "admins only");
       else listen = el("audio", { controls: true, preload: "none", src: `${base}/audio/${i}.wav`, "data-stream": i });
       const who = alone ? [] : [
-        el("td", {}, String(i)), el("td", { class: "src" }, s.src), el("td", { class: "dst" }, s.dst),
+        el("td", {}, String(i)), el("td", { class: "leg" }, legByUid(view, sv.leg) || ((view.legs || []).length > 1 ? "?" : "A")),
+        el("td", { class: "src" }, s.src), el("td", { class: "dst" }, s.dst),
         el("td", { class: "ssrc" }, `0x${(s.ssrc >>> 0).toString(16).toUpperCase().padStart(8, "0")}`),
         el("td", { class: "payload" }, s.payload)];
-      tbody.append(el("tr", { "data-stream": i }, ...who,
+      const worst = view.worst_leg && sv.leg === view.worst_leg;
+      tbody.append(el("tr", { "data-stream": i, "data-leg": legByUid(view, sv.leg), class: worst ? "worst" : null }, ...who,
         el("td", { class: "listen" }, listen),
         el("td", { class: "n packets" }, String(s.packets)), el("td", { class: "n lost" }, String(s.lost)),
         el("td", { class: "n duplicates" }, String(s.duplicates)), el("td", { class: "n out_of_order" }, String(s.out_of_order)),
@@ -618,13 +679,15 @@
     try {
       const view = await api(`/api/calls/${encodeURIComponent(uid)}`);
       const c = view.call;
-      document.getElementById("call-title").textContent = `Call ${c.caller} → ${c.called}`;
+      const legs = (view.legs || []).length;
+      document.getElementById("call-title").textContent = `Call ${c.caller} → ${c.called}${legs > 1 ? ` (${legs} legs)` : ""}`;
       document.title = `${c.caller} → ${c.called} · Tandem`;
       fields(c);
       const actions = document.getElementById("call-actions");
       if (admin && view.archived) actions.append(el("a", { href: `/api/calls/${encodeURIComponent(uid)}/pcap`, id: "pcap", download: `${c.call_id}.pcap` }, "Download pcap"));
       else if (view.archived) actions.append(el("span", { class: "muted" }, "Downloading packets needs the admin role."));
       else actions.append(el("span", { class: "muted" }, view.note || "This call's packets were not archived."));
+      legsPanel(view);
       drawLadder(view);
       t38Panel(view);
       streamsTable(view, `/api/calls/${encodeURIComponent(uid)}`, admin);

@@ -93,7 +93,11 @@ impl Campaign {
                 &total.to_string(),
             ]),
         )?;
-        std::thread::sleep(Duration::from_millis(300));
+        if !sipp::wait_bound(trunk, Duration::from_secs(10)) {
+            return Err(std::io::Error::other(format!(
+                "SIPp did not bind the trunk's {trunk} within 10 s"
+            )));
+        }
         let through: Vec<Dial> = (0..self.calls)
             .map(|i| {
                 let n = if self.same_number_every > 0 && i % self.same_number_every == 1 {

@@ -138,17 +138,29 @@ pub struct Pbx {
 impl Pbx {
     /// Binds the SIP socket and runs the PBX on a thread of its own.
     pub fn start(config: PbxConfig) -> std::io::Result<Pbx> {
+        // Bound here (so that the caller learns a taken port at once) and handed to the PBX's
+        // own runtime on its thread: the caller may be inside a runtime of its own.
+        let std_socket = std::net::UdpSocket::bind(config.sip)?;
+        std_socket.set_nonblocking(true)?;
+        let addr = std_socket.local_addr()?;
+        let bridged: Arc<Mutex<Vec<Bridged>>> = Arc::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let recorded = Arc::clone(&bridged);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let socket = runtime.block_on(UdpSocket::bind(config.sip))?;
-        let addr = socket.local_addr()?;
-        let bridged: Arc<Mutex<Vec<Bridged>>> = Arc::default();
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        let mut switch = Switch::new(config, addr, socket, Arc::clone(&bridged));
         let thread = std::thread::Builder::new()
             .name("pbx-emu".into())
-            .spawn(move || runtime.block_on(switch.run(stopped)))?;
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(socket) = UdpSocket::from_std(std_socket) else {
+                        return;
+                    };
+                    Switch::new(config, addr, socket, recorded)
+                        .run(stopped)
+                        .await;
+                })
+            })?;
         Ok(Pbx {
             addr,
             bridged,

@@ -278,3 +278,16 @@ pub fn scenario_file(dir: &Path, name: &str, text: &str) -> std::io::Result<Path
     std::fs::write(&path, text)?;
     Ok(path)
 }
+
+/// Waits up to `timeout` until something (a SIPp just started) has bound UDP `addr`: binding
+/// it ourselves then fails. True when it has.
+pub fn wait_bound(addr: std::net::SocketAddr, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if std::net::UdpSocket::bind(addr).is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}

@@ -34,6 +34,7 @@ use cdr::search::CallQuery;
 
 use super::Shared;
 use super::api::{ApiError, api_error};
+use super::call_legs;
 use crate::accounts::{Role, User};
 use crate::calls::{Calls, CallsError};
 
@@ -148,17 +149,15 @@ fn archived(c: &cdr::CdrCall) -> bool {
     c.sip_tar.is_some() || c.rtp_tar.is_some()
 }
 
-/// The call view of a row's archived packets, off the runtime; `Ok(Err(why))` when they cannot
-/// be fetched or read (pruned, their sensor offline, damaged), for a page that then shows the
-/// row alone and says why.
+/// The call view of archived packets, off the runtime; `Ok(Err(why))` when they cannot be
+/// fetched or read (pruned, their sensor offline, damaged), for a page that then shows the
+/// rows alone and says why.
 async fn view_of(
-    calls: &Arc<Calls>,
-    uid: &str,
-    row: cdr::CdrCall,
+    pcap: Result<Arc<Vec<u8>>, String>,
 ) -> Result<Result<callview::CallView, String>, ApiError> {
-    let pcap = match calls.pcap(uid, row).await {
+    let pcap = match pcap {
         Ok(pcap) => pcap,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e)),
     };
     tokio::task::spawn_blocking(move || callview::analyze(&pcap, &callview::Limits::default()))
         .await
@@ -173,18 +172,38 @@ pub(super) async fn api_call(
 ) -> Result<Response, ApiError> {
     let calls = calls_of(&state)?;
     let (summary, streams, t38) = call_row(&calls, &uid).await?;
-    let call = summary.call.clone();
+    let legs = call_legs::legs_of(&calls, &summary, &streams).await?;
+    let (leg_quality, worst_leg) = call_legs::quality(&legs);
+    let rows: Vec<(Option<String>, cdr::CdrStream)> = legs
+        .iter()
+        .flat_map(|l| {
+            let leg = Some(l.summary.uid.clone());
+            l.streams.iter().map(move |s| (leg.clone(), s.clone()))
+        })
+        .collect();
+    let leg_rows: Vec<&cdr::search::CallSummary> = legs.iter().map(|l| &l.summary).collect();
+    let legs_json = serde_json::json!({
+        "legs": leg_rows,
+        "leg_quality": leg_quality,
+        "worst_leg": worst_leg,
+    });
+    let with_legs = |mut body: serde_json::Value| {
+        if let (Some(o), Some(l)) = (body.as_object_mut(), legs_json.as_object()) {
+            o.extend(l.clone());
+        }
+        axum::Json(body).into_response()
+    };
     // Without its packets (never archived, or the archive pruned sooner than the CDRs, or its
-    // sensor offline) the page still shows the call's row and says why there is no more.
-    let figures_only = |summary, streams: Vec<cdr::CdrStream>, t38, why: String| {
-        let streams: Vec<_> = streams
+    // sensor offline) the page still shows the call's rows and says why there is no more.
+    let figures_only = |summary, rows: Vec<(Option<String>, cdr::CdrStream)>, t38, why: String| {
+        let streams: Vec<_> = rows
             .into_iter()
-            .map(|figures| {
-                serde_json::json!({"figures": figures, "intervals": [], "rtcp": [], "audio": null,
-                    "audio_note": "no packets"})
+            .map(|(leg, figures)| {
+                serde_json::json!({"figures": figures, "leg": leg, "intervals": [], "rtcp": [],
+                    "audio": null, "audio_note": "no packets"})
             })
             .collect();
-        axum::Json(serde_json::json!({
+        with_legs(serde_json::json!({
             "call": summary,
             "archived": false,
             "note": format!("{why}: no ladder, charts or audio; the streams are the CDR's."),
@@ -193,17 +212,16 @@ pub(super) async fn api_call(
             "streams": streams,
             "t38": t38,
         }))
-        .into_response()
     };
-    if !archived(&call) {
+    if !legs.iter().any(|l| archived(&l.summary.call)) {
         let why = "This call's packets were not archived".to_string();
-        return Ok(figures_only(summary, streams, t38, why));
+        return Ok(figures_only(summary, rows, t38, why));
     }
-    let mut view = match view_of(&calls, &uid, call).await? {
+    let mut view = match view_of(call_legs::pcap_of(&calls, &legs).await).await? {
         Ok(v) => v,
         Err(e) => {
             let why = format!("This call's archived packets cannot be read ({e})");
-            return Ok(figures_only(summary, streams, t38, why));
+            return Ok(figures_only(summary, rows, t38, why));
         }
     };
     let note = view
@@ -220,45 +238,51 @@ pub(super) async fn api_call(
             }
         }
     }
-    Ok(axum::Json(serde_json::json!({
+    Ok(with_legs(serde_json::json!({
         "call": summary,
         "archived": true,
         "note": note,
         "hosts": view.hosts,
         "ladder": view.ladder,
         "ladder_left_out": view.ladder_left_out,
-        "streams": merge_streams(streams, view.streams),
+        "streams": merge_streams(rows, view.streams),
         "t38": t38,
-    }))
-    .into_response())
+    })))
 }
 
 /// The call's streams for the page: the view's, in its order (a stream's place is the number
-/// its audio is asked for by), each showing the CDR's figures when the CDR has that stream,
-/// then the CDR's streams the archive does not hold. The CDR row is the record of the call;
-/// the view adds what only the packets tell (seconds, RTCP reports, audio).
+/// its audio is asked for by), each showing the CDR's figures and naming its leg (`leg`, the
+/// uid of the leg whose row has it) when a leg's CDR has that stream, then the CDRs' streams
+/// the archive does not hold. The CDR rows are the record of the call; the view adds what only
+/// the packets tell (seconds, RTCP reports, audio).
 fn merge_streams(
-    mut rows: Vec<cdr::CdrStream>,
+    mut rows: Vec<(Option<String>, cdr::CdrStream)>,
     view: Vec<callview::StreamView>,
 ) -> Vec<serde_json::Value> {
     let mut out = Vec::with_capacity(view.len() + rows.len());
     for v in view {
         let at = rows
             .iter()
-            .position(|r| r.src == v.key.src && r.dst == v.key.dst && r.ssrc == v.key.ssrc);
+            .position(|(_, r)| r.src == v.key.src && r.dst == v.key.dst && r.ssrc == v.key.ssrc);
         let mut json = serde_json::to_value(&v).unwrap_or(serde_json::Value::Null);
-        if let (Some(i), Some(o)) = (at, json.as_object_mut()) {
-            let row = rows.remove(i);
-            o.insert(
-                "figures".into(),
-                serde_json::to_value(row).unwrap_or(serde_json::Value::Null),
-            );
+        if let Some(o) = json.as_object_mut() {
+            let (leg, figures) = match at {
+                Some(i) => {
+                    let (leg, row) = rows.remove(i);
+                    (leg, serde_json::to_value(row).ok())
+                }
+                None => (None, None),
+            };
+            if let Some(f) = figures {
+                o.insert("figures".into(), f);
+            }
+            o.insert("leg".into(), serde_json::json!(leg));
         }
         out.push(json);
     }
-    out.extend(rows.into_iter().map(|figures| {
-        serde_json::json!({"figures": figures, "intervals": [], "rtcp": [], "audio": null,
-            "audio_note": "this stream's packets are not in the archive"})
+    out.extend(rows.into_iter().map(|(leg, figures)| {
+        serde_json::json!({"figures": figures, "leg": leg, "intervals": [], "rtcp": [],
+            "audio": null, "audio_note": "this stream's packets are not in the archive"})
     }));
     out
 }
@@ -325,15 +349,39 @@ pub(super) async fn api_pcap(
     Path(uid): Path<String>,
 ) -> Result<Response, ApiError> {
     let calls = calls_of(&state)?;
-    let (summary, _, _) = call_row(&calls, &uid).await?;
-    if !archived(&summary.call) {
+    let (summary, streams, _) = call_row(&calls, &uid).await?;
+    let legs = call_legs::legs_of(&calls, &summary, &streams).await?;
+    if !legs.iter().any(|l| archived(&l.summary.call)) {
         return Err(api_error(
             StatusCode::NOT_FOUND,
             format!("call {uid:?}: its packets were not archived"),
         ));
     }
+    admit(&user, "pcap")?;
+    // A linked call downloads as it is shown: every leg's packets in one pcap.
+    let pcap = call_legs::pcap_of(&calls, &legs)
+        .await
+        .map_err(|e| api_error(StatusCode::NOT_FOUND, format!("call {uid:?}: {e}")))?;
     let name = file_name(&summary.call.call_id);
-    send_pcap(&state, &calls, &user, uid, summary.call, &name).await
+    log_sent(&state, &user, "pcap", uid).await?;
+    Ok(pcap_response(&pcap, &name))
+}
+
+fn pcap_response(pcap: &[u8], name: &str) -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                "application/vnd.tcpdump.pcap".to_owned(),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}.pcap\""),
+            ),
+        ],
+        pcap.to_vec(),
+    )
+        .into_response()
 }
 
 /// Sends the pcap of `row`'s archive columns as `name.pcap`, to an admin, once the access log
@@ -349,20 +397,7 @@ async fn send_pcap(
     admit(user, "pcap")?;
     let pcap = calls.pcap(&uid, row).await?;
     log_sent(state, user, "pcap", uid).await?;
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                "application/vnd.tcpdump.pcap".to_owned(),
-            ),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{name}.pcap\""),
-            ),
-        ],
-        pcap.as_ref().clone(),
-    )
-        .into_response())
+    Ok(pcap_response(&pcap, name))
 }
 
 /// Which audio `file` asks for: `N.wav` (a stream's number) or `mixed.wav`.
@@ -384,28 +419,49 @@ pub(super) async fn api_audio(
 ) -> Result<Response, ApiError> {
     let which = audio_select(&file)?;
     let calls = calls_of(&state)?;
-    let (summary, _, _) = call_row(&calls, &uid).await?;
-    if !archived(&summary.call) {
+    let (summary, streams, _) = call_row(&calls, &uid).await?;
+    let legs = call_legs::legs_of(&calls, &summary, &streams).await?;
+    if !legs.iter().any(|l| archived(&l.summary.call)) {
         return Err(api_error(
             StatusCode::NOT_FOUND,
             format!("call {uid:?}: its packets were not archived, so there is nothing to play"),
         ));
     }
-    send_audio(&state, &calls, &user, (uid, file), summary.call, which).await
+    // Streams are numbered as the page shows them: over every leg's packets.
+    send_audio(
+        &state,
+        &calls,
+        &user,
+        (uid, file),
+        Packets::Legs(legs),
+        which,
+    )
+    .await
 }
 
-/// Sends the WAV of `which` from the pcap of `row`'s archive columns, to an admin, once the
+/// Where the audio is read from: one row's archive columns, or a call's legs together.
+enum Packets {
+    Row(Box<cdr::CdrCall>),
+    Legs(Vec<call_legs::Leg>),
+}
+
+/// Sends the WAV of `which` from `packets`, to an admin, once the
 /// access log has it (`uid file`).
 async fn send_audio(
     state: &Shared,
     calls: &Arc<Calls>,
     user: &User,
     (uid, file): (String, String),
-    row: cdr::CdrCall,
+    packets: Packets,
     which: callview::AudioSelect,
 ) -> Result<Response, ApiError> {
     admit(user, "listen")?;
-    let pcap = calls.pcap(&uid, row).await?;
+    let pcap = match packets {
+        Packets::Row(row) => calls.pcap(&uid, *row).await?,
+        Packets::Legs(legs) => call_legs::pcap_of(calls, &legs)
+            .await
+            .map_err(|e| api_error(StatusCode::NOT_FOUND, format!("call {uid:?}: {e}")))?,
+    };
     let wav = tokio::task::spawn_blocking(move || {
         callview::wav(&pcap, which, &callview::Limits::default())
     })
@@ -514,7 +570,7 @@ pub(super) async fn api_stream(
                    a release that archived only calls)";
         return Ok(figures_only(stream, why.to_string()));
     };
-    let view = match view_of(&calls, &uid, row).await? {
+    let view = match view_of(calls.pcap(&uid, row).await.map_err(|e| e.to_string())).await? {
         Ok(v) => v,
         Err(e) => {
             let why = format!("This stream's archived packets cannot be read ({e})");
@@ -531,7 +587,7 @@ pub(super) async fn api_stream(
         "stream": stream,
         "archived": true,
         "note": note,
-        "streams": merge_streams(vec![figures], view.streams),
+        "streams": merge_streams(vec![(None, figures)], view.streams),
     }))
     .into_response())
 }
@@ -560,7 +616,15 @@ pub(super) async fn api_stream_audio(
     let calls = calls_of(&state)?;
     let l = lone_row(&calls, &uid).await?;
     let row = lone_archive(&l, ", so there is nothing to play")?;
-    send_audio(&state, &calls, &user, (uid, file), row, which).await
+    send_audio(
+        &state,
+        &calls,
+        &user,
+        (uid, file),
+        Packets::Row(Box::new(row)),
+        which,
+    )
+    .await
 }
 
 pub(super) async fn api_live(State(state): State<Shared>) -> Response {

@@ -6,6 +6,7 @@
 mod alerts_api;
 mod alerts_page;
 mod api;
+mod call_legs;
 mod calls_api;
 mod calls_page;
 pub(crate) mod export;
