@@ -66,9 +66,9 @@
 //! records into rows.
 
 pub mod alerts;
+pub mod devices;
 pub mod export;
 pub mod fields;
-pub mod devices;
 pub mod journal;
 pub mod lone;
 mod matches;
