@@ -266,8 +266,10 @@ pub struct CdrCall {
     #[serde(default)]
     pub link_confidence: Option<f64>,
     /// The first leg of the call, as the monitor named it, when this leg was linked to it:
-    /// `call_group` is made from it under the sensor's name. Not a column.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `call_group` is made from it under the sensor's name when the record gets its identity
+    /// ([`CdrRecord::fill_identity`], before it is journaled or sent). Neither a column nor
+    /// serialized (the compact form between sensor and collector has no field names).
+    #[serde(skip)]
     pub first_leg: Option<FirstLeg>,
 }
 
