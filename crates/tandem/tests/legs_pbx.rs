@@ -181,6 +181,12 @@ fn linked_call_with_loss(dir: &Path) -> Option<(Vec<Value>, String)> {
     let mut config = PbxConfig::loopback(trunk);
     config.sip = "127.0.40.20:5060".parse().unwrap();
     let pbx = Pbx::start(config).unwrap();
+    // A media port nobody holds (a wildcard socket of another program may hold 6000).
+    let media_port = std::net::UdpSocket::bind("127.0.40.31:0")
+        .and_then(|s| s.local_addr())
+        .unwrap()
+        .port()
+        .to_string();
     let args: Vec<String> = [
         "-sn",
         "uas",
@@ -189,7 +195,7 @@ fn linked_call_with_loss(dir: &Path) -> Option<(Vec<Value>, String)> {
         "-p",
         "5060",
         "-mp",
-        "6000",
+        media_port.as_str(),
         "-rtp_echo",
         "-m",
         "1",
@@ -413,6 +419,9 @@ async fn the_console_shows_a_linked_call_as_one_with_the_leg_that_lost_packets()
     );
     // With TANDEM_SCREENSHOT_DIR set, the page as docs/linked-call.png shows it.
     if let Some(out) = std::env::var_os("TANDEM_SCREENSHOT_DIR") {
+        // The legs' table and the ladder under it, the ladder's messages of both legs in view.
+        let scroll = "document.getElementById('legs-panel').scrollIntoView(); return 0;";
+        b.client.execute(scroll, vec![]).await.unwrap();
         b.screenshot(&Path::new(&out).join("linked-call.png"))
             .await
             .unwrap();
