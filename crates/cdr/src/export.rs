@@ -47,6 +47,9 @@ pub const CALL_EXPORT_COLUMNS: &[&str] = &[
     "encrypted",
     "t38_offered",
     "sensor",
+    "call_group",
+    "linked_by",
+    "link_confidence",
     "caller_ua",
     "callee_ua",
     "from_domain",
@@ -74,6 +77,10 @@ pub const REGISTRATION_EXPORT_COLUMNS: &[&str] = &[
     "result",
     "expires_s",
     "sensor",
+    "challenges",
+    "failure",
+    "failure_reason",
+    "registered_us",
 ];
 
 /// A call as exported: the JSON API's row and its start as text.
