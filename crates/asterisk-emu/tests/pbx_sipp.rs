@@ -28,7 +28,7 @@ fn dials(n: usize, prefix: &str) -> Vec<Dial> {
 #[test]
 fn bridges_answers_refusals_cancels_and_unrouted_calls() {
     if !sipp::available() {
-        eprintln!("skipping: sipp is not installed (Debian package sip-tester)");
+        test_env::skip("sipp is not installed (Debian package sip-tester)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -222,7 +222,7 @@ fn bridges_answers_refusals_cancels_and_unrouted_calls() {
 #[test]
 fn a_recorded_campaign_holds_every_leg() {
     if !sipp::available() || !on_path("dumpcap") || !on_path("tshark") {
-        eprintln!("skipping: sipp, dumpcap or tshark is not installed");
+        test_env::skip("sipp, dumpcap or tshark is not installed (Debian: sip-tester, tshark)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -241,7 +241,9 @@ fn a_recorded_campaign_holds_every_leg() {
     }
     assert_eq!(rec.bridged.len(), 6);
     let out = std::process::Command::new("tshark")
-        .args(["-r"])
+        // The legs use ports picked at run time, which tshark may take for another protocol's:
+        // its SIP heuristic goes first, so every SIP datagram is read as SIP.
+        .args(["-o", "udp.try_heuristic_first:TRUE", "-r"])
         .arg(&rec.pcap)
         .args([
             "-Y",
@@ -263,7 +265,9 @@ fn a_recorded_campaign_holds_every_leg() {
     assert_eq!(ids.len(), 6 * 2 + 3);
     // Every hang-up is a well-formed BYE (a phone's is sent to the PBX's Contact), on both legs.
     let out = std::process::Command::new("tshark")
-        .args(["-r"])
+        // The legs use ports picked at run time, which tshark may take for another protocol's:
+        // its SIP heuristic goes first, so every SIP datagram is read as SIP.
+        .args(["-o", "udp.try_heuristic_first:TRUE", "-r"])
         .arg(&rec.pcap)
         .args([
             "-Y",
@@ -295,7 +299,7 @@ fn on_path(program: &str) -> bool {
 #[test]
 fn a_phone_call_with_media_is_relayed_both_ways() {
     if !sipp::available() {
-        eprintln!("skipping: sipp is not installed (Debian package sip-tester)");
+        test_env::skip("sipp is not installed (Debian package sip-tester)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -74,7 +74,7 @@ impl Campaign {
         config.routes = vec![DialPattern::new("90", "0049")];
         config.correlation_header = self.correlation_header.clone();
 
-        let capture = Dumpcap::start(dir, &format!("net {}.0/24", self.net))?;
+        let capture = Dumpcap::start(dir, &self.net)?;
         let pbx = Pbx::start(config)?;
         let phone = sipp::scenario_file(dir, "phone.xml", &sipp::phone())?;
         let total = self.calls + self.direct_calls;
@@ -186,28 +186,45 @@ pub struct Dumpcap {
 }
 
 impl Dumpcap {
-    /// Starts dumpcap on `lo` with a capture filter and waits until it captures.
-    pub fn start(dir: &Path, filter: &str) -> std::io::Result<Dumpcap> {
+    /// Starts dumpcap on `lo` for the addresses `{net}.0/24` (`net` is `127.0.35`) and waits
+    /// until it captures. dumpcap says "Capturing on" before the kernel hands it packets
+    /// (calls made at once were missing from the file): so datagrams are sent from `{net}.254`
+    /// to `{net}.253`'s discard port until the file holds one. They stay in the capture, on a
+    /// port below 1024, which nothing takes for SIP or RTP.
+    pub fn start(dir: &Path, net: &str) -> std::io::Result<Dumpcap> {
         let path = dir.join("capture.pcap");
         let log = dir.join("dumpcap.log");
+        let filter = format!("net {net}.0/24");
         let child = Command::new("dumpcap")
-            .args(["-i", "lo", "-P", "-B", "64", "-f", filter, "-w"])
+            .args(["-i", "lo", "-P", "-B", "64", "-f", &filter, "-w"])
             .arg(&path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
+        let capture = Dumpcap { child, path };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("Capturing on")) {
-                return Ok(Dumpcap { child, path });
+        while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("Capturing on")) {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "dumpcap did not start capturing on lo within 10 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(std::io::Error::other(format!(
-            "dumpcap did not start capturing on lo within 10 s: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        )))
+        let probe = std::net::UdpSocket::bind(format!("{net}.254:0"))?;
+        // pcap's global header is 24 bytes; dumpcap writes packets out about twice a second.
+        while std::fs::metadata(&capture.path).map_or(0, |m| m.len()) <= 24 {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "dumpcap on lo captured none of the probes sent to {net}.253 within 10 s"
+                )));
+            }
+            probe.send_to(b"probe", format!("{net}.253:9"))?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(capture)
     }
 
     /// Stops the capture and returns the file.
