@@ -171,7 +171,9 @@ const TABLES: [Table; 4] = [
     Table {
         name: "cdr",
         of_sensor: "t.sensor = $1",
-        ignored: &["id", "uid"],
+        // A uid, and a call's group (its first leg's uid), hold the start's time: a live
+        // capture's, not the file's.
+        ignored: &["id", "uid", "call_group"],
         times: &["start_us", "ringing_us", "answer_us", "end_us"],
     },
     Table {
