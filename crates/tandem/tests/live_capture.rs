@@ -58,8 +58,9 @@ const TOLERANCES: &[(&str, f64)] = &[
     ("mos", 0.1),
 ];
 
-/// Fields not compared at all: wall-clock times.
-const TIMES: &[&str] = &["start", "end", "ringing", "answer"];
+/// Fields not compared at all: wall-clock times, and the identities that hold one (a call's
+/// `uid` and its group's, the first leg's uid).
+const TIMES: &[&str] = &["start", "end", "ringing", "answer", "uid", "call_group"];
 
 fn tandem() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tandem"))
