@@ -192,7 +192,7 @@ const TABLES: [Table; 4] = [
         name: "registration",
         of_sensor: "t.sensor = $1",
         ignored: &["id", "uid"],
-        times: &["first_us", "last_us"],
+        times: &["first_us", "last_us", "registered_us"],
     },
 ];
 
